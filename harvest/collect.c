@@ -1,0 +1,106 @@
+// collect.c - the tap consumer: turns one prompt's view into stored rows and writes them.
+//
+// prompt layout: the view (1, ...) goes to row `prompt` as the leading corner of the padded row
+//                (sequence axes padded to S, global+local-key to 2S); padding is NaN or 0.
+// token layout:  the view's one sequence axis moves to the front: (1, A.., T, B..) -> (T, A.., B..)
+//                at rows token_offset .. token_offset + T.
+#include "harvest/harvest.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void *scratch(struct collector *c, size_t bytes) {
+    if (bytes > c->buf_bytes) {
+        free(c->buf);
+        c->buf = malloc(bytes);
+        c->buf_bytes = c->buf ? bytes : 0;
+        if (!c->buf) c->rc = -AH_ENOMEM;
+    }
+    return c->buf;
+}
+
+// Copies a contiguous src (nd dims sd) into the leading corner of a contiguous dst (dims dd).
+static void copy_corner(char *dst, const char *src, int nd, const int64_t *sd, const int64_t *dd,
+                        size_t es) {
+    int64_t dstride[TAP_MAX_DIMS], idx[TAP_MAX_DIMS] = {0};
+    dstride[nd - 1] = 1;
+    for (int k = nd - 2; k >= 0; k--) dstride[k] = dstride[k + 1] * dd[k + 1];
+    int64_t outer = 1;
+    for (int k = 0; k < nd - 1; k++) outer *= sd[k];
+    size_t run = (size_t)sd[nd - 1] * es;
+    for (int64_t o = 0; o < outer; o++) {
+        int64_t doff = 0;
+        for (int k = 0; k < nd - 1; k++) doff += idx[k] * dstride[k];
+        memcpy(dst + (size_t)doff * es, src + (size_t)o * run, run);
+        for (int k = nd - 2; k >= 0; k--) { // odometer over the outer dims of src
+            if (++idx[k] < sd[k]) break;
+            idx[k] = 0;
+        }
+    }
+}
+
+static void take_prompt(struct collector *c, int di, int b, const struct tview *v) {
+    const struct h5out_dset *d = &c->dsets[di];
+    size_t es = tap_dtype_size(v->dtype);
+    int nd = v->ndim - 1; // without the batch axis
+    int64_t elems = 1;
+    bool same = true;
+    for (int k = 0; k < nd; k++) {
+        elems *= d->dims[k + 1];
+        same = same && v->dims[k + 1] == d->dims[k + 1];
+    }
+    const void *row = v->data;
+    if (!same) {
+        char *buf = scratch(c, (size_t)elems * es);
+        if (!buf) return;
+        if (v->dtype == TAP_F32)
+            for (int64_t i = 0; i < elems; i++) ((float *)(void *)buf)[i] = NAN;
+        else
+            memset(buf, 0, (size_t)elems * es);
+        copy_corner(buf, v->data, nd, v->dims + 1, d->dims + 1, es);
+        row = buf;
+    }
+    c->rc = h5out_write(c->out, di, c->first_prompt + b, 1, row, &c->err);
+}
+
+static void take_token(struct collector *c, int di, int b, const struct tview *v) {
+    size_t es = tap_dtype_size(v->dtype);
+    int k = 1;
+    while (k < v->ndim && tap_axis_kind(c->dsets[di].desc->axes[k]) != TAP_AXIS_SEQ) k++;
+    AH_ASSERT(k < v->ndim);
+    int64_t T = v->dims[k], outer = 1, inner = 1;
+    for (int i = 1; i < k; i++) outer *= v->dims[i];
+    for (int i = k + 1; i < v->ndim; i++) inner *= v->dims[i];
+    const void *rows = v->data;
+    if (outer > 1) {
+        char *buf = scratch(c, (size_t)(T * outer * inner) * es);
+        if (!buf) return;
+        const char *src = v->data;
+        size_t run = (size_t)inner * es;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t o = 0; o < outer; o++)
+                memcpy(buf + (size_t)(t * outer + o) * run, src + (size_t)(o * T + t) * run, run);
+        rows = buf;
+    }
+    c->rc = h5out_write(c->out, di, c->token_row[b], T, rows, &c->err);
+}
+
+void collect_take(void *u, int id, int b, const struct tview *v) {
+    struct collector *c = u;
+    if (c->rc < 0) return; // the first error stands; the driver checks after forward
+    double t0 = now_seconds();
+    int di = c->dset_of_id[id];
+    AH_ASSERT(di >= 0);
+    if (c->layout == JOB_LAYOUT_PROMPT)
+        take_prompt(c, di, b, v);
+    else
+        take_token(c, di, b, v);
+    c->seconds += now_seconds() - t0;
+}
+
+void collector_free(struct collector *c) {
+    free(c->buf);
+    c->buf = NULL;
+    c->buf_bytes = 0;
+}

@@ -1,0 +1,72 @@
+// harvest.h - the driver's internal interfaces: model loading by family, the collector that turns
+// tap views into stored rows, progress display and the subcommands.
+#ifndef AH_HARVEST_H
+#define AH_HARVEST_H
+
+#include "io/h5out.h"
+#include "io/modeldir.h"
+#include "jobs/job.h"
+#include "model/ah.h"
+#include "model/encdec.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+// ---- a loaded model of any family ----
+struct model {
+    const char *family;      // "encdec"
+    struct modeldir md;      // config (+ weights unless config-only)
+    struct encdec ed;        // family "encdec"
+    struct tap_desc *cat;    // (n_cat) catalogue; owned
+    int n_cat;
+    int n_blocks;            // blocks of the layer loop
+    int max_pos;             // longest prompt the model takes
+    int64_t vocab;
+};
+
+// Loads DIR; with weights false only config.json is read (for `activations`). Errors name the file.
+int model_load(struct model *m, const char *dir, bool weights, struct ah_error *err);
+void model_free(struct model *m); // safe on a zeroed struct
+int64_t model_axis_size(const struct model *m, const char *axis);
+
+// ---- collector: tap -> h5out rows ----
+struct collector {
+    struct h5out *out;
+    const struct h5out_dset *dsets;
+    const int *dset_of_id;    // (n_cat) dataset index of a catalogue id, or -1
+    enum job_layout layout;
+    int64_t S;                // max_seq_len: the padded sequence length of the prompt layout
+    int64_t first_prompt;     // global index of prompt 0 of the current batch
+    const int64_t *token_row; // (batch) first token row of each prompt of the current batch
+    float *buf;               // padded/transposed row; owned
+    size_t buf_bytes;
+    int rc;                   // first error, 0 if none
+    struct ah_error err;
+    double seconds;           // time spent in take()
+};
+
+void collect_take(void *u, int id, int b, const struct tview *v);
+void collector_free(struct collector *c);
+
+// ---- progress on stderr ----
+struct progress {
+    bool quiet, tty;
+    double t0, last;
+    int64_t total, total_tokens, start, start_tokens;
+};
+void progress_init(struct progress *p, bool quiet, int64_t total, int64_t total_tokens,
+                   int64_t start, int64_t start_tokens);
+void progress_update(struct progress *p, int64_t done, int64_t done_tokens, bool final);
+double now_seconds(void);
+
+// ---- subcommands: return the process exit code ----
+int cmd_run(int argc, char **argv);
+int cmd_activations(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_init_model(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+// prints "harvest: MSG" and returns the exit code of rc
+int report(int rc, const struct ah_error *err);
+
+#endif

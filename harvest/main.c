@@ -1,0 +1,50 @@
+// main.c - harvest's command line: dispatches to the subcommands, owns MPI init/finalize.
+//
+// Only harvest/ ends the process. Every subcommand returns its exit code: 0 done, 1 bad input,
+// 2 system failure, 3 stopped by a signal (resume with --resume).
+#include "harvest/harvest.h"
+
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+int report(int rc, const struct ah_error *err) {
+    if (rc >= 0) return 0;
+    if (err && err->msg[0])
+        fprintf(stderr, "harvest: %s\n", err->msg);
+    else
+        fprintf(stderr, "harvest: %s\n", ah_strerror(rc));
+    return ah_exit_code(rc);
+}
+
+static const char usage_text[] =
+    "usage: harvest COMMAND ...\n"
+    "  run JOB.json [--resume | --overwrite] [--quiet]   harvest activations into HDF5\n"
+    "  activations MODEL_DIR [GLOB] [--json]            list the named activations\n"
+    "  inspect OUT.h5                                   summarise an output file\n"
+    "  init-model --family encdec [--preset NAME] [--seed N] [--dtype f32|f16|bf16]\n"
+    "             [--shards N] OUT_DIR                  write a random-weight checkpoint\n"
+    "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 1 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "activations")) return cmd_activations(argc - 2, argv + 2);
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
+    if (!strcmp(cmd, "init-model")) return cmd_init_model(argc - 2, argv + 2);
+    if (strcmp(cmd, "run") && strcmp(cmd, "bench")) {
+        fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
+        return 1;
+    }
+    // REQUIRED: run and bench are MPI programs (mpirun -np N, srun --mpi=pmix, or a singleton)
+    if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+        fprintf(stderr, "harvest: MPI_Init failed\n");
+        return 2;
+    }
+    int code = !strcmp(cmd, "run") ? cmd_run(argc - 2, argv + 2) : cmd_bench(argc - 2, argv + 2);
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,266 @@
+// modeldir.c - see modeldir.h
+#define _POSIX_C_SOURCE 200809L // defines: strdup
+#include "io/modeldir.h"
+
+#include "io/halfconv.h"
+#include "model/ah.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char *path_join(const char *dir, const char *leaf) {
+    size_t n = strlen(dir) + strlen(leaf) + 2;
+    char *p = malloc(n);
+    if (p) snprintf(p, n, "%s/%s", dir, leaf);
+    return p;
+}
+
+// Reads a whole file into a NUL-terminated buffer (caller frees).
+static int read_text(const char *path, char **out, struct ah_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (cap - len < 65536) {
+            char *nb = realloc(buf, cap = cap * 2 + 65536);
+            if (!nb) {
+                free(buf);
+                fclose(fp);
+                return -AH_ENOMEM;
+            }
+            buf = nb;
+        }
+        size_t r = fread(buf + len, 1, cap - len - 1, fp);
+        len += r;
+        if (r == 0) break;
+    }
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        return ah_fail(err, AH_EIO, "%s: read error", path);
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return 0;
+}
+
+static int open_shards(struct modeldir *md, struct ah_error *err) {
+    char *text = NULL;
+    int rc = read_text(md->index_path, &text, err);
+    if (rc < 0) return rc;
+    cJSON *idx = cJSON_Parse(text);
+    free(text);
+    cJSON *wm = cJSON_DetachItemFromObjectCaseSensitive(idx, "weight_map");
+    cJSON_Delete(idx);
+    if (!cJSON_IsObject(wm)) {
+        cJSON_Delete(wm);
+        return ah_fail(err, AH_EFORMAT, "%s: expected a JSON object with a \"weight_map\" object",
+                       md->index_path);
+    }
+    md->index = wm;
+    int n = cJSON_GetArraySize(wm);
+    md->files = calloc((size_t)n + 1, sizeof *md->files);
+    if (!md->files) return -AH_ENOMEM;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, wm) {
+        if (!cJSON_IsString(e))
+            return ah_fail(err, AH_EFORMAT, "%s: weight_map[\"%s\"]: expected a file name",
+                           md->index_path, e->string);
+        int seen = 0;
+        for (int i = 0; i < md->n_files && !seen; i++) {
+            const char *leaf = strrchr(md->files[i].path, '/') + 1;
+            seen = !strcmp(leaf, e->valuestring);
+        }
+        if (seen) continue;
+        if (strchr(e->valuestring, '/'))
+            return ah_fail(err, AH_EFORMAT, "%s: weight_map[\"%s\"]: shard \"%s\" must be a file "
+                           "name in the model folder", md->index_path, e->string, e->valuestring);
+        char *p = path_join(md->dir, e->valuestring);
+        if (!p) return -AH_ENOMEM;
+        if (access(p, R_OK) != 0) {
+            rc = ah_fail(err, AH_ENOENT, "%s: weight_map[\"%s\"] names shard \"%s\", which is "
+                         "missing from %s", md->index_path, e->string, e->valuestring, md->dir);
+            free(p);
+            return rc;
+        }
+        rc = st_open(&md->files[md->n_files], p, err);
+        free(p);
+        if (rc < 0) return rc;
+        md->n_files++;
+    }
+    return 0;
+}
+
+int md_open(struct modeldir *md, const char *dir, bool config_only, struct ah_error *err) {
+    memset(md, 0, sizeof *md);
+    int rc = -AH_ENOMEM;
+    size_t dl = strlen(dir);
+    if (config_only && dl > 5 && !strcmp(dir + dl - 5, ".json")) {
+        md->config_path = strdup(dir);
+        md->dir = strdup(".");
+    } else {
+        md->dir = strdup(dir);
+        md->config_path = path_join(dir, "config.json");
+    }
+    if (!md->dir || !md->config_path) goto fail;
+    if ((rc = read_text(md->config_path, &md->config_text, err)) < 0) goto fail;
+    md->config = cJSON_Parse(md->config_text);
+    if (!cJSON_IsObject(md->config)) {
+        rc = ah_fail(err, AH_EFORMAT, "%s: not a JSON object", md->config_path);
+        goto fail;
+    }
+    if (config_only) return 0;
+
+    md->index_path = path_join(dir, "model.safetensors.index.json");
+    if (!md->index_path) goto fail;
+    if (access(md->index_path, F_OK) == 0) {
+        if ((rc = open_shards(md, err)) < 0) goto fail;
+    } else {
+        free(md->index_path);
+        md->index_path = NULL;
+        char *p = path_join(dir, "model.safetensors");
+        md->files = calloc(1, sizeof *md->files);
+        if (!p || !md->files) {
+            free(p);
+            goto fail;
+        }
+        if (access(p, F_OK) != 0) {
+            rc = ah_fail(err, AH_ENOENT, "%s: no model.safetensors nor "
+                         "model.safetensors.index.json", dir);
+            free(p);
+            goto fail;
+        }
+        rc = st_open(&md->files[0], p, err);
+        free(p);
+        if (rc < 0) goto fail;
+        md->n_files = 1;
+    }
+    return 0;
+fail:
+    md_close(md);
+    return rc;
+}
+
+void md_close(struct modeldir *md) {
+    for (int i = 0; i < md->n_files; i++) st_close(&md->files[i]);
+    free(md->files);
+    for (int i = 0; i < md->n_owned; i++) free(md->owned[i]);
+    free(md->owned);
+    cJSON_Delete(md->config);
+    cJSON_Delete(md->index);
+    free(md->config_text);
+    free(md->config_path);
+    free(md->index_path);
+    free(md->dir);
+    memset(md, 0, sizeof *md);
+}
+
+int md_config_int(const struct modeldir *md, const char *key, bool required, int *out,
+                  struct ah_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(md->config, key);
+    if (!v && !required) return 1;
+    if (!v) return ah_fail(err, AH_EINVAL, "%s: missing \"%s\" (an integer)", md->config_path, key);
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+        return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an integer", md->config_path, key);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+int md_config_double(const struct modeldir *md, const char *key, bool required, double *out,
+                     struct ah_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(md->config, key);
+    if (!v && !required) return 1;
+    if (!v) return ah_fail(err, AH_EINVAL, "%s: missing \"%s\" (a number)", md->config_path, key);
+    if (!cJSON_IsNumber(v))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected a number", md->config_path, key);
+    *out = v->valuedouble;
+    return 0;
+}
+
+const char *md_config_string(const struct modeldir *md, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(md->config, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static int find(const struct modeldir *md, const char *name, const struct st_tensor **t,
+                const char **file, struct ah_error *err) {
+    if (md->index) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(md->index, name);
+        if (!cJSON_IsString(s))
+            return ah_fail(err, AH_EFORMAT, "%s: missing tensor \"%s\" in weight_map",
+                           md->index_path, name);
+        for (int i = 0; i < md->n_files; i++) {
+            const char *leaf = strrchr(md->files[i].path, '/') + 1;
+            if (strcmp(leaf, s->valuestring)) continue;
+            *file = md->files[i].path;
+            if ((*t = st_find(&md->files[i], name))) return 0;
+            return ah_fail(err, AH_EFORMAT, "%s: weight_map puts \"%s\" in %s, which lacks it",
+                           md->index_path, name, md->files[i].path);
+        }
+    }
+    for (int i = 0; i < md->n_files; i++) {
+        *file = md->files[i].path;
+        if ((*t = st_find(&md->files[i], name))) return 0;
+    }
+    return ah_fail(err, AH_EFORMAT, "%s: missing tensor \"%s\"",
+                   md->n_files ? md->files[0].path : md->dir, name);
+}
+
+int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const float **out, struct ah_error *err) {
+    const struct st_tensor *t = NULL;
+    const char *file = NULL;
+    int rc = find(md, name, &t, &file, err);
+    if (rc < 0) return rc;
+    int same = t->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+    if (!same) {
+        char want[128] = "", got[128] = "";
+        for (int i = 0; i < ndim; i++)
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "",
+                     (long long)shape[i]);
+        for (int i = 0; i < t->ndim; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
+                     (long long)t->shape[i]);
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": shape [%s], expected [%s]", file, name,
+                       got, want);
+    }
+    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected F32, F16 or BF16",
+                       file, name, st_dtype_name(t->dtype));
+    size_t n = t->nbytes / st_dtype_size(t->dtype);
+    if (t->dtype == ST_F32 && ((uintptr_t)t->data % 4) == 0) {
+        *out = t->data;
+        return 0;
+    }
+    if (md->n_owned == md->cap_owned) {
+        int cap = md->cap_owned * 2 + 16;
+        float **o = realloc(md->owned, (size_t)cap * sizeof *o);
+        if (!o) return -AH_ENOMEM;
+        md->owned = o;
+        md->cap_owned = cap;
+    }
+    float *buf = malloc(n * sizeof(float) + 1);
+    if (!buf) return -AH_ENOMEM;
+    md->owned[md->n_owned++] = buf;
+    const unsigned char *src = t->data;
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h;
+        if (t->dtype == ST_F32) {
+            memcpy(&buf[i], src + 4 * i, 4);
+            continue;
+        }
+        memcpy(&h, src + 2 * i, 2);
+        buf[i] = t->dtype == ST_F16 ? hc_f16_to_f32(h) : hc_bf16_to_f32(h);
+    }
+    *out = buf;
+    return 0;
+}

@@ -1,0 +1,47 @@
+// modeldir.h - a Hugging Face model folder: config.json plus model.safetensors, or shards
+// model-0000k-of-0000n.safetensors with model.safetensors.index.json.
+//
+// md_tensor_f32 hands out float32 views of checkpoint tensors after checking presence, dtype and
+// shape; F32 tensors are borrowed from the mapping, F16/BF16 ones are widened once into buffers the
+// modeldir owns. Every view is valid until md_close.
+#ifndef AH_MODELDIR_H
+#define AH_MODELDIR_H
+
+#include "io/safetensors.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct ah_error;
+
+struct modeldir {
+    char *dir;            // owned
+    char *config_path;    // owned: DIR/config.json
+    char *config_text;    // owned: the file's text, for provenance
+    void *config;         // owned cJSON object
+    void *index;          // owned cJSON weight_map object, or NULL for a single file
+    char *index_path;     // owned, or NULL
+    struct st_file *files; // (n_files) owned
+    int n_files;
+    float **owned;        // (n_owned) widened tensors
+    int n_owned, cap_owned;
+};
+
+// Opens DIR (or a config.json path when config_only, for planning without weights).
+int md_open(struct modeldir *md, const char *dir, bool config_only, struct ah_error *err);
+void md_close(struct modeldir *md); // safe on a zeroed struct
+
+// Config values. `required` false: returns 1 and leaves *out alone when the key is absent.
+// Errors name config.json, the key and the expected type.
+int md_config_int(const struct modeldir *md, const char *key, bool required, int *out,
+                  struct ah_error *err);
+int md_config_double(const struct modeldir *md, const char *key, bool required, double *out,
+                     struct ah_error *err);
+// Borrowed string (valid until md_close), or NULL when absent or not a string.
+const char *md_config_string(const struct modeldir *md, const char *key);
+
+// Finds `name`, checks ndim/shape, and returns a float32 view. Errors name the file and tensor.
+int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const float **out, struct ah_error *err);
+
+#endif

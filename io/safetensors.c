@@ -1,0 +1,218 @@
+// safetensors.c - see safetensors.h. Format: u64 little-endian header length N, N bytes of JSON
+// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [b, e]}, "__metadata__": {..}},
+// then the data; offsets are relative to the end of the header.
+#define _POSIX_C_SOURCE 200809L // defines: mmap, fstat
+#include "io/safetensors.h"
+
+#include "model/ah.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *dtype_names[ST_N_DTYPES] = {"F32", "F16", "BF16", "I64", "I32", "U8"};
+static const size_t dtype_sizes[ST_N_DTYPES] = {4, 2, 2, 8, 4, 1};
+
+const char *st_dtype_name(enum st_dtype t) {
+    return dtype_names[t];
+}
+
+size_t st_dtype_size(enum st_dtype t) {
+    return dtype_sizes[t];
+}
+
+static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, const char *path,
+                       struct ah_error *err) {
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
+    const cJSON *of = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
+    if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || !cJSON_IsArray(of) ||
+        cJSON_GetArraySize(of) != 2)
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: tensor \"%s\": expected \"dtype\", \"shape\" and two \"data_offsets\"",
+                       path, t->name);
+    int k = 0;
+    while (k < ST_N_DTYPES && strcmp(dt->valuestring, dtype_names[k])) k++;
+    if (k == ST_N_DTYPES)
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": unsupported dtype \"%s\"", path,
+                       t->name, dt->valuestring);
+    t->dtype = (enum st_dtype)k;
+    t->ndim = cJSON_GetArraySize(sh);
+    if (t->ndim > ST_MAX_DIMS)
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": %d dims (at most %d)", path, t->name,
+                       t->ndim, ST_MAX_DIMS);
+    double count = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        const cJSON *d = cJSON_GetArrayItem(sh, i);
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9.0e15)
+            return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": bad shape entry %d", path,
+                           t->name, i);
+        t->shape[i] = (int64_t)d->valuedouble;
+        count *= (double)t->shape[i];
+    }
+    double b = cJSON_GetArrayItem(of, 0)->valuedouble, e_ = cJSON_GetArrayItem(of, 1)->valuedouble;
+    if (!(b >= 0 && e_ >= b && e_ <= (double)data_size))
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: tensor \"%s\": data_offsets [%.0f, %.0f] outside the %zu data bytes "
+                       "(truncated file or lying header)",
+                       path, t->name, b, e_, data_size);
+    t->nbytes = (size_t)(e_ - b);
+    if ((double)t->nbytes != count * (double)dtype_sizes[k])
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: tensor \"%s\": %zu data bytes, but shape and dtype %s need %.0f", path,
+                       t->name, t->nbytes, dtype_names[k], count * (double)dtype_sizes[k]);
+    t->data = (const void *)(uintptr_t)b; // made absolute by the caller
+    return 0;
+}
+
+int st_open(struct st_file *f, const char *path, struct ah_error *err) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    int rc = 0;
+    cJSON *h = NULL;
+    char *text = NULL;
+    f->path = strdup(path);
+    if (!f->path) return -AH_ENOMEM;
+    f->fd = open(path, O_RDONLY);
+    if (f->fd < 0) {
+        rc = ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
+                     strerror(errno));
+        goto fail;
+    }
+    struct stat sb;
+    if (fstat(f->fd, &sb) != 0) {
+        rc = ah_fail(err, AH_EIO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    f->size = (size_t)sb.st_size;
+    if (f->size < 8) {
+        rc = ah_fail(err, AH_EFORMAT, "%s: %zu bytes, too short for a safetensors header", path,
+                     f->size);
+        goto fail;
+    }
+    f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
+    if (f->map == MAP_FAILED) {
+        f->map = NULL;
+        rc = ah_fail(err, AH_EIO, "%s: cannot mmap: %s", path, strerror(errno));
+        goto fail;
+    }
+    const unsigned char *p = f->map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
+    if (hlen > f->size - 8) {
+        rc = ah_fail(err, AH_EFORMAT, "%s: header length %llu past the end of the %zu-byte file",
+                     path, (unsigned long long)hlen, f->size);
+        goto fail;
+    }
+    text = malloc(hlen + 1);
+    if (!text) {
+        rc = -AH_ENOMEM;
+        goto fail;
+    }
+    memcpy(text, p + 8, hlen);
+    text[hlen] = '\0';
+    h = cJSON_Parse(text);
+    if (!cJSON_IsObject(h)) {
+        rc = ah_fail(err, AH_EFORMAT, "%s: header is not a JSON object", path);
+        goto fail;
+    }
+    size_t data_size = f->size - 8 - hlen;
+    const unsigned char *data = p + 8 + hlen;
+    f->t = calloc((size_t)cJSON_GetArraySize(h) + 1, sizeof *f->t);
+    if (!f->t) {
+        rc = -AH_ENOMEM;
+        goto fail;
+    }
+    const cJSON *e;
+    cJSON_ArrayForEach(e, h) {
+        if (!strcmp(e->string, "__metadata__")) continue;
+        struct st_tensor *t = &f->t[f->n];
+        t->name = strdup(e->string);
+        if (!t->name) {
+            rc = -AH_ENOMEM;
+            goto fail;
+        }
+        f->n++;
+        if ((rc = parse_entry(t, e, data_size, path, err)) < 0) goto fail;
+        t->data = data + (uintptr_t)t->data;
+    }
+    free(text);
+    cJSON_Delete(h);
+    return 0;
+fail:
+    free(text);
+    cJSON_Delete(h);
+    st_close(f);
+    return rc;
+}
+
+const struct st_tensor *st_find(const struct st_file *f, const char *name) {
+    for (int i = 0; i < f->n; i++)
+        if (!strcmp(f->t[i].name, name)) return &f->t[i];
+    return NULL;
+}
+
+void st_close(struct st_file *f) {
+    for (int i = 0; i < f->n; i++) free(f->t[i].name);
+    free(f->t);
+    if (f->map) munmap(f->map, f->size);
+    if (f->fd >= 0) close(f->fd);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+}
+
+int st_write(const char *path, const struct st_wtensor *t, int n, struct ah_error *err) {
+    int rc = -AH_ENOMEM;
+    char *text = NULL;
+    FILE *fp = NULL;
+    cJSON *h = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    if (!meta || !cJSON_AddStringToObject(meta, "format", "pt")) goto fail;
+    uint64_t off = 0;
+    for (int i = 0; i < n; i++) {
+        uint64_t nb = st_dtype_size(t[i].dtype);
+        for (int d = 0; d < t[i].ndim; d++) nb *= (uint64_t)t[i].shape[d];
+        cJSON *e = cJSON_AddObjectToObject(h, t[i].name);
+        if (!e || !cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype))) goto fail;
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        cJSON *of = cJSON_AddArrayToObject(e, "data_offsets");
+        if (!sh || !of) goto fail;
+        for (int d = 0; d < t[i].ndim; d++)
+            cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(off + nb)));
+        off += nb;
+    }
+    text = cJSON_PrintUnformatted(h);
+    if (!text) goto fail;
+    size_t len = strlen(text), padded = (len + 7) / 8 * 8; // keeps data 8-byte aligned
+    fp = fopen(path, "wb");
+    if (!fp) {
+        rc = ah_fail(err, AH_EIO, "%s: cannot create: %s", path, strerror(errno));
+        goto fail;
+    }
+    unsigned char hl[8];
+    for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    int ok = fwrite(hl, 1, 8, fp) == 8 && fwrite(text, 1, len, fp) == len;
+    for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
+    for (int i = 0; ok && i < n; i++) {
+        size_t nb = st_dtype_size(t[i].dtype);
+        for (int d = 0; d < t[i].ndim; d++) nb *= (size_t)t[i].shape[d];
+        ok = fwrite(t[i].data, 1, nb, fp) == nb;
+    }
+    if (fclose(fp) != 0) ok = 0;
+    fp = NULL;
+    rc = ok ? 0 : ah_fail(err, AH_EIO, "%s: write failed: %s", path, strerror(errno));
+fail:
+    if (fp) fclose(fp);
+    free(text);
+    cJSON_Delete(h);
+    return rc;
+}

@@ -1,0 +1,308 @@
+// job.c - see job.h
+#define _POSIX_C_SOURCE 200809L // defines: strdup
+#include "jobs/job.h"
+
+#include "model/ah.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *job_dtype_name(enum job_dtype d) {
+    return d == JOB_F16 ? "float16" : d == JOB_BF16 ? "bfloat16" : "float32";
+}
+
+// Rejects keys of obj not in the NULL-terminated list `allowed`.
+static int check_keys(const cJSON *obj, const char *const *allowed, const char *path,
+                      const char *where, struct ah_error *err) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, obj) {
+        int ok = 0;
+        for (int i = 0; allowed[i] && !ok; i++) ok = !strcmp(e->string, allowed[i]);
+        if (ok) continue;
+        char list[256] = "";
+        for (int i = 0; allowed[i]; i++)
+            snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "",
+                     allowed[i]);
+        return ah_fail(err, AH_EINVAL, "%s: %sunknown key \"%s\" (expected one of: %s)", path,
+                       where, e->string, list);
+    }
+    return 0;
+}
+
+// dir of `path` + rel, unless rel is absolute
+static char *resolve(const char *path, const char *rel) {
+    if (rel[0] == '/') return strdup(rel);
+    const char *slash = strrchr(path, '/');
+    size_t dl = slash ? (size_t)(slash - path) : 1;
+    size_t n = dl + strlen(rel) + 2;
+    char *p = malloc(n);
+    if (!p) return NULL;
+    if (slash)
+        snprintf(p, n, "%.*s/%s", (int)dl, path, rel);
+    else
+        snprintf(p, n, "./%s", rel);
+    return p;
+}
+
+static int get_string(const cJSON *obj, const char *key, const char *path, const char *where,
+                      bool required, char **out, struct ah_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v && !required) return 0;
+    if (!v) return ah_fail(err, AH_EINVAL, "%s: missing \"%s%s\" (a string)", path, where, key);
+    if (!cJSON_IsString(v) || !v->valuestring[0])
+        return ah_fail(err, AH_EINVAL, "%s: \"%s%s\": expected a non-empty string", path, where,
+                       key);
+    *out = strdup(v->valuestring);
+    return *out ? 0 : -AH_ENOMEM;
+}
+
+static int get_int(const cJSON *obj, const char *key, const char *path, const char *where, int lo,
+                   int hi, int *out, struct ah_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valueint < lo ||
+        v->valueint > hi)
+        return ah_fail(err, AH_EINVAL, "%s: \"%s%s\": expected an integer from %d to %d", path,
+                       where, key, lo, hi);
+    *out = v->valueint;
+    return 0;
+}
+
+static int line_of(const char *text, const char *at) {
+    int line = 1;
+    for (const char *p = text; p < at && *p; p++) line += *p == '\n';
+    return line;
+}
+
+static int read_all(const char *path, char **out, struct ah_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0, r;
+    do {
+        if (cap - len < 4096) {
+            char *nb = realloc(buf, cap = cap * 2 + 4096);
+            if (!nb) {
+                free(buf);
+                fclose(fp);
+                return -AH_ENOMEM;
+            }
+            buf = nb;
+        }
+        r = fread(buf + len, 1, cap - len - 1, fp);
+        len += r;
+    } while (r > 0);
+    fclose(fp);
+    buf[len] = '\0';
+    *out = buf;
+    return 0;
+}
+
+static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
+                                       "batch_size", "output", "parallel",    NULL};
+static const char *const data_keys[] = {"path", "format", "field", NULL};
+static const char *const out_keys[] = {"path", "dtype", "layout", "compression", NULL};
+static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
+
+static int parse(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc;
+    if (!cJSON_IsObject(root)) return ah_fail(err, AH_EINVAL, "%s: expected a JSON object", path);
+    if ((rc = check_keys(root, top_keys, path, "", err)) < 0) return rc;
+
+    char *model = NULL;
+    if ((rc = get_string(root, "model", path, "", true, &model, err)) < 0) return rc;
+    j->model = resolve(path, model);
+    free(model);
+
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
+    char *dpath = NULL;
+    if (cJSON_IsObject(data)) {
+        if ((rc = check_keys(data, data_keys, path, "data: ", err)) < 0) return rc;
+        if ((rc = get_string(data, "path", path, "data.", true, &dpath, err)) < 0) return rc;
+        if ((rc = get_string(data, "format", path, "data.", false, &j->data_format, err)) < 0 ||
+            (rc = get_string(data, "field", path, "data.", false, &j->data_field, err)) < 0) {
+            free(dpath);
+            return rc;
+        }
+    } else if ((rc = get_string(root, "data", path, "", true, &dpath, err)) < 0) {
+        return rc;
+    }
+    j->data_path = resolve(path, dpath);
+    free(dpath);
+    if (!j->data_format) j->data_format = strdup("jsonl");
+    if (strcmp(j->data_format, "jsonl"))
+        return ah_fail(err, AH_EINVAL, "%s: \"data.format\": \"%s\" is not supported (expected "
+                       "\"jsonl\")", path, j->data_format);
+
+    const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");
+    if (!cJSON_IsArray(acts) || cJSON_GetArraySize(acts) == 0)
+        return ah_fail(err, AH_EINVAL, "%s: \"activations\": expected a non-empty array of names "
+                       "or globs (see `harvest activations MODEL_DIR`)", path);
+    j->activations = calloc((size_t)cJSON_GetArraySize(acts), sizeof(char *));
+    if (!j->activations) return -AH_ENOMEM;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, acts) {
+        if (!cJSON_IsString(a) || !a->valuestring[0])
+            return ah_fail(err, AH_EINVAL, "%s: \"activations[%d]\": expected a non-empty string",
+                           path, j->n_activations);
+        if (!(j->activations[j->n_activations++] = strdup(a->valuestring))) return -AH_ENOMEM;
+    }
+
+    j->batch_size = 8;
+    if ((rc = get_int(root, "max_seq_len", path, "", 1, 1 << 20, &j->max_seq_len, err)) < 0 ||
+        (rc = get_int(root, "batch_size", path, "", 1, 1 << 16, &j->batch_size, err)) < 0)
+        return rc;
+
+    const cJSON *out = cJSON_GetObjectItemCaseSensitive(root, "output");
+    if (!cJSON_IsObject(out))
+        return ah_fail(err, AH_EINVAL, "%s: \"output\": expected an object with at least \"path\"",
+                       path);
+    if ((rc = check_keys(out, out_keys, path, "output: ", err)) < 0) return rc;
+    char *opath = NULL, *dt = NULL, *lay = NULL;
+    if ((rc = get_string(out, "path", path, "output.", true, &opath, err)) < 0) return rc;
+    j->out_path = resolve(path, opath);
+    free(opath);
+    if ((rc = get_string(out, "dtype", path, "output.", false, &dt, err)) < 0) return rc;
+    if (dt) {
+        j->out_dtype = !strcmp(dt, "float32")    ? JOB_F32
+                       : !strcmp(dt, "float16")  ? JOB_F16
+                       : !strcmp(dt, "bfloat16") ? JOB_BF16
+                                                 : (enum job_dtype)-1;
+        if ((int)j->out_dtype < 0)
+            rc = ah_fail(err, AH_EINVAL, "%s: \"output.dtype\": \"%s\" (expected \"float32\", "
+                         "\"float16\" or \"bfloat16\")", path, dt);
+        free(dt);
+        if (rc < 0) return rc;
+    }
+    if ((rc = get_string(out, "layout", path, "output.", false, &lay, err)) < 0) return rc;
+    if (lay) {
+        j->layout = !strcmp(lay, "prompt") ? JOB_LAYOUT_PROMPT
+                    : !strcmp(lay, "token") ? JOB_LAYOUT_TOKEN
+                                            : (enum job_layout)-1;
+        if ((int)j->layout < 0)
+            rc = ah_fail(err, AH_EINVAL, "%s: \"output.layout\": \"%s\" (expected \"prompt\" or "
+                         "\"token\")", path, lay);
+        free(lay);
+        if (rc < 0) return rc;
+    }
+    if ((rc = get_int(out, "compression", path, "output.", 0, 9, &j->compression, err)) < 0)
+        return rc;
+
+    j->pipeline_stages = j->expert_parallel = 1;
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(root, "parallel");
+    if (par) {
+        if (!cJSON_IsObject(par))
+            return ah_fail(err, AH_EINVAL, "%s: \"parallel\": expected an object", path);
+        if ((rc = check_keys(par, par_keys, path, "parallel: ", err)) < 0 ||
+            (rc = get_int(par, "pipeline_stages", path, "parallel.", 1, 4096, &j->pipeline_stages,
+                          err)) < 0 ||
+            (rc = get_int(par, "expert_parallel", path, "parallel.", 1, 4096, &j->expert_parallel,
+                          err)) < 0)
+            return rc;
+    }
+    if (!j->model || !j->data_path || !j->out_path || !j->data_format) return -AH_ENOMEM;
+    return 0;
+}
+
+int job_load(struct job *j, const char *path, struct ah_error *err) {
+    memset(j, 0, sizeof *j);
+    char *text = NULL;
+    int rc = read_all(path, &text, err);
+    if (rc < 0) return rc;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        const char *at = end ? end : cJSON_GetErrorPtr();
+        rc = ah_fail(err, AH_EINVAL, "%s: line %d: malformed JSON near \"%.20s\"", path,
+                     at ? line_of(text, at) : 0, at ? at : "");
+        free(text);
+        return rc;
+    }
+    free(text);
+    j->path = strdup(path);
+    j->text = cJSON_PrintUnformatted(root);
+    rc = parse(j, root, path, err);
+    cJSON_Delete(root);
+    if (rc == 0 && (!j->path || !j->text)) rc = -AH_ENOMEM;
+    if (rc < 0) job_free(j);
+    return rc;
+}
+
+void job_free(struct job *j) {
+    for (int i = 0; i < j->n_activations; i++) free(j->activations[i]);
+    free(j->activations);
+    free(j->path);
+    free(j->text);
+    free(j->model);
+    free(j->data_path);
+    free(j->data_format);
+    free(j->data_field);
+    free(j->out_path);
+    memset(j, 0, sizeof *j);
+}
+
+// ----------------------------------------------------------------------------
+// activation selection
+
+static int edit_distance(const char *a, const char *b) {
+    int la = (int)strlen(a), lb = (int)strlen(b);
+    if (la > 127 || lb > 127) return 1 << 20;
+    int row[128];
+    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int i = 1; i <= la; i++) {
+        int prev = row[0];
+        row[0] = i;
+        for (int j = 1; j <= lb; j++) {
+            int cur = row[j];
+            int sub = prev + (a[i - 1] != b[j - 1]);
+            int del = row[j] + 1, ins = row[j - 1] + 1;
+            row[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            prev = cur;
+        }
+    }
+    return row[lb];
+}
+
+int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, uint8_t *want,
+               struct ah_error *err) {
+    for (int a = 0; a < j->n_activations; a++) {
+        const char *pat = j->activations[a];
+        int hits = 0;
+        for (int i = 0; i < n_cat; i++)
+            if (tap_glob_match(pat, cat[i].name)) {
+                want[i] = 1;
+                hits++;
+            }
+        if (hits) continue;
+        // the three closest names
+        int best[3] = {-1, -1, -1}, bd[3] = {1 << 30, 1 << 30, 1 << 30};
+        for (int i = 0; i < n_cat; i++) {
+            int d = edit_distance(pat, cat[i].name);
+            for (int k = 0; k < 3; k++) {
+                if (d >= bd[k]) continue;
+                for (int m = 2; m > k; m--) {
+                    bd[m] = bd[m - 1];
+                    best[m] = best[m - 1];
+                }
+                bd[k] = d;
+                best[k] = i;
+                break;
+            }
+        }
+        char sugg[256] = "";
+        for (int k = 0; k < 3 && best[k] >= 0; k++)
+            snprintf(sugg + strlen(sugg), sizeof sugg - strlen(sugg), "%s\"%s\"", k ? ", " : "",
+                     cat[best[k]].name);
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"activations[%d]\": \"%s\" matches no activation of the model; "
+                       "closest: %s (list them with `harvest activations MODEL_DIR`)",
+                       j->path, a, pat, sugg);
+    }
+    return 0;
+}

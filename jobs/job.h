@@ -1,0 +1,45 @@
+// job.h - the job file (contract.md "Job file"): parsed into a plain C struct; no cJSON pointer
+// leaves job.c. Unknown keys are errors; relative paths resolve against the job file's folder.
+#ifndef AH_JOB_H
+#define AH_JOB_H
+
+#include "model/tap.h"
+
+#include <stdint.h>
+
+struct ah_error;
+
+enum job_layout { JOB_LAYOUT_PROMPT, JOB_LAYOUT_TOKEN };
+enum job_dtype { JOB_F32, JOB_F16, JOB_BF16 };
+
+struct job {
+    char *path;           // the job file as given; owned
+    char *text;           // the job as compact JSON text (provenance, resume check); owned
+    char *model;          // resolved model folder; owned
+    char *data_path;      // resolved data file; owned
+    char *data_format;    // "jsonl"; owned
+    char *data_field;     // field holding the prompt, or NULL: "input_ids" else "text"; owned
+    char **activations;   // (n_activations) names or globs as written; owned
+    int n_activations;
+    int max_seq_len;      // 0: the longest prompt, capped by the model
+    int batch_size;       // prompts per forward (default 8)
+    char *out_path;       // resolved output path; owned
+    enum job_dtype out_dtype;
+    enum job_layout layout;
+    int compression;      // gzip level 0-9
+    int pipeline_stages;  // >= 1
+    int expert_parallel;  // >= 1
+};
+
+// Returns 0 or -AH_ENOENT / -AH_EFORMAT / -AH_EINVAL with "FILE: line N: ..." or "FILE: KEY: ...".
+int job_load(struct job *j, const char *path, struct ah_error *err);
+void job_free(struct job *j); // safe on a zeroed struct
+
+const char *job_dtype_name(enum job_dtype d); // "float32", "float16", "bfloat16"
+
+// Marks want[i] = 1 for every catalogue entry matched by a name or glob of the job. A pattern that
+// matches nothing is an error naming it and suggesting the closest catalogue names.
+int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, uint8_t *want,
+               struct ah_error *err);
+
+#endif

@@ -1,0 +1,453 @@
+// encdec.c - the spec model's forward pass (see encdec.h).
+//
+// T = sequence (one prompt), N = tokens of the packed batch, C = hidden, H = heads,
+// D = head_dim, HD = H*D, F = ffn_dim, V = vocab, W = local_window
+#include "model/encdec.h"
+
+#include "model/ah.h"
+#include "model/ops.h"
+
+#include <cblas.h> // defines: cblas_sgemm
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// ----------------------------------------------------------------------------
+// catalogue
+
+int encdec_n_taps(const struct encdec_config *c) {
+    return 6 + ED_N_BLOCK_TAPS * (c->n_layer_enc + c->n_layer_dec);
+}
+
+int encdec_tap_id_block(const struct encdec_config *c, bool dec, int layer, int point) {
+    int base = dec ? 3 + ED_N_BLOCK_TAPS * c->n_layer_enc : 1;
+    return base + layer * ED_N_BLOCK_TAPS + point;
+}
+
+int encdec_id_enc_pre_final_norm(const struct encdec_config *c) {
+    return 1 + ED_N_BLOCK_TAPS * c->n_layer_enc;
+}
+int encdec_id_enc_output(const struct encdec_config *c) {
+    return 2 + ED_N_BLOCK_TAPS * c->n_layer_enc;
+}
+int encdec_id_dec_output(const struct encdec_config *c) {
+    return encdec_n_taps(c) - 3;
+}
+int encdec_id_final_hidden(const struct encdec_config *c) {
+    return encdec_n_taps(c) - 2;
+}
+int encdec_id_logits(const struct encdec_config *c) {
+    return encdec_n_taps(c) - 1;
+}
+
+static const struct {
+    const char *suffix, *shape, *m_enc, *m_dec;
+    enum tap_dtype dtype;
+} block_taps[ED_N_BLOCK_TAPS] = {
+#define X(id, suffix, dtype, shape, m_enc, m_dec) {suffix, shape, m_enc, m_dec, dtype},
+    ENCDEC_BLOCK_TAPS(X)
+#undef X
+};
+
+#define BSF "batch,sequence,feature"
+
+void encdec_catalogue(const struct encdec_config *c, struct tap_desc *out) {
+    int ne = c->n_layer_enc, nb = c->n_layer_enc + c->n_layer_dec;
+    char name[TAP_NAME_MAX];
+    int r = tap_desc_set(&out[ED_TOKEN_EMBEDDINGS], "token_embeddings", TAP_F32, BSF,
+                         "Learned token embedding before encoder blocks", -1);
+    for (int dec = 0; dec <= 1; dec++) {
+        int nl = dec ? c->n_layer_dec : c->n_layer_enc;
+        for (int l = 0; l < nl; l++) {
+            for (int p = 0; p < ED_N_BLOCK_TAPS; p++) {
+                snprintf(name, sizeof name, "%s_%d_%s", dec ? "decoder" : "encoder", l,
+                         block_taps[p].suffix);
+                const char *m = dec && block_taps[p].m_dec[0] ? block_taps[p].m_dec
+                                                              : block_taps[p].m_enc;
+                r |= tap_desc_set(&out[encdec_tap_id_block(c, dec, l, p)], name, block_taps[p].dtype,
+                                  block_taps[p].shape, m, dec ? ne + l : l);
+            }
+        }
+    }
+    r |= tap_desc_set(&out[encdec_id_enc_pre_final_norm(c)], "encoder_pre_final_norm", TAP_F32, BSF,
+                      "Encoder hidden state before encoder final RMSNorm", ne - 1);
+    r |= tap_desc_set(&out[encdec_id_enc_output(c)], "encoder_output", TAP_F32, BSF,
+                      "Normalized encoder representation used as decoder global K/V source",
+                      ne - 1);
+    r |= tap_desc_set(&out[encdec_id_dec_output(c)], "decoder_output", TAP_F32, BSF,
+                      "Last decoder block output before final RMSNorm", nb - 1);
+    r |= tap_desc_set(&out[encdec_id_final_hidden(c)], "final_hidden", TAP_F32, BSF,
+                      "Decoder hidden state after final RMSNorm", nb);
+    r |= tap_desc_set(&out[encdec_id_logits(c)], "logits", TAP_F32, "batch,sequence,vocab",
+                      "Full-sequence vocabulary logits from tied LM head", nb);
+    AH_ASSERT(r == 0);
+}
+
+int64_t encdec_axis_size(const struct encdec_config *c, const char *axis) {
+    if (!strcmp(axis, "head")) return c->n_head;
+    if (!strcmp(axis, "head_dim")) return c->head_dim;
+    if (!strcmp(axis, "feature")) return c->hidden;
+    if (!strcmp(axis, "ffn_dim")) return c->ffn_dim;
+    if (!strcmp(axis, "vocab")) return c->vocab;
+    if (!strcmp(axis, "broadcast-head")) return 1;
+    return -1;
+}
+
+// ----------------------------------------------------------------------------
+// weights
+
+// name: "P.layers.L.LEAF" when p is set, else just leaf
+static void add_tensor(struct model_tensor *t, int *n, const float **dst, int64_t d0, int64_t d1,
+                       const char *p, int l, const char *leaf) {
+    struct model_tensor *e = &t[(*n)++];
+    if (p)
+        snprintf(e->name, sizeof e->name, "%s.layers.%d.%s", p, l, leaf);
+    else
+        snprintf(e->name, sizeof e->name, "%s", leaf);
+    e->ndim = d1 ? 2 : 1;
+    e->shape[0] = d0;
+    e->shape[1] = d1;
+    e->dst = dst;
+}
+
+int encdec_init(struct encdec *m, const struct encdec_config *c, struct model_tensor **list) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    int C = c->hidden, HD = c->n_head * c->head_dim, F = c->ffn_dim;
+    int nb = c->n_layer_enc + c->n_layer_dec;
+    m->enc = calloc((size_t)c->n_layer_enc + 1, sizeof *m->enc);
+    m->dec = calloc((size_t)c->n_layer_dec + 1, sizeof *m->dec);
+    struct model_tensor *t = calloc(3 + 11 * (size_t)nb, sizeof *t);
+    if (!m->enc || !m->dec || !t) {
+        free(t);
+        encdec_free(m);
+        return -AH_ENOMEM;
+    }
+    int n = 0;
+    add_tensor(t, &n, &m->embed, c->vocab, C, NULL, 0, "embed_tokens.weight");
+    for (int dec = 0; dec <= 1; dec++) {
+        const char *p = dec ? "decoder" : "encoder";
+        for (int l = 0; l < (dec ? c->n_layer_dec : c->n_layer_enc); l++) {
+            struct encdec_block_w *b = dec ? &m->dec[l] : &m->enc[l];
+            add_tensor(t, &n, &b->norm1, C, 0, p, l, "norm1.weight");
+            add_tensor(t, &n, &b->norm2, C, 0, p, l, "norm2.weight");
+            add_tensor(t, &n, &b->wq, HD, C, p, l, "attn.q_proj.weight");
+            add_tensor(t, &n, &b->wkg, HD, C, p, l, "attn.global_k_proj.weight");
+            add_tensor(t, &n, &b->wvg, HD, C, p, l, "attn.global_v_proj.weight");
+            add_tensor(t, &n, &b->wkl, HD, C, p, l, "attn.local_k_proj.weight");
+            add_tensor(t, &n, &b->wvl, HD, C, p, l, "attn.local_v_proj.weight");
+            add_tensor(t, &n, &b->wo, C, HD, p, l, "attn.o_proj.weight");
+            add_tensor(t, &n, &b->wgate, F, C, p, l, "ffn.gate_proj.weight");
+            add_tensor(t, &n, &b->wup, F, C, p, l, "ffn.up_proj.weight");
+            add_tensor(t, &n, &b->wdown, C, F, p, l, "ffn.down_proj.weight");
+        }
+    }
+    add_tensor(t, &n, &m->enc_norm, C, 0, NULL, 0, "encoder.norm.weight");
+    add_tensor(t, &n, &m->dec_norm, C, 0, NULL, 0, "decoder.norm.weight");
+    *list = t;
+    return n;
+}
+
+void encdec_free(struct encdec *m) {
+    free(m->enc);
+    free(m->dec);
+    m->enc = m->dec = NULL;
+}
+
+// ----------------------------------------------------------------------------
+// run state: one arena
+
+int encdec_state_init(struct encdec_state *s, const struct encdec_config *c, int max_T,
+                      int64_t max_tokens) {
+    memset(s, 0, sizeof *s);
+    int64_t N = max_tokens, T = max_T, C = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
+    int64_t F = c->ffn_dim, V = c->vocab, H = c->n_head, D = c->head_dim;
+    struct {
+        float **p;
+        int64_t n;
+    } f[] = {
+        {&s->x, N * C},     {&s->xn, N * C},        {&s->q, N * HD},       {&s->kg, N * HD},
+        {&s->vg, N * HD},   {&s->kl, N * HD},       {&s->vl, N * HD},      {&s->y, N * HD},
+        {&s->ao, N * C},    {&s->fo, N * C},        {&s->gate, N * F},     {&s->up, N * F},
+        {&s->act, N * F},   {&s->enc_out, N * C},   {&s->att, H * T * 2 * T}, {&s->logits, T * V},
+        {&s->cos_t, T * D / 2}, {&s->sin_t, T * D / 2}, {&s->scratch, H * 2 * T * D},
+    };
+    size_t nf = sizeof f / sizeof f[0];
+    int64_t total = 0;
+    for (size_t i = 0; i < nf; i++) total += (f[i].n + 15) / 16 * 16; // 64-byte aligned pieces
+    int64_t mask_n = T * 2 * T;
+    s->arena = aligned_alloc(64, (size_t)(total * 4 + mask_n * 8 + 64));
+    if (!s->arena) return -AH_ENOMEM;
+    float *p = s->arena;
+    for (size_t i = 0; i < nf; i++) {
+        *f[i].p = p;
+        p += (f[i].n + 15) / 16 * 16;
+    }
+    s->mask = (int64_t *)(void *)p;
+    s->max_T = max_T;
+    s->max_tokens = max_tokens;
+    op_rope_table(s->cos_t, s->sin_t, max_T, c->head_dim, c->head_dim, c->rope_theta);
+    return 0;
+}
+
+void encdec_state_free(struct encdec_state *s) {
+    free(s->arena);
+    memset(s, 0, sizeof *s);
+}
+
+// ----------------------------------------------------------------------------
+// tap helpers: views of one prompt
+
+// (1, T, width) rows of a token-major buffer
+static void emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
+                      int width) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview v = {buf + bt->off[b] * width, TAP_F32, 3, {1, bt->len[b], width}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
+// (1, H, T, D) heads of a token-major (N, H*D) buffer: transposed into scratch (tap-only work)
+static void emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
+                       int H, int D, float *scratch) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        int T = bt->len[b];
+        const float *src = buf + bt->off[b] * H * D;
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                memcpy(scratch + ((int64_t)h * T + t) * D, src + (int64_t)t * H * D + h * D,
+                       (size_t)D * sizeof(float));
+        struct tview v = {scratch, TAP_F32, 4, {1, H, T, D}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
+// (1, H, 2T, D): global rows followed by local rows of each head (tap-only work)
+static void emit_combined(const struct tap *tp, int id, int b, const float *g, const float *l,
+                          int T, int H, int D, float *scratch) {
+    if (!tap_wants(tp, id)) return;
+    for (int h = 0; h < H; h++) {
+        for (int t = 0; t < T; t++) {
+            memcpy(scratch + ((int64_t)h * 2 * T + t) * D, g + (int64_t)t * H * D + h * D,
+                   (size_t)D * sizeof(float));
+            memcpy(scratch + ((int64_t)h * 2 * T + T + t) * D, l + (int64_t)t * H * D + h * D,
+                   (size_t)D * sizeof(float));
+        }
+    }
+    struct tview v = {scratch, TAP_F32, 4, {1, H, 2 * T, D}};
+    tp->take(tp->u, id, b, &v);
+}
+
+static inline bool global_allowed(int i, int j) {
+    return j <= i;
+}
+static inline bool local_allowed(int i, int j, int W) {
+    return i - j >= 0 && i - j < W;
+}
+
+// the three masks as int64 (tap-only work)
+static void emit_masks(const struct tap *tp, int base, int b, int T, int W, int64_t *mask) {
+    int ig = base + ED_GLOBAL_MASK, il = base + ED_LOCAL_MASK, ia = base + ED_ATTENTION_MASK;
+    if (!tap_wants(tp, ig) && !tap_wants(tp, il) && !tap_wants(tp, ia)) return;
+    for (int i = 0; i < T; i++)
+        for (int j = 0; j < T; j++) {
+            mask[(int64_t)i * 2 * T + j] = global_allowed(i, j);
+            mask[(int64_t)i * 2 * T + T + j] = local_allowed(i, j, W);
+        }
+    struct tview va = {mask, TAP_I64, 4, {1, 1, T, 2 * T}};
+    tap_emit(tp, ia, b, &va);
+    if (!tap_wants(tp, ig) && !tap_wants(tp, il)) return;
+    // the (T, T) halves reuse the same buffer, one after the other
+    if (tap_wants(tp, ig)) {
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) mask[(int64_t)i * T + j] = global_allowed(i, j);
+        struct tview v = {mask, TAP_I64, 4, {1, 1, T, T}};
+        tp->take(tp->u, ig, b, &v);
+    }
+    if (tap_wants(tp, il)) {
+        for (int i = 0; i < T; i++)
+            for (int j = 0; j < T; j++) mask[(int64_t)i * T + j] = local_allowed(i, j, W);
+        struct tview v = {mask, TAP_I64, 4, {1, 1, T, T}};
+        tp->take(tp->u, il, b, &v);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// forward
+
+// token embeddings of the whole batch into x: (N, C)
+static void embed(const struct encdec *m, float *x, const struct mbatch *bt) {
+    int C = m->cfg.hidden;
+    for (int64_t i = 0; i < bt->n_tokens; i++)
+        memcpy(x + i * C, m->embed + bt->ids[i] * C, (size_t)C * sizeof(float));
+}
+
+// attention of one prompt: q, k*, v* are its rows of the (N, H*D) buffers; writes y rows
+static void attention(const struct encdec *m, struct encdec_state *s, const struct tap *tp,
+                      int base, int b, int T, const float *q, const float *kg, const float *vg,
+                      const float *kl, const float *vl, float *y) {
+    const struct encdec_config *c = &m->cfg;
+    int H = c->n_head, D = c->head_dim, HD = H * D, W = c->local_window;
+    int64_t T2 = 2 * (int64_t)T;
+    float scale = 1.0f / sqrtf((float)D);
+
+    emit_combined(tp, base + ED_COMBINED_K, b, kg, kl, T, H, D, s->scratch);
+    emit_combined(tp, base + ED_COMBINED_V, b, vg, vl, T, H, D, s->scratch);
+    emit_masks(tp, base, b, T, W, s->mask);
+
+    // scores: (H, T, 2T) = q_h . [kg_h ; kl_h]^T / sqrt(D)
+    for (int h = 0; h < H; h++) {
+        float *att = s->att + h * T * T2;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, q + h * D, HD,
+                    kg + h * D, HD, 0.0f, att, (int)T2);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, q + h * D, HD,
+                    kl + h * D, HD, 0.0f, att + T, (int)T2);
+    }
+    struct tview va = {s->att, TAP_F32, 4, {1, H, T, T2}};
+    tap_emit(tp, base + ED_ATTN_SCORES, b, &va);
+
+    // mask: blocked entries -inf
+    for (int h = 0; h < H; h++) {
+        for (int i = 0; i < T; i++) {
+            float *row = s->att + ((int64_t)h * T + i) * T2;
+            for (int j = i + 1; j < T; j++) row[j] = -INFINITY; // global: j <= i
+            for (int j = 0; j < T; j++)
+                if (!local_allowed(i, j, W)) row[T + j] = -INFINITY;
+        }
+    }
+    tap_emit(tp, base + ED_ATTN_MASKED_SCORES, b, &va);
+
+    // softmax over all 2T keys at once
+    op_softmax_rows(s->att, H * T, (int)T2);
+    tap_emit(tp, base + ED_ATTN_PROBS, b, &va);
+
+    // y_h = P[:, :T] . vg_h + P[:, T:] . vl_h
+    for (int h = 0; h < H; h++) {
+        const float *p = s->att + h * T * T2;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p, (int)T2,
+                    vg + h * D, HD, 0.0f, y + h * D, HD);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p + T, (int)T2,
+                    vl + h * D, HD, 1.0f, y + h * D, HD);
+    }
+}
+
+static void block_forward(const struct encdec *m, struct encdec_state *s, const struct mbatch *bt,
+                          const struct tap *tp, bool dec, int l) {
+    const struct encdec_config *c = &m->cfg;
+    const struct encdec_block_w *w = dec ? &m->dec[l] : &m->enc[l];
+    int N = (int)bt->n_tokens, C = c->hidden, H = c->n_head, D = c->head_dim, HD = H * D;
+    int F = c->ffn_dim;
+    int base = encdec_tap_id_block(c, dec, l, 0);
+
+    emit_rows(tp, base + ED_INPUT, bt, s->x, C);
+
+    // attention rmsnorm
+    op_rmsnorm(s->xn, s->x, w->norm1, N, C, c->eps); // (N, C)
+    emit_rows(tp, base + ED_NORM1, bt, s->xn, C);
+
+    // projections: queries and local K/V from norm1, global K/V from norm1 or encoder_output
+    const float *gsrc = dec ? s->enc_out : s->xn;
+    op_matmul(s->q, s->xn, w->wq, N, C, HD);  // (N, HD)
+    op_matmul(s->kg, gsrc, w->wkg, N, C, HD); // (N, HD)
+    op_matmul(s->vg, gsrc, w->wvg, N, C, HD); // (N, HD)
+    op_matmul(s->kl, s->xn, w->wkl, N, C, HD); // (N, HD)
+    op_matmul(s->vl, s->xn, w->wvl, N, C, HD); // (N, HD)
+    emit_heads(tp, base + ED_Q_PRE_ROPE, bt, s->q, H, D, s->scratch);
+    emit_heads(tp, base + ED_GK_PRE_ROPE, bt, s->kg, H, D, s->scratch);
+    emit_heads(tp, base + ED_LK_PRE_ROPE, bt, s->kl, H, D, s->scratch);
+
+    // rope on q and both key kinds, positions 0..T-1 of each prompt
+    for (int b = 0; b < bt->n; b++) {
+        int64_t o = bt->off[b] * HD;
+        op_rope(s->q + o, s->cos_t, s->sin_t, bt->len[b], H, D, D, HD);
+        op_rope(s->kg + o, s->cos_t, s->sin_t, bt->len[b], H, D, D, HD);
+        op_rope(s->kl + o, s->cos_t, s->sin_t, bt->len[b], H, D, D, HD);
+    }
+    emit_heads(tp, base + ED_Q, bt, s->q, H, D, s->scratch);
+    emit_heads(tp, base + ED_GK, bt, s->kg, H, D, s->scratch);
+    emit_heads(tp, base + ED_GV, bt, s->vg, H, D, s->scratch);
+    emit_heads(tp, base + ED_LK, bt, s->kl, H, D, s->scratch);
+    emit_heads(tp, base + ED_LV, bt, s->vl, H, D, s->scratch);
+
+    // attention, one prompt at a time
+    for (int b = 0; b < bt->n; b++) {
+        int64_t o = bt->off[b] * HD;
+        attention(m, s, tp, base, b, bt->len[b], s->q + o, s->kg + o, s->vg + o, s->kl + o,
+                  s->vl + o, s->y + o);
+    }
+
+    // output projection and residual
+    op_matmul(s->ao, s->y, w->wo, N, HD, C); // (N, C)
+    emit_rows(tp, base + ED_ATTN_OUTPUT, bt, s->ao, C);
+    op_add(s->x, s->x, s->ao, (int64_t)N * C);
+    emit_rows(tp, base + ED_AFTER_ATTN_RESIDUAL, bt, s->x, C);
+
+    // ffn rmsnorm
+    op_rmsnorm(s->xn, s->x, w->norm2, N, C, c->eps);
+    emit_rows(tp, base + ED_NORM2, bt, s->xn, C);
+
+    // swiglu ffn
+    op_matmul(s->gate, s->xn, w->wgate, N, C, F); // (N, F)
+    emit_rows(tp, base + ED_FFN_GATE, bt, s->gate, F);
+    op_matmul(s->up, s->xn, w->wup, N, C, F); // (N, F)
+    emit_rows(tp, base + ED_FFN_UP, bt, s->up, F);
+    op_swiglu(s->act, s->gate, s->up, (int64_t)N * F);
+    emit_rows(tp, base + ED_FFN_ACTIVATION, bt, s->act, F);
+    op_matmul(s->fo, s->act, w->wdown, N, F, C); // (N, C)
+    emit_rows(tp, base + ED_FFN_OUTPUT, bt, s->fo, C);
+
+    // residual
+    op_add(s->x, s->x, s->fo, (int64_t)N * C);
+    emit_rows(tp, base + ED_OUTPUT, bt, s->x, C);
+}
+
+void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct mbatch *bt,
+                    const struct tap *tp, int blk_begin, int blk_end) {
+    const struct encdec_config *c = &m->cfg;
+    int ne = c->n_layer_enc, nb = ne + c->n_layer_dec, C = c->hidden, V = c->vocab;
+    AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= nb);
+    for (int b = 0; b < bt->n; b++) AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+
+    if (blk_begin == 0) {
+        embed(m, s->x, bt); // (N, C)
+        emit_rows(tp, ED_TOKEN_EMBEDDINGS, bt, s->x, C);
+    }
+    for (int blk = blk_begin; blk < blk_end; blk++) {
+        bool dec = blk >= ne;
+        if (blk == ne) embed(m, s->x, bt); // decoder_0_input is token_embeddings
+        block_forward(m, s, bt, tp, dec, dec ? blk - ne : blk);
+        if (blk == ne - 1) {
+            // encoder final norm: encoder_output is the decoder's global K/V source
+            emit_rows(tp, encdec_id_enc_pre_final_norm(c), bt, s->x, C);
+            op_rmsnorm(s->enc_out, s->x, m->enc_norm, (int)bt->n_tokens, C, c->eps);
+            emit_rows(tp, encdec_id_enc_output(c), bt, s->enc_out, C);
+        }
+    }
+    if (blk_end < nb || blk_begin > blk_end) return;
+
+    // final norm and tied LM head, only if asked for
+    emit_rows(tp, encdec_id_dec_output(c), bt, s->x, C);
+    int ih = encdec_id_final_hidden(c), il = encdec_id_logits(c);
+    if (!tap_wants(tp, ih) && !tap_wants(tp, il)) return;
+    op_rmsnorm(s->xn, s->x, m->dec_norm, (int)bt->n_tokens, C, c->eps);
+    emit_rows(tp, ih, bt, s->xn, C);
+    if (!tap_wants(tp, il)) return;
+    for (int b = 0; b < bt->n; b++) {
+        int T = bt->len[b];
+        op_matmul(s->logits, s->xn + bt->off[b] * C, m->embed, T, C, V); // (T, V)
+        struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
+        tp->take(tp->u, il, b, &v);
+    }
+}
+
+double encdec_flops(const struct encdec_config *c, int T, bool with_head) {
+    double C = c->hidden, HD = (double)c->n_head * c->head_dim, F = c->ffn_dim, t = T;
+    double proj = 2.0 * t * C * HD * 6;         // q, kg, vg, kl, vl, o
+    double att = 2.0 * c->n_head * t * (2 * t) * c->head_dim * 2; // scores + probs.v
+    double ffn = 2.0 * t * C * F * 3;
+    double blocks = (c->n_layer_enc + c->n_layer_dec) * (proj + att + ffn);
+    return blocks + (with_head ? 2.0 * t * C * c->vocab : 0.0);
+}

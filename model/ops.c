@@ -1,0 +1,149 @@
+// ops.c - float32 kernels (see ops.h). Naive twins accumulate in double.
+#include "model/ops.h"
+
+#include "model/ah.h"
+
+#include <cblas.h> // defines: cblas_sgemm
+#include <math.h>
+#include <string.h>
+
+// ----------------------------------------------------------------------------
+// matmul
+
+void op_matmul(float *out, const float *in, const float *w, int M, int K, int N) {
+    AH_ASSERT(M >= 0 && K > 0 && N > 0);
+    if (M == 0) return;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, in, K, w, K, 0.0f, out, N);
+}
+
+void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N) {
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++) acc += (double)in[(int64_t)m * K + k] * (double)w[(int64_t)n * K + k];
+            out[(int64_t)m * N + n] = (float)acc;
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// rmsnorm
+
+void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float eps) {
+    for (int t = 0; t < T; t++) {
+        const float *x = in + (int64_t)t * C;
+        float *o = out + (int64_t)t * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
+        float r = (float)(1.0 / sqrt(ss / C + (double)eps));
+        for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+    }
+}
+
+void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, float eps) {
+    for (int t = 0; t < T; t++) {
+        double ss = 0.0;
+        for (int c = 0; c < C; c++) ss += (double)in[(int64_t)t * C + c] * (double)in[(int64_t)t * C + c];
+        double r = 1.0 / sqrt(ss / C + (double)eps);
+        for (int c = 0; c < C; c++)
+            out[(int64_t)t * C + c] = (float)((double)in[(int64_t)t * C + c] * r * (double)w[c]);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// rope (rotate-half)
+
+void op_rope_table(float *cos_t, float *sin_t, int T, int head_dim, int n_rot, double theta) {
+    AH_ASSERT(n_rot % 2 == 0 && n_rot <= head_dim);
+    int half = n_rot / 2;
+    for (int j = 0; j < half; j++) {
+        double inv_freq = pow(theta, -2.0 * j / head_dim);
+        for (int t = 0; t < T; t++) {
+            double a = t * inv_freq;
+            cos_t[(int64_t)t * half + j] = (float)cos(a);
+            sin_t[(int64_t)t * half + j] = (float)sin(a);
+        }
+    }
+}
+
+void op_rope(float *x, const float *cos_t, const float *sin_t, int T, int H, int head_dim,
+             int n_rot, int stride) {
+    int half = n_rot / 2;
+    for (int t = 0; t < T; t++) {
+        const float *c = cos_t + (int64_t)t * half;
+        const float *s = sin_t + (int64_t)t * half;
+        for (int h = 0; h < H; h++) {
+            float *v = x + (int64_t)t * stride + (int64_t)h * head_dim;
+            for (int j = 0; j < half; j++) {
+                float a = v[j], b = v[j + half];
+                v[j] = a * c[j] - b * s[j];
+                v[j + half] = b * c[j] + a * s[j];
+            }
+        }
+    }
+}
+
+void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, double theta) {
+    int half = n_rot / 2;
+    for (int t = 0; t < T; t++) {
+        for (int h = 0; h < H; h++) {
+            float *v = x + (int64_t)t * stride + (int64_t)h * head_dim;
+            for (int j = 0; j < half; j++) {
+                double ang = t * pow(theta, -2.0 * j / head_dim);
+                double a = v[j], b = v[j + half];
+                v[j] = (float)(a * cos(ang) - b * sin(ang));
+                v[j + half] = (float)(b * cos(ang) + a * sin(ang));
+            }
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// softmax
+
+void op_softmax_rows(float *x, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        float *v = x + (int64_t)r * n;
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) mx = v[i] > mx ? v[i] : mx;
+        AH_ASSERT(mx > -INFINITY); // every row has at least one allowed key
+        float sum = 0.0f;
+        for (int i = 0; i < n; i++) {
+            v[i] = expf(v[i] - mx); // expf(-inf) == 0 exactly
+            sum += v[i];
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < n; i++) v[i] *= inv;
+    }
+}
+
+void op_softmax_rows_ref(float *x, int rows, int n) {
+    for (int r = 0; r < rows; r++) {
+        float *v = x + (int64_t)r * n;
+        double mx = -INFINITY, sum = 0.0;
+        for (int i = 0; i < n; i++) mx = (double)v[i] > mx ? (double)v[i] : mx;
+        for (int i = 0; i < n; i++) sum += exp((double)v[i] - mx);
+        for (int i = 0; i < n; i++) v[i] = (float)(exp((double)v[i] - mx) / sum);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// elementwise
+
+void op_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double g = gate[i];
+        out[i] = (float)(g / (1.0 + exp(-g)) * (double)up[i]);
+    }
+}
+
+void op_add(float *out, const float *a, const float *b, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}

@@ -1,0 +1,38 @@
+// ops.h - pure float32 kernels of the forward passes, each with a naive `_ref` twin for tests.
+//
+// Kernels never fail and never allocate; preconditions are AH_ASSERTs. Parameters go outputs,
+// inputs, weights, sizes. Matrices are row-major; a weight `w` is [out, in] like torch.nn.Linear.
+#ifndef AH_OPS_H
+#define AH_OPS_H
+
+#include <stdint.h>
+
+// out[M,N] = in[M,K] . w[N,K]^T (cblas_sgemm)
+void op_matmul(float *out, const float *in, const float *w, int M, int K, int N);
+void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N);
+
+// out[t,:] = in[t,:] / sqrt(mean(in[t,:]^2) + eps) * w; out may equal in
+void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float eps);
+void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, float eps);
+
+// RoPE tables for positions 0..T-1 and rotated pairs j < n_rot/2:
+// cos_t[t * n_rot/2 + j] = cos(t * theta^(-2j/head_dim)), likewise sin_t.
+void op_rope_table(float *cos_t, float *sin_t, int T, int head_dim, int n_rot, double theta);
+// Rotate-half RoPE in place on x[T, H*head_dim] (row stride `stride` floats) for positions 0..T-1:
+// pairs (j, j + n_rot/2) of the first n_rot dims of each head; dims past n_rot are left alone.
+void op_rope(float *x, const float *cos_t, const float *sin_t, int T, int H, int head_dim,
+             int n_rot, int stride);
+void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, double theta);
+
+// Softmax of each row of x[rows, n] in place; -inf entries become exactly 0.
+void op_softmax_rows(float *x, int rows, int n);
+void op_softmax_rows_ref(float *x, int rows, int n);
+
+// out[i] = silu(gate[i]) * up[i]
+void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
+void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
+
+// out[i] = a[i] + b[i]; out may equal a
+void op_add(float *out, const float *a, const float *b, int64_t n);
+
+#endif

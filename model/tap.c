@@ -1,0 +1,58 @@
+// tap.c - catalogue helpers (see tap.h)
+#define _POSIX_C_SOURCE 200809L // fnmatch
+#include "model/tap.h"
+
+#include <fnmatch.h> // defines: fnmatch (POSIX libc)
+#include <string.h>
+
+int tap_desc_set(struct tap_desc *d, const char *name, enum tap_dtype dtype, const char *shape_csv,
+                 const char *meaning, int block) {
+    memset(d, 0, sizeof *d);
+    if (strlen(name) >= sizeof d->name) return -1;
+    strcpy(d->name, name);
+    d->dtype = dtype;
+    d->meaning = meaning;
+    d->block = block;
+    const char *p = shape_csv;
+    while (*p) {
+        const char *e = strchr(p, ',');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (d->ndim == TAP_MAX_DIMS || n >= TAP_AXIS_MAX) return -1;
+        memcpy(d->axes[d->ndim], p, n);
+        d->axes[d->ndim][n] = '\0';
+        d->ndim++;
+        p += n;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
+
+enum tap_axis_kind tap_axis_kind(const char *axis) {
+    if (!strcmp(axis, "batch")) return TAP_AXIS_BATCH;
+    if (!strcmp(axis, "sequence") || !strcmp(axis, "seq") || !strcmp(axis, "query") ||
+        !strcmp(axis, "key"))
+        return TAP_AXIS_SEQ;
+    if (!strcmp(axis, "global+local-key")) return TAP_AXIS_SEQ2;
+    return TAP_AXIS_FIXED;
+}
+
+int tap_n_seq_axes(const struct tap_desc *d) {
+    int n = 0;
+    for (int i = 0; i < d->ndim; i++) {
+        enum tap_axis_kind k = tap_axis_kind(d->axes[i]);
+        n += k == TAP_AXIS_SEQ || k == TAP_AXIS_SEQ2;
+    }
+    return n;
+}
+
+const char *tap_dtype_name(enum tap_dtype t) {
+    return t == TAP_I64 ? "int64" : "float32";
+}
+
+size_t tap_dtype_size(enum tap_dtype t) {
+    return t == TAP_I64 ? 8 : 4;
+}
+
+bool tap_glob_match(const char *pattern, const char *name) {
+    return fnmatch(pattern, name, 0) == 0;
+}

@@ -1,0 +1,73 @@
+// tap.h - named activations ("taps"): the catalogue entry of each name, the view a forward pass
+// emits, and the ask-then-observe contract between a forward pass and whoever records it.
+//
+// A family numbers its activations 0..n-1 (its catalogue order). A forward pass asks
+// `tap_wants(tp, id)` before any tap-only work and calls `tap_emit(tp, id, b, &view)` right after
+// the step that makes the value. `take` must copy what it keeps before returning: buffers are
+// reused. Views describe one prompt (batch axis of length 1) in the catalogue's semantic shape,
+// outermost first, contiguous.
+#ifndef AH_TAP_H
+#define AH_TAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define TAP_MAX_DIMS 5
+#define TAP_NAME_MAX 64
+#define TAP_AXIS_MAX 24
+
+enum tap_dtype { TAP_F32 = 0, TAP_I64 = 1 };
+
+struct tview {
+    const void *data; // borrowed: valid only during take()
+    enum tap_dtype dtype;
+    int ndim;
+    int64_t dims[TAP_MAX_DIMS];
+};
+
+// One named activation of a model's catalogue.
+struct tap_desc {
+    char name[TAP_NAME_MAX];                  // e.g. "encoder_0_q"
+    enum tap_dtype dtype;
+    int ndim;
+    char axes[TAP_MAX_DIMS][TAP_AXIS_MAX];    // semantic shape, e.g. {"batch","head","sequence",..}
+    const char *meaning;                      // static string
+    int block;                                // block that computes it (family numbering),
+                                              // -1 before the first block, n_blocks after the last
+};
+
+struct tap {
+    const uint8_t *want; // [n_ids] nonzero = record this id; borrowed
+    void (*take)(void *u, int id, int b, const struct tview *v); // b: prompt within the batch
+    void *u;
+};
+
+static inline bool tap_wants(const struct tap *tp, int id) {
+    return tp && tp->want[id];
+}
+
+static inline void tap_emit(const struct tap *tp, int id, int b, const struct tview *v) {
+    if (tap_wants(tp, id)) tp->take(tp->u, id, b, v);
+}
+
+// Fills d from a comma-separated shape ("batch,head,sequence,head_dim"). Returns 0 or -1 if the
+// shape has too many axes or an axis name is too long.
+int tap_desc_set(struct tap_desc *d, const char *name, enum tap_dtype dtype, const char *shape_csv,
+                 const char *meaning, int block);
+
+// Axis kinds for the output layouts: sequence-like axes ("sequence", "seq", "query", "key") have
+// length T, "global+local-key" has 2T, "batch" is the batch axis, everything else is fixed.
+enum tap_axis_kind { TAP_AXIS_FIXED, TAP_AXIS_BATCH, TAP_AXIS_SEQ, TAP_AXIS_SEQ2 };
+enum tap_axis_kind tap_axis_kind(const char *axis);
+
+// Number of sequence-like axes (SEQ or SEQ2) of d; the token layout takes exactly one SEQ axis.
+int tap_n_seq_axes(const struct tap_desc *d);
+
+const char *tap_dtype_name(enum tap_dtype t); // "float32", "int64"
+size_t tap_dtype_size(enum tap_dtype t);
+
+// Shell-style glob match (*, ?, [..]) of a whole name.
+bool tap_glob_match(const char *pattern, const char *name);
+
+#endif
