@@ -139,6 +139,19 @@ static const struct encdec_config spec_preset = {
     .rope_theta = 10000.0,
 };
 
+// mkdir -p
+static int make_dirs(const char *dir) {
+    char p[4096];
+    snprintf(p, sizeof p, "%s", dir);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = '\0';
+        if (mkdir(p, 0777) != 0 && errno != EEXIST) return -1;
+        *s = '/';
+    }
+    return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: harvest init-model --family encdec [--preset spec] [--seed N] "
                     "[--dtype f32|f16|bf16] [--shards N] OUT_DIR\n");
@@ -180,7 +193,7 @@ int cmd_init_model(int argc, char **argv) {
     enum st_dtype dt = !strcmp(dts, "f32") ? ST_F32 : !strcmp(dts, "f16") ? ST_F16
                      : !strcmp(dts, "bf16") ? ST_BF16 : ST_N_DTYPES;
     if (dt == ST_N_DTYPES) return usage();
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    if (make_dirs(dir) != 0) {
         fprintf(stderr, "harvest: init-model: cannot create %s: %s\n", dir, strerror(errno));
         return 2;
     }

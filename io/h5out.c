@@ -142,7 +142,7 @@ static char *attr_read_str(hid_t obj, const char *name) {
     hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
     hid_t t = H5Tcopy(H5T_C_S1);
     H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
+    H5Tset_cset(t, H5T_CSET_UTF8); // as written by attr_str
     char *v = NULL, *out = NULL;
     if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
         out = malloc(strlen(v) + 1);
@@ -418,4 +418,87 @@ fail:
 
 int64_t h5out_bytes(const struct h5out *h) {
     return h->bytes;
+}
+
+// ----------------------------------------------------------------------------
+// inspect
+
+static int64_t dset_len(hid_t file, const char *path) {
+    hid_t d = H5Dopen2(file, path, H5P_DEFAULT);
+    if (d < 0) return -1;
+    hid_t s = H5Dget_space(d);
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(s, &n, NULL);
+    H5Sclose(s);
+    H5Dclose(d);
+    return (int64_t)n;
+}
+
+static herr_t show_dset(hid_t g, const char *name, const H5L_info_t *info, void *u) {
+    (void)info;
+    hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+    if (d < 0) return 0;
+    hid_t s = H5Dget_space(d), t = H5Dget_type(d);
+    hsize_t dims[8];
+    int nd = H5Sget_simple_extent_dims(s, dims, NULL);
+    char shape[128] = "";
+    for (int k = 0; k < nd; k++)
+        snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", k ? ", " : "",
+                 (unsigned long long)dims[k]);
+    char *dtype = attr_read_str(d, "dtype");
+    const char *stored = "float32";
+    size_t spos, epos, esize, mpos, msize;
+    if (H5Tget_class(t) == H5T_INTEGER)
+        stored = "int64";
+    else if (H5Tget_size(t) == 2 && H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize) >= 0)
+        stored = esize == 8 ? "bfloat16" : "float16";
+    fprintf(u, "  %-34s %-8s stored %-8s [%s]\n", name, dtype ? dtype : "?", stored, shape);
+    free(dtype);
+    H5Tclose(t);
+    H5Sclose(s);
+    H5Dclose(d);
+    return 0;
+}
+
+int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return ah_fail(err, AH_EINVAL, "%s: cannot open as HDF5 (missing, not HDF5, or left open "
+                       "by a killed job)", path);
+    int64_t fmt = -1, complete = 0, done = -1, empty = 0, trunc = 0, S = 0;
+    if (attr_read_i64(f, "harvest_format", &fmt) < 0) {
+        H5Fclose(f);
+        return ah_fail(err, AH_EINVAL, "%s: not a harvest output (no harvest_format attribute)",
+                       path);
+    }
+    attr_read_i64(f, "complete", &complete);
+    attr_read_i64(f, "prompts_done", &done);
+    attr_read_i64(f, "n_prompts_skipped_empty", &empty);
+    attr_read_i64(f, "n_prompts_truncated", &trunc);
+    attr_read_i64(f, "max_seq_len", &S);
+    char *family = attr_read_str(f, "model_family"), *store = attr_read_str(f, "storage_dtype");
+    int64_t n = dset_len(f, "prompts/length"), nt = dset_len(f, "tokens/input_ids");
+    fprintf(out, "%s: harvest_format %lld, model_family %s, storage %s\n", path, (long long)fmt,
+            family ? family : "?", store ? store : "?");
+    free(family);
+    free(store);
+    if (complete == 1)
+        fprintf(out, "complete: yes\n");
+    else
+        fprintf(out, "complete: no (%lld of %lld prompts written; continue with `harvest run JOB "
+                "--resume`)\n", (long long)done, (long long)n);
+    fprintf(out, "prompts: %lld (%lld empty skipped, %lld truncated), tokens: %lld, "
+            "max_seq_len %lld\n", (long long)n, (long long)empty, (long long)trunc,
+            (long long)nt, (long long)S);
+    hid_t g = H5Gopen2(f, "activations", H5P_DEFAULT);
+    if (g >= 0) {
+        H5G_info_t gi;
+        H5Gget_info(g, &gi);
+        fprintf(out, "activations (%llu):\n", (unsigned long long)gi.nlinks);
+        H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, show_dset, out);
+        H5Gclose(g);
+    }
+    H5Fclose(f);
+    return 0;
 }

@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct ah_error;
 struct h5out;
@@ -60,6 +61,10 @@ int h5out_progress(struct h5out *h, int64_t done, struct ah_error *err);
 
 // Sets `complete` to 1 if complete, then closes. Frees h in all cases.
 int h5out_close(struct h5out *h, bool complete, struct ah_error *err);
+
+// Prints a summary of an output (read-only): completeness, prompts, tokens, each dataset with its
+// shape, activation dtype and storage dtype. -AH_EINVAL if path is not a harvest output.
+int h5out_inspect(const char *path, FILE *out, struct ah_error *err);
 
 // Total bytes written by h5out_write so far (in storage dtype).
 int64_t h5out_bytes(const struct h5out *h);

@@ -1,0 +1,80 @@
+"""Helpers shared by the Python tests: run the harvest binary, make models, data and jobs.
+
+Every test takes the harvest binary as argv[1] and a scratch folder as argv[2]; it prints what it
+checks and exits non-zero on the first failure (CTest reads the exit code)."""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "ref"))
+
+SPEC = json.load(open(os.path.join(HERE, "ref", "spec.json")))
+
+
+def args():
+    if len(sys.argv) < 3:
+        sys.exit(f"usage: {sys.argv[0]} HARVEST_BINARY SCRATCH_DIR")
+    harvest, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    return harvest, work
+
+
+def run(harvest, *a, check=None, timeout=600, env=None):
+    """Runs harvest; returns CompletedProcess. check=N asserts the exit code."""
+    e = dict(os.environ)
+    e.setdefault("OPENBLAS_NUM_THREADS", "1")
+    if env:
+        e.update(env)
+    p = subprocess.run([harvest, *a], capture_output=True, text=True, timeout=timeout, env=e)
+    if check is not None and p.returncode != check:
+        sys.exit(f"FAIL: harvest {' '.join(a)}: exit {p.returncode}, expected {check}\n"
+                 f"stdout: {p.stdout[-2000:]}\nstderr: {p.stderr[-2000:]}")
+    return p
+
+
+def init_model(harvest, path, seed, dtype="f32", shards=1):
+    if not os.path.exists(os.path.join(path, "config.json")):
+        run(harvest, "init-model", "--family", "encdec", "--seed", str(seed), "--dtype", dtype,
+            "--shards", str(shards), path, check=0)
+    return path
+
+
+def write_prompts(path, lengths, seed, vocab=8192):
+    """One {"input_ids": [..]} line per length (0 = an empty prompt)."""
+    rng = random.Random(seed)
+    with open(path, "w") as f:
+        for n in lengths:
+            f.write(json.dumps({"input_ids": [rng.randrange(vocab) for _ in range(n)]}) + "\n")
+    return path
+
+
+def write_job(path, **fields):
+    job = {"model": "model", "data": "prompts.jsonl", "activations": ["*"],
+           "output": {"path": "out.h5"}}
+    job.update(fields)
+    with open(path, "w") as f:
+        json.dump(job, f)
+    return path
+
+
+failures = 0
+
+
+def check(cond, what):
+    global failures
+    if not cond:
+        failures += 1
+        print(f"FAIL: {what}", flush=True)
+    return cond
+
+
+def finish():
+    if failures:
+        print(f"{failures} checks failed")
+        sys.exit(1)
+    print("all checks passed")
