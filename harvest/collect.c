@@ -25,13 +25,16 @@ static void copy_corner(char *dst, const char *src, int nd, const int64_t *sd, c
                         size_t es) {
     int64_t dstride[TAP_MAX_DIMS], idx[TAP_MAX_DIMS] = {0};
     dstride[nd - 1] = 1;
-    for (int k = nd - 2; k >= 0; k--) dstride[k] = dstride[k + 1] * dd[k + 1];
+    for (int k = nd - 2; k >= 0; k--)
+        dstride[k] = dstride[k + 1] * dd[k + 1];
     int64_t outer = 1;
-    for (int k = 0; k < nd - 1; k++) outer *= sd[k];
+    for (int k = 0; k < nd - 1; k++)
+        outer *= sd[k];
     size_t run = (size_t)sd[nd - 1] * es;
     for (int64_t o = 0; o < outer; o++) {
         int64_t doff = 0;
-        for (int k = 0; k < nd - 1; k++) doff += idx[k] * dstride[k];
+        for (int k = 0; k < nd - 1; k++)
+            doff += idx[k] * dstride[k];
         memcpy(dst + (size_t)doff * es, src + (size_t)o * run, run);
         for (int k = nd - 2; k >= 0; k--) { // odometer over the outer dims of src
             if (++idx[k] < sd[k]) break;
@@ -55,7 +58,8 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
         char *buf = scratch(c, (size_t)elems * es);
         if (!buf) return;
         if (v->dtype == TAP_F32)
-            for (int64_t i = 0; i < elems; i++) ((float *)(void *)buf)[i] = NAN;
+            for (int64_t i = 0; i < elems; i++)
+                ((float *)(void *)buf)[i] = NAN;
         else
             memset(buf, 0, (size_t)elems * es);
         copy_corner(buf, v->data, nd, v->dims + 1, d->dims + 1, es);
@@ -67,11 +71,14 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
 static void take_token(struct collector *c, int di, int b, const struct tview *v) {
     size_t es = tap_dtype_size(v->dtype);
     int k = 1;
-    while (k < v->ndim && tap_axis_kind(c->dsets[di].desc->axes[k]) != TAP_AXIS_SEQ) k++;
+    while (k < v->ndim && tap_axis_kind(c->dsets[di].desc->axes[k]) != TAP_AXIS_SEQ)
+        k++;
     AH_ASSERT(k < v->ndim);
     int64_t T = v->dims[k], outer = 1, inner = 1;
-    for (int i = 1; i < k; i++) outer *= v->dims[i];
-    for (int i = k + 1; i < v->ndim; i++) inner *= v->dims[i];
+    for (int i = 1; i < k; i++)
+        outer *= v->dims[i];
+    for (int i = k + 1; i < v->ndim; i++)
+        inner *= v->dims[i];
     const void *rows = v->data;
     if (outer > 1) {
         char *buf = scratch(c, (size_t)(T * outer * inner) * es);

@@ -14,13 +14,13 @@
 
 // ---- a loaded model of any family ----
 struct model {
-    const char *family;      // "encdec"
-    struct modeldir md;      // config (+ weights unless config-only)
-    struct encdec ed;        // family "encdec"
-    struct tap_desc *cat;    // (n_cat) catalogue; owned
+    const char *family;   // "encdec"
+    struct modeldir md;   // config (+ weights unless config-only)
+    struct encdec ed;     // family "encdec"
+    struct tap_desc *cat; // (n_cat) catalogue; owned
     int n_cat;
-    int n_blocks;            // blocks of the layer loop
-    int max_pos;             // longest prompt the model takes
+    int n_blocks; // blocks of the layer loop
+    int max_pos;  // longest prompt the model takes
     int64_t vocab;
 };
 
@@ -33,16 +33,16 @@ int64_t model_axis_size(const struct model *m, const char *axis);
 struct collector {
     struct h5out *out;
     const struct h5out_dset *dsets;
-    const int *dset_of_id;    // (n_cat) dataset index of a catalogue id, or -1
+    const int *dset_of_id; // (n_cat) dataset index of a catalogue id, or -1
     enum job_layout layout;
     int64_t S;                // max_seq_len: the padded sequence length of the prompt layout
     int64_t first_prompt;     // global index of prompt 0 of the current batch
     const int64_t *token_row; // (batch) first token row of each prompt of the current batch
     float *buf;               // padded/transposed row; owned
     size_t buf_bytes;
-    int rc;                   // first error, 0 if none
+    int rc; // first error, 0 if none
     struct ah_error err;
-    double seconds;           // time spent in take()
+    double seconds; // time spent in take()
 };
 
 void collect_take(void *u, int id, int b, const struct tview *v);

@@ -33,7 +33,8 @@ static double gauss(uint64_t *s) {
 
 static uint64_t name_hash(const char *s) {
     uint64_t h = 1469598103934665603ull;
-    while (*s) h = (h ^ (unsigned char)*s++) * 1099511628211ull;
+    while (*s)
+        h = (h ^ (unsigned char)*s++) * 1099511628211ull;
     return h;
 }
 
@@ -44,7 +45,8 @@ static void fill(float *w, const struct model_tensor *t, uint64_t seed) {
     bool norm = t->ndim == 1;
     bool emb = strstr(t->name, "embed") != NULL;
     double sd = norm ? 0.1 : emb ? 1.0 : 1.0 / sqrt((double)t->shape[1]);
-    for (int64_t i = 0; i < n; i++) w[i] = (float)((norm ? 1.0 : 0.0) + sd * gauss(&s));
+    for (int64_t i = 0; i < n; i++)
+        w[i] = (float)((norm ? 1.0 : 0.0) + sd * gauss(&s));
 }
 
 static int write_config(const char *dir, const struct encdec_config *c, struct ah_error *err) {
@@ -99,8 +101,8 @@ static int write_weights(const char *dir, const struct model_tensor *list, int n
                 h[k] = dt == ST_F16 ? hc_f32_to_f16(f[k]) : hc_f32_to_bf16(f[k]);
         }
         bufs[i] = f;
-        w[i] = (struct st_wtensor){list[i].name, dt, list[i].ndim,
-                                   {list[i].shape[0], list[i].shape[1]}, f};
+        w[i] = (struct st_wtensor){
+            list[i].name, dt, list[i].ndim, {list[i].shape[0], list[i].shape[1]}, f};
     }
     char path[4096];
     if (shards <= 1) {
@@ -116,17 +118,20 @@ static int write_weights(const char *dir, const struct model_tensor *list, int n
         snprintf(leaf, sizeof leaf, "model-%05d-of-%05d.safetensors", s + 1, shards);
         snprintf(path, sizeof path, "%s/%s", dir, leaf);
         rc = st_write(path, w + b, e - b, err);
-        for (int i = b; i < e; i++) cJSON_AddStringToObject(wm, w[i].name, leaf);
+        for (int i = b; i < e; i++)
+            cJSON_AddStringToObject(wm, w[i].name, leaf);
     }
     char *text = cJSON_Print(idx);
     cJSON_Delete(idx);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     FILE *fp = rc == 0 && text ? fopen(path, "w") : NULL;
-    if (rc == 0 && (!fp || fputs(text, fp) < 0)) rc = ah_fail(err, AH_EIO, "%s: cannot write", path);
+    if (rc == 0 && (!fp || fputs(text, fp) < 0))
+        rc = ah_fail(err, AH_EIO, "%s: cannot write", path);
     if (fp && fclose(fp) != 0 && rc == 0) rc = ah_fail(err, AH_EIO, "%s: cannot write", path);
     free(text);
 done:
-    for (int i = 0; bufs && i < n; i++) free(bufs[i]);
+    for (int i = 0; bufs && i < n; i++)
+        free(bufs[i]);
     free(bufs);
     free(w);
     return rc;
@@ -134,8 +139,16 @@ done:
 
 // The spec model (seeds/spec.json plus the dims pinned in issue 2).
 static const struct encdec_config spec_preset = {
-    .n_layer_enc = 4, .n_layer_dec = 4, .hidden = 384, .n_head = 6, .head_dim = 64,
-    .ffn_dim = 1024, .vocab = 8192, .local_window = 64, .max_pos = 512, .eps = 1e-6f,
+    .n_layer_enc = 4,
+    .n_layer_dec = 4,
+    .hidden = 384,
+    .n_head = 6,
+    .head_dim = 64,
+    .ffn_dim = 1024,
+    .vocab = 8192,
+    .local_window = 64,
+    .max_pos = 512,
+    .eps = 1e-6f,
     .rope_theta = 10000.0,
 };
 
@@ -181,17 +194,23 @@ int cmd_init_model(int argc, char **argv) {
     }
     if (!family || !dir || shards < 1) return usage();
     if (strcmp(family, "encdec")) {
-        fprintf(stderr, "harvest: init-model: family \"%s\" is not available (expected "
-                        "\"encdec\"; \"laguna\" is not implemented yet)\n", family);
+        fprintf(stderr,
+                "harvest: init-model: family \"%s\" is not available (expected "
+                "\"encdec\"; \"laguna\" is not implemented yet)\n",
+                family);
         return 1;
     }
     if (strcmp(preset, "spec")) {
-        fprintf(stderr, "harvest: init-model: unknown preset \"%s\" for encdec (expected "
-                        "\"spec\")\n", preset);
+        fprintf(stderr,
+                "harvest: init-model: unknown preset \"%s\" for encdec (expected "
+                "\"spec\")\n",
+                preset);
         return 1;
     }
-    enum st_dtype dt = !strcmp(dts, "f32") ? ST_F32 : !strcmp(dts, "f16") ? ST_F16
-                     : !strcmp(dts, "bf16") ? ST_BF16 : ST_N_DTYPES;
+    enum st_dtype dt = !strcmp(dts, "f32")    ? ST_F32
+                       : !strcmp(dts, "f16")  ? ST_F16
+                       : !strcmp(dts, "bf16") ? ST_BF16
+                                              : ST_N_DTYPES;
     if (dt == ST_N_DTYPES) return usage();
     if (make_dirs(dir) != 0) {
         fprintf(stderr, "harvest: init-model: cannot create %s: %s\n", dir, strerror(errno));
@@ -205,7 +224,8 @@ int cmd_init_model(int argc, char **argv) {
     if (rc == 0) rc = write_weights(dir, list, n, seed, dt, shards, &err);
     free(list);
     encdec_free(&m);
-    if (rc == 0) fprintf(stderr, "harvest: wrote the encdec spec model (seed %llu, %s) to %s\n",
-                         seed, st_dtype_name(dt), dir);
+    if (rc == 0)
+        fprintf(stderr, "harvest: wrote the encdec spec model (seed %llu, %s) to %s\n", seed,
+                st_dtype_name(dt), dir);
     return report(rc, &err);
 }

@@ -37,7 +37,8 @@ int cmd_activations(int argc, char **argv) {
             cJSON *o = cJSON_CreateObject(), *sh = cJSON_CreateArray();
             cJSON_AddStringToObject(o, "name", d->name);
             cJSON_AddStringToObject(o, "dtype", tap_dtype_name(d->dtype));
-            for (int k = 0; k < d->ndim; k++) cJSON_AddItemToArray(sh, cJSON_CreateString(d->axes[k]));
+            for (int k = 0; k < d->ndim; k++)
+                cJSON_AddItemToArray(sh, cJSON_CreateString(d->axes[k]));
             cJSON_AddItemToObject(o, "semantic_shape", sh);
             cJSON_AddStringToObject(o, "meaning", d->meaning);
             cJSON_AddItemToArray(arr, o);

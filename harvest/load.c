@@ -10,10 +10,14 @@ static int encdec_config_read(const struct modeldir *md, struct encdec_config *c
         const char *key;
         int *dst;
     } ints[] = {
-        {"num_encoder_layers", &c->n_layer_enc}, {"num_decoder_layers", &c->n_layer_dec},
-        {"hidden_size", &c->hidden},             {"num_attention_heads", &c->n_head},
-        {"head_dim", &c->head_dim},              {"vocab_size", &c->vocab},
-        {"local_window", &c->local_window},      {"max_position_embeddings", &c->max_pos},
+        {"num_encoder_layers", &c->n_layer_enc},
+        {"num_decoder_layers", &c->n_layer_dec},
+        {"hidden_size", &c->hidden},
+        {"num_attention_heads", &c->n_head},
+        {"head_dim", &c->head_dim},
+        {"vocab_size", &c->vocab},
+        {"local_window", &c->local_window},
+        {"max_position_embeddings", &c->max_pos},
         {"ffn_dim", &c->ffn_dim},
     };
     int rc;
@@ -34,8 +38,8 @@ static int encdec_config_read(const struct modeldir *md, struct encdec_config *c
     c->rope_theta = theta;
     static const struct {
         const char *key, *want;
-    } fixed[] = {{"position_encoding", "rope"}, {"normalization", "rmsnorm"},
-                 {"activation", "swiglu"}};
+    } fixed[] = {
+        {"position_encoding", "rope"}, {"normalization", "rmsnorm"}, {"activation", "swiglu"}};
     for (size_t i = 0; i < 3; i++) {
         const char *v = md_config_string(md, fixed[i].key);
         if (v && strcmp(v, fixed[i].want))
@@ -52,7 +56,8 @@ int model_load(struct model *m, const char *dir, bool weights, struct ah_error *
     if (rc < 0) return rc;
     const char *arch = md_config_string(&m->md, "architecture");
     if (!arch || strcmp(arch, "causal-encoder-decoder")) {
-        rc = ah_fail(err, AH_EINVAL, "%s: unknown model family (expected \"architecture\": "
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s: unknown model family (expected \"architecture\": "
                      "\"causal-encoder-decoder\"; LagunaForCausalLM is not supported yet)",
                      m->md.config_path);
         goto fail;

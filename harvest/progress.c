@@ -33,7 +33,8 @@ void progress_update(struct progress *p, int64_t done, int64_t done_tokens, bool
     double rate = el > 0 ? tok / el : 0.0;
     double left = (double)(p->total_tokens - done_tokens);
     int eta = rate > 0 ? (int)(left / rate + 0.5) : 0;
-    fprintf(stderr, "%s[harvest] %lld/%lld prompts  %lld/%lld tokens  %.0f tok/s  ETA %d:%02d:%02d%s",
+    fprintf(stderr,
+            "%s[harvest] %lld/%lld prompts  %lld/%lld tokens  %.0f tok/s  ETA %d:%02d:%02d%s",
             p->tty ? "\r" : "", (long long)done, (long long)p->total, (long long)done_tokens,
             (long long)p->total_tokens, rate, eta / 3600, eta / 60 % 60, eta % 60,
             p->tty && !final ? "   " : "\n");

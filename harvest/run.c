@@ -50,7 +50,8 @@ static int check_token_layout(const struct job *j, const struct model *m, const 
                      d->name);
     }
     if (!nbad) return 0;
-    return ah_fail(err, AH_EINVAL, "%s: \"output.layout\": \"token\" takes activations with one "
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"output.layout\": \"token\" takes activations with one "
                    "sequence axis and no key axis; %d requested do not: %s%s (use \"prompt\")",
                    j->path, nbad, bad, nbad > 4 ? ", ..." : "");
 }
@@ -107,20 +108,25 @@ static int run(const struct run_opts *o, struct ah_error *err) {
     // ---- everything the user can get wrong, before touching the output ----
     if ((rc = job_load(&j, o->job_path, err)) < 0) goto done;
     if ((rc = model_load(&m, j.model, true, err)) < 0) goto done;
-    if (!(want = calloc((size_t)m.n_cat, 1)) || !(dset_of_id = calloc((size_t)m.n_cat, sizeof(int)))) {
+    if (!(want = calloc((size_t)m.n_cat, 1)) ||
+        !(dset_of_id = calloc((size_t)m.n_cat, sizeof(int)))) {
         rc = -AH_ENOMEM;
         goto done;
     }
     if ((rc = job_select(&j, m.cat, m.n_cat, want, err)) < 0) goto done;
     if (j.layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(&j, &m, want, err)) < 0) goto done;
     if (j.max_seq_len > m.max_pos) {
-        rc = ah_fail(err, AH_EINVAL, "%s: \"max_seq_len\": %d is longer than the model's "
-                     "max_position_embeddings %d", j.path, j.max_seq_len, m.max_pos);
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s: \"max_seq_len\": %d is longer than the model's "
+                     "max_position_embeddings %d",
+                     j.path, j.max_seq_len, m.max_pos);
         goto done;
     }
     if (j.pipeline_stages != 1 || j.expert_parallel != 1) {
-        rc = ah_fail(err, AH_EINVAL, "%s: \"parallel\": this build runs on one rank only "
-                     "(pipeline_stages and expert_parallel must be 1)", j.path);
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s: \"parallel\": this build runs on one rank only "
+                     "(pipeline_stages and expert_parallel must be 1)",
+                     j.path);
         goto done;
     }
     int64_t cap = j.max_seq_len ? j.max_seq_len : m.max_pos;
@@ -147,8 +153,10 @@ static int run(const struct run_opts *o, struct ah_error *err) {
     int64_t done_prompts = 0;
     bool exists = access(j.out_path, F_OK) == 0;
     if (exists && !o->resume && !o->overwrite) {
-        rc = ah_fail(err, AH_EEXIST, "%s: the output exists; run with --resume to continue it or "
-                     "--overwrite to replace it", j.out_path);
+        rc = ah_fail(err, AH_EEXIST,
+                     "%s: the output exists; run with --resume to continue it or "
+                     "--overwrite to replace it",
+                     j.out_path);
         goto done;
     }
     if (exists && o->overwrite && unlink(j.out_path) != 0) {
@@ -177,12 +185,23 @@ static int run(const struct run_opts *o, struct ah_error *err) {
                 tok_pos[ds.off[p] + t] = t;
             }
         struct h5out_params hp = {
-            .path = j.out_path, .store = store, .compression = j.compression,
-            .model_family = m.family, .model_config = m.md.config_text, .job = j.text,
-            .n_prompts = ds.n, .source_index = ds.source, .length = ds.len,
-            .token_offset = ds.off, .n_tokens = ds.n_tokens, .input_ids = ds.ids,
-            .prompt_index = tok_pidx, .position = tok_pos, .max_seq_len = S,
-            .n_skipped_empty = ds.n_empty, .n_truncated = ds.n_truncated,
+            .path = j.out_path,
+            .store = store,
+            .compression = j.compression,
+            .model_family = m.family,
+            .model_config = m.md.config_text,
+            .job = j.text,
+            .n_prompts = ds.n,
+            .source_index = ds.source,
+            .length = ds.len,
+            .token_offset = ds.off,
+            .n_tokens = ds.n_tokens,
+            .input_ids = ds.ids,
+            .prompt_index = tok_pidx,
+            .position = tok_pos,
+            .max_seq_len = S,
+            .n_skipped_empty = ds.n_empty,
+            .n_truncated = ds.n_truncated,
         };
         if ((rc = h5out_create(&out, &hp, dsets, n_want, err)) < 0) goto done;
     }
@@ -203,8 +222,12 @@ static int run(const struct run_opts *o, struct ah_error *err) {
         goto done;
     }
     if ((rc = encdec_state_init(&st, &m.ed.cfg, (int)S, max_tokens)) < 0) goto done;
-    col = (struct collector){.out = out, .dsets = dsets, .dset_of_id = dset_of_id,
-                             .layout = j.layout, .S = S, .token_row = brow};
+    col = (struct collector){.out = out,
+                             .dsets = dsets,
+                             .dset_of_id = dset_of_id,
+                             .layout = j.layout,
+                             .S = S,
+                             .token_row = brow};
     struct tap tp = {want, collect_take, &col};
     install_signals();
     struct progress pr;
@@ -217,8 +240,8 @@ static int run(const struct run_opts *o, struct ah_error *err) {
             boff[b] = ds.off[p + b] - ds.off[p];
             brow[b] = ds.off[p + b];
         }
-        struct mbatch bt = {n, ds.off[p + n - 1] + ds.len[p + n - 1] - ds.off[p], ds.ids + ds.off[p],
-                            lens, boff};
+        struct mbatch bt = {n, ds.off[p + n - 1] + ds.len[p + n - 1] - ds.off[p],
+                            ds.ids + ds.off[p], lens, boff};
         col.first_prompt = p;
         encdec_forward(&m.ed, &st, &bt, &tp, 0, blk_end);
         if ((rc = col.rc) < 0) {
@@ -231,9 +254,10 @@ static int run(const struct run_opts *o, struct ah_error *err) {
         progress_update(&pr, done_prompts, done_tokens, false);
         if (stop_requested && done_prompts < ds.n) {
             progress_update(&pr, done_prompts, done_tokens, true);
-            rc = ah_fail(err, AH_ESTOP, "stopped by a signal after %lld of %lld prompts; run the "
-                         "same command with --resume to continue", (long long)done_prompts,
-                         (long long)ds.n);
+            rc = ah_fail(err, AH_ESTOP,
+                         "stopped by a signal after %lld of %lld prompts; run the "
+                         "same command with --resume to continue",
+                         (long long)done_prompts, (long long)ds.n);
             goto done;
         }
     }
@@ -242,10 +266,11 @@ static int run(const struct run_opts *o, struct ah_error *err) {
     out = NULL;
     if (rc < 0) goto done;
     if (!o->quiet)
-        fprintf(stderr, "harvest: wrote %lld prompts (%lld tokens, %d activations) to %s; "
+        fprintf(stderr,
+                "harvest: wrote %lld prompts (%lld tokens, %d activations) to %s; "
                 "%lld empty prompts skipped, %lld truncated to %lld tokens\n",
-                (long long)ds.n, (long long)ds.n_tokens, n_want, j.out_path,
-                (long long)ds.n_empty, (long long)ds.n_truncated, (long long)S);
+                (long long)ds.n, (long long)ds.n_tokens, n_want, j.out_path, (long long)ds.n_empty,
+                (long long)ds.n_truncated, (long long)S);
 done:
     if (out) {
         struct ah_error e2;
@@ -301,8 +326,10 @@ int cmd_run(int argc, char **argv) {
         int rank = 0;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
         if (rank == 0)
-            fprintf(stderr, "harvest: this build runs on one rank; got %d (multi-rank runs are "
-                    "not implemented yet)\n", size);
+            fprintf(stderr,
+                    "harvest: this build runs on one rank; got %d (multi-rank runs are "
+                    "not implemented yet)\n",
+                    size);
         return 1;
     }
     struct ah_error err = {0};

@@ -35,7 +35,8 @@ int ds_load(struct ds_prompts *p, const char *path, const char *field, int64_t t
     int rc = 0;
     while ((got = getline(&line, &lcap, fp)) >= 0) {
         int64_t ln = p->n_lines++;
-        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r')) line[--got] = '\0';
+        while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+            line[--got] = '\0';
         if (got == 0) { // a blank line is an empty prompt
             p->n_empty++;
             continue;
@@ -45,12 +46,15 @@ int ds_load(struct ds_prompts *p, const char *path, const char *field, int64_t t
         if (!cJSON_IsObject(o) || !v) {
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "text");
             if (cJSON_IsObject(o) && cJSON_IsString(t) && !field)
-                rc = ah_fail(err, AH_EINVAL, "%s: line %lld: text prompts need a tokenizer, which "
-                             "this build cannot use yet; give {\"input_ids\": [..]}", path,
-                             (long long)ln + 1);
+                rc = ah_fail(err, AH_EINVAL,
+                             "%s: line %lld: text prompts need a tokenizer, which "
+                             "this build cannot use yet; give {\"input_ids\": [..]}",
+                             path, (long long)ln + 1);
             else
-                rc = ah_fail(err, AH_EINVAL, "%s: line %lld: expected a JSON object with \"%s\": "
-                             "[token ids]", path, (long long)ln + 1, key);
+                rc = ah_fail(err, AH_EINVAL,
+                             "%s: line %lld: expected a JSON object with \"%s\": "
+                             "[token ids]",
+                             path, (long long)ln + 1, key);
             cJSON_Delete(o);
             goto done;
         }
@@ -77,9 +81,11 @@ int ds_load(struct ds_prompts *p, const char *path, const char *field, int64_t t
         cJSON_ArrayForEach(e, v) {
             double d = cJSON_IsNumber(e) ? e->valuedouble : -1;
             if (!cJSON_IsNumber(e) || d != (double)(int64_t)d || d < 0 || d >= (double)vocab) {
-                rc = ah_fail(err, AH_EINVAL, "%s: line %lld: %s[%lld]: token id %s%.17g is outside "
-                             "the model's vocabulary [0, %lld)", path, (long long)ln + 1, key,
-                             (long long)i, cJSON_IsNumber(e) ? "" : "(not a number) ",
+                rc = ah_fail(err, AH_EINVAL,
+                             "%s: line %lld: %s[%lld]: token id %s%.17g is outside "
+                             "the model's vocabulary [0, %lld)",
+                             path, (long long)ln + 1, key, (long long)i,
+                             cJSON_IsNumber(e) ? "" : "(not a number) ",
                              cJSON_IsNumber(e) ? d : 0.0, (long long)vocab);
                 cJSON_Delete(o);
                 goto done;

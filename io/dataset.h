@@ -8,11 +8,11 @@
 struct ah_error;
 
 struct ds_prompts {
-    int64_t n;           // prompts kept
-    int64_t *source;     // (n) 0-based line in the data file; owned
-    int64_t *len;        // (n) tokens used, after truncation; owned
-    int64_t *off;        // (n) first token of the prompt in ids; owned
-    int64_t *ids;        // (n_tokens) owned
+    int64_t n;       // prompts kept
+    int64_t *source; // (n) 0-based line in the data file; owned
+    int64_t *len;    // (n) tokens used, after truncation; owned
+    int64_t *off;    // (n) first token of the prompt in ids; owned
+    int64_t *ids;    // (n_tokens) owned
     int64_t n_tokens;
     int64_t n_lines;     // lines read
     int64_t n_empty;     // prompts skipped because empty

@@ -10,28 +10,28 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK_H5(call, what)                                                                       \
-    do {                                                                                           \
-        if ((call) < 0) {                                                                          \
-            rc = ah_fail(err, AH_EIO, "%s: HDF5 failed to %s (%s:%d)", h->path, what, __FILE__,     \
-                         __LINE__);                                                                \
-            goto fail;                                                                             \
-        }                                                                                          \
+#define CHECK_H5(call, what)                                                                    \
+    do {                                                                                        \
+        if ((call) < 0) {                                                                       \
+            rc = ah_fail(err, AH_EIO, "%s: HDF5 failed to %s (%s:%d)", h->path, what, __FILE__, \
+                         __LINE__);                                                             \
+            goto fail;                                                                          \
+        }                                                                                       \
     } while (0)
 
 #define CHUNK_TARGET (1 << 20)  // bytes a chunk aims for when rows are small
-#define CHUNK_MAX (16 << 20)    // a chunk larger than this is split inside the row
+#define CHUNK_MAX    (16 << 20) // a chunk larger than this is split inside the row
 
 struct h5out {
     char *path;
     hid_t file;
-    hid_t f16, bf16;        // storage types
+    hid_t f16, bf16; // storage types
     enum h5out_store store;
     int n;
-    hid_t *dset;            // (n)
-    int64_t *row_elems;     // (n) elements per stored row
-    enum tap_dtype *dtype;  // (n)
-    uint16_t *conv;         // conversion buffer
+    hid_t *dset;           // (n)
+    int64_t *row_elems;    // (n) elements per stored row
+    enum tap_dtype *dtype; // (n)
+    uint16_t *conv;        // conversion buffer
     int64_t conv_n;
     int64_t bytes;
 };
@@ -76,7 +76,8 @@ static struct h5out *h5out_new(const char *path, enum h5out_store store, int n) 
         return NULL;
     }
     strcpy(h->path, path);
-    for (int i = 0; i < n; i++) h->dset[i] = H5I_INVALID_HID;
+    for (int i = 0; i < n; i++)
+        h->dset[i] = H5I_INVALID_HID;
     h->n = n;
     return h;
 }
@@ -98,7 +99,8 @@ static herr_t attr_str(hid_t obj, const char *name, const char *value) {
 
 static herr_t attr_strs(hid_t obj, const char *name, int n, const char (*values)[TAP_AXIS_MAX]) {
     const char *v[TAP_MAX_DIMS];
-    for (int i = 0; i < n; i++) v[i] = values[i];
+    for (int i = 0; i < n; i++)
+        v[i] = values[i];
     hsize_t d = (hsize_t)n;
     hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate_simple(1, &d, NULL), a = H5I_INVALID_HID;
     herr_t r = H5Tset_size(t, H5T_VARIABLE);
@@ -161,8 +163,7 @@ static herr_t write_1d(hid_t group, const char *name, const int64_t *v, int64_t 
     hsize_t d = (hsize_t)n, maxd = (hsize_t)n, chunk = (hsize_t)(n < 65536 ? (n ? n : 1) : 65536);
     hid_t s = H5Screate_simple(1, &d, &maxd), pl = H5Pcreate(H5P_DATASET_CREATE);
     herr_t r = H5Pset_chunk(pl, 1, &chunk);
-    hid_t ds = r < 0 ? -1
-                     : H5Dcreate2(group, name, H5T_STD_I64LE, s, H5P_DEFAULT, pl, H5P_DEFAULT);
+    hid_t ds = r < 0 ? -1 : H5Dcreate2(group, name, H5T_STD_I64LE, s, H5P_DEFAULT, pl, H5P_DEFAULT);
     r = ds < 0 ? -1 : n ? H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) : 0;
     if (ds >= 0) H5Dclose(ds);
     H5Pclose(pl);
@@ -174,7 +175,8 @@ static herr_t write_1d(hid_t group, const char *name, const int64_t *v, int64_t 
 // along its largest axes. Reading one prompt (or a run of tokens) touches few chunks.
 static void choose_chunk(const struct h5out_dset *d, size_t esize, hsize_t *chunk) {
     chunk[0] = 1;
-    for (int i = 1; i < d->ndim; i++) chunk[i] = (hsize_t)(d->dims[i] ? d->dims[i] : 1);
+    for (int i = 1; i < d->ndim; i++)
+        chunk[i] = (hsize_t)(d->dims[i] ? d->dims[i] : 1);
     for (;;) {
         size_t bytes = esize;
         int big = 1;
@@ -197,11 +199,13 @@ static int create_dset(struct h5out *h, hid_t group, int i, const struct h5out_d
                        int compression, struct ah_error *err) {
     int rc = 0;
     hsize_t dims[TAP_MAX_DIMS], chunk[TAP_MAX_DIMS];
-    for (int k = 0; k < d->ndim; k++) dims[k] = (hsize_t)d->dims[k];
+    for (int k = 0; k < d->ndim; k++)
+        dims[k] = (hsize_t)d->dims[k];
     hid_t ft = file_type(h, d->desc->dtype);
     choose_chunk(d, H5Tget_size(ft), chunk);
     size_t chunk_bytes = H5Tget_size(ft);
-    for (int k = 0; k < d->ndim; k++) chunk_bytes *= chunk[k];
+    for (int k = 0; k < d->ndim; k++)
+        chunk_bytes *= chunk[k];
     hid_t s = H5Screate_simple(d->ndim, dims, NULL);
     hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dapl = H5Pcreate(H5P_DATASET_ACCESS);
     CHECK_H5(s, "make a dataspace");
@@ -219,8 +223,9 @@ static int create_dset(struct h5out *h, hid_t group, int i, const struct h5out_d
     CHECK_H5(h->dset[i], "create the dataset");
     char sem[TAP_MAX_DIMS][TAP_AXIS_MAX];
     memcpy(sem, d->desc->axes, sizeof sem);
-    CHECK_H5(attr_strs(h->dset[i], "semantic_shape", d->desc->ndim, (const char(*)[TAP_AXIS_MAX])sem),
-             "write semantic_shape");
+    CHECK_H5(
+        attr_strs(h->dset[i], "semantic_shape", d->desc->ndim, (const char(*)[TAP_AXIS_MAX])sem),
+        "write semantic_shape");
     CHECK_H5(attr_strs(h->dset[i], "stored_axes", d->ndim, d->axes), "write stored_axes");
     CHECK_H5(attr_str(h->dset[i], "dtype", tap_dtype_name(d->desc->dtype)), "write dtype");
     CHECK_H5(attr_str(h->dset[i], "meaning", d->desc->meaning), "write meaning");
@@ -234,7 +239,8 @@ fail:
 static void set_rows(struct h5out *h, const struct h5out_dset *d, int n) {
     for (int i = 0; i < n; i++) {
         h->row_elems[i] = 1;
-        for (int k = 1; k < d[i].ndim; k++) h->row_elems[i] *= d[i].dims[k];
+        for (int k = 1; k < d[i].ndim; k++)
+            h->row_elems[i] *= d[i].dims[k];
         h->dtype[i] = d[i].desc->dtype;
     }
 }
@@ -249,8 +255,10 @@ int h5out_create(struct h5out **out, const struct h5out_params *p, const struct 
     set_rows(h, d, n);
     h->file = H5Fcreate(p->path, H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT);
     if (h->file < 0) {
-        rc = ah_fail(err, AH_EIO, "%s: cannot create the output file (check that its folder "
-                     "exists and is writable)", p->path);
+        rc = ah_fail(err, AH_EIO,
+                     "%s: cannot create the output file (check that its folder "
+                     "exists and is writable)",
+                     p->path);
         goto fail;
     }
     CHECK_H5(attr_i64(h->file, "harvest_format", 1), "write harvest_format");
@@ -263,8 +271,9 @@ int h5out_create(struct h5out **out, const struct h5out_params *p, const struct 
     CHECK_H5(attr_i64(h->file, "n_prompts_skipped_empty", p->n_skipped_empty), "write counts");
     CHECK_H5(attr_i64(h->file, "n_prompts_truncated", p->n_truncated), "write counts");
     CHECK_H5(attr_str(h->file, "storage_dtype",
-                      p->store == H5OUT_F16 ? "float16" : p->store == H5OUT_BF16 ? "bfloat16"
-                                                                                 : "float32"),
+                      p->store == H5OUT_F16    ? "float16"
+                      : p->store == H5OUT_BF16 ? "bfloat16"
+                                               : "float32"),
              "write storage_dtype");
 
     CHECK_H5(g = H5Gcreate2(h->file, "prompts", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
@@ -305,21 +314,27 @@ int h5out_reopen(struct h5out **out, const char *path, const char *job, enum h5o
     set_rows(h, d, n);
     h->file = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     if (h->file < 0) {
-        rc = ah_fail(err, AH_EIO, "%s: cannot reopen the output for --resume (not an HDF5 file, "
-                     "or damaged: run with --overwrite to start again)", path);
+        rc = ah_fail(err, AH_EIO,
+                     "%s: cannot reopen the output for --resume (not an HDF5 file, "
+                     "or damaged: run with --overwrite to start again)",
+                     path);
         goto fail;
     }
     ojob = attr_read_str(h->file, "job");
     int64_t c = 0;
     if (!ojob || attr_read_i64(h->file, "prompts_done", done) < 0 ||
         attr_read_i64(h->file, "complete", &c) < 0) {
-        rc = ah_fail(err, AH_EINVAL, "%s: not a harvest output (no job/prompts_done attributes); "
-                     "use --overwrite to replace it", path);
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s: not a harvest output (no job/prompts_done attributes); "
+                     "use --overwrite to replace it",
+                     path);
         goto fail;
     }
     if (strcmp(ojob, job)) {
-        rc = ah_fail(err, AH_EINVAL, "%s: was made by a different job; --resume needs the same "
-                     "job file (use --overwrite to start again)", path);
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s: was made by a different job; --resume needs the same "
+                     "job file (use --overwrite to start again)",
+                     path);
         goto fail;
     }
     *complete = c == 1;
@@ -332,10 +347,13 @@ int h5out_reopen(struct h5out **out, const char *path, const char *job, enum h5o
         int nd = s >= 0 ? H5Sget_simple_extent_dims(s, dims, NULL) : -1;
         if (s >= 0) H5Sclose(s);
         int same = nd == d[i].ndim;
-        for (int k = 0; same && k < nd; k++) same = dims[k] == (hsize_t)d[i].dims[k];
+        for (int k = 0; same && k < nd; k++)
+            same = dims[k] == (hsize_t)d[i].dims[k];
         if (!same) {
-            rc = ah_fail(err, AH_EINVAL, "%s: dataset /%s is missing or has another shape than "
-                         "this job makes; use --overwrite", path, name);
+            rc = ah_fail(err, AH_EINVAL,
+                         "%s: dataset /%s is missing or has another shape than "
+                         "this job makes; use --overwrite",
+                         path, name);
             goto fail;
         }
     }
@@ -464,8 +482,10 @@ int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0)
-        return ah_fail(err, AH_EINVAL, "%s: cannot open as HDF5 (missing, not HDF5, or left open "
-                       "by a killed job)", path);
+        return ah_fail(err, AH_EINVAL,
+                       "%s: cannot open as HDF5 (missing, not HDF5, or left open "
+                       "by a killed job)",
+                       path);
     int64_t fmt = -1, complete = 0, done = -1, empty = 0, trunc = 0, S = 0;
     if (attr_read_i64(f, "harvest_format", &fmt) < 0) {
         H5Fclose(f);
@@ -486,11 +506,14 @@ int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
     if (complete == 1)
         fprintf(out, "complete: yes\n");
     else
-        fprintf(out, "complete: no (%lld of %lld prompts written; continue with `harvest run JOB "
-                "--resume`)\n", (long long)done, (long long)n);
-    fprintf(out, "prompts: %lld (%lld empty skipped, %lld truncated), tokens: %lld, "
-            "max_seq_len %lld\n", (long long)n, (long long)empty, (long long)trunc,
-            (long long)nt, (long long)S);
+        fprintf(out,
+                "complete: no (%lld of %lld prompts written; continue with `harvest run JOB "
+                "--resume`)\n",
+                (long long)done, (long long)n);
+    fprintf(out,
+            "prompts: %lld (%lld empty skipped, %lld truncated), tokens: %lld, "
+            "max_seq_len %lld\n",
+            (long long)n, (long long)empty, (long long)trunc, (long long)nt, (long long)S);
     hid_t g = H5Gopen2(f, "activations", H5P_DEFAULT);
     if (g >= 0) {
         H5G_info_t gi;

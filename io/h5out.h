@@ -21,29 +21,29 @@ enum h5out_store { H5OUT_F32, H5OUT_F16, H5OUT_BF16 }; // storage of float activ
 
 // One activation dataset as stored.
 struct h5out_dset {
-    const struct tap_desc *desc;             // name, dtype, semantic shape, meaning; borrowed
-    int ndim;                                // stored rank (first axis: prompt or token)
-    int64_t dims[TAP_MAX_DIMS];              // stored shape
-    char axes[TAP_MAX_DIMS][TAP_AXIS_MAX];   // stored_axes
+    const struct tap_desc *desc;           // name, dtype, semantic shape, meaning; borrowed
+    int ndim;                              // stored rank (first axis: prompt or token)
+    int64_t dims[TAP_MAX_DIMS];            // stored shape
+    char axes[TAP_MAX_DIMS][TAP_AXIS_MAX]; // stored_axes
 };
 
 struct h5out_params {
     const char *path;
     enum h5out_store store;
-    int compression;            // gzip level, 0 = none
-    const char *model_family;   // root attribute
-    const char *model_config;   // JSON text
-    const char *job;            // JSON text
+    int compression;          // gzip level, 0 = none
+    const char *model_family; // root attribute
+    const char *model_config; // JSON text
+    const char *job;          // JSON text
     int64_t n_prompts;
     const int64_t *source_index, *length, *token_offset; // (n_prompts)
     int64_t n_tokens;
-    const int64_t *input_ids, *prompt_index, *position;  // (n_tokens)
+    const int64_t *input_ids, *prompt_index, *position; // (n_tokens)
     // extra root attributes (documented in the README)
     int64_t max_seq_len, n_skipped_empty, n_truncated;
 };
 
-int h5out_create(struct h5out **h, const struct h5out_params *p, const struct h5out_dset *d,
-                 int n, struct ah_error *err);
+int h5out_create(struct h5out **h, const struct h5out_params *p, const struct h5out_dset *d, int n,
+                 struct ah_error *err);
 
 // Reopens an incomplete output for --resume. The file's `job` attribute must equal `job`, and
 // every dataset of d must exist with the same shape. *done receives the prompts already written.

@@ -30,7 +30,7 @@ uint16_t hc_f32_to_f16(float f) {
     uint32_t u = bits_of(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u); // NaN
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  // NaN
     if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); // overflow (after rounding) -> inf
     if (a < 0x38800000u) {                                   // subnormal or zero in f16
         if (a < 0x33000000u) return (uint16_t)sign;          // rounds to 0
@@ -61,9 +61,11 @@ float hc_f16_to_f32(uint16_t h) {
 }
 
 void hc_f32_to_f16_n(uint16_t *out, const float *in, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = hc_f32_to_f16(in[i]);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = hc_f32_to_f16(in[i]);
 }
 
 void hc_f32_to_bf16_n(uint16_t *out, const float *in, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = hc_f32_to_bf16(in[i]);
+    for (int64_t i = 0; i < n; i++)
+        out[i] = hc_f32_to_bf16(in[i]);
 }

@@ -81,13 +81,17 @@ static int open_shards(struct modeldir *md, struct ah_error *err) {
         }
         if (seen) continue;
         if (strchr(e->valuestring, '/'))
-            return ah_fail(err, AH_EFORMAT, "%s: weight_map[\"%s\"]: shard \"%s\" must be a file "
-                           "name in the model folder", md->index_path, e->string, e->valuestring);
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: weight_map[\"%s\"]: shard \"%s\" must be a file "
+                           "name in the model folder",
+                           md->index_path, e->string, e->valuestring);
         char *p = path_join(md->dir, e->valuestring);
         if (!p) return -AH_ENOMEM;
         if (access(p, R_OK) != 0) {
-            rc = ah_fail(err, AH_ENOENT, "%s: weight_map[\"%s\"] names shard \"%s\", which is "
-                         "missing from %s", md->index_path, e->string, e->valuestring, md->dir);
+            rc = ah_fail(err, AH_ENOENT,
+                         "%s: weight_map[\"%s\"] names shard \"%s\", which is "
+                         "missing from %s",
+                         md->index_path, e->string, e->valuestring, md->dir);
             free(p);
             return rc;
         }
@@ -133,8 +137,10 @@ int md_open(struct modeldir *md, const char *dir, bool config_only, struct ah_er
             goto fail;
         }
         if (access(p, F_OK) != 0) {
-            rc = ah_fail(err, AH_ENOENT, "%s: no model.safetensors nor "
-                         "model.safetensors.index.json", dir);
+            rc = ah_fail(err, AH_ENOENT,
+                         "%s: no model.safetensors nor "
+                         "model.safetensors.index.json",
+                         dir);
             free(p);
             goto fail;
         }
@@ -150,9 +156,11 @@ fail:
 }
 
 void md_close(struct modeldir *md) {
-    for (int i = 0; i < md->n_files; i++) st_close(&md->files[i]);
+    for (int i = 0; i < md->n_files; i++)
+        st_close(&md->files[i]);
     free(md->files);
-    for (int i = 0; i < md->n_owned; i++) free(md->owned[i]);
+    for (int i = 0; i < md->n_owned; i++)
+        free(md->owned[i]);
     free(md->owned);
     cJSON_Delete(md->config);
     cJSON_Delete(md->index);
@@ -221,7 +229,8 @@ int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t
     int rc = find(md, name, &t, &file, err);
     if (rc < 0) return rc;
     int same = t->ndim == ndim;
-    for (int i = 0; same && i < ndim; i++) same = t->shape[i] == shape[i];
+    for (int i = 0; same && i < ndim; i++)
+        same = t->shape[i] == shape[i];
     if (!same) {
         char want[128] = "", got[128] = "";
         for (int i = 0; i < ndim; i++)

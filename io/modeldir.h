@@ -15,15 +15,15 @@
 struct ah_error;
 
 struct modeldir {
-    char *dir;            // owned
-    char *config_path;    // owned: DIR/config.json
-    char *config_text;    // owned: the file's text, for provenance
-    void *config;         // owned cJSON object
-    void *index;          // owned cJSON weight_map object, or NULL for a single file
-    char *index_path;     // owned, or NULL
+    char *dir;             // owned
+    char *config_path;     // owned: DIR/config.json
+    char *config_text;     // owned: the file's text, for provenance
+    void *config;          // owned cJSON object
+    void *index;           // owned cJSON weight_map object, or NULL for a single file
+    char *index_path;      // owned, or NULL
     struct st_file *files; // (n_files) owned
     int n_files;
-    float **owned;        // (n_owned) widened tensors
+    float **owned; // (n_owned) widened tensors
     int n_owned, cap_owned;
 };
 

@@ -38,7 +38,8 @@ static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, co
                        "%s: tensor \"%s\": expected \"dtype\", \"shape\" and two \"data_offsets\"",
                        path, t->name);
     int k = 0;
-    while (k < ST_N_DTYPES && strcmp(dt->valuestring, dtype_names[k])) k++;
+    while (k < ST_N_DTYPES && strcmp(dt->valuestring, dtype_names[k]))
+        k++;
     if (k == ST_N_DTYPES)
         return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": unsupported dtype \"%s\"", path,
                        t->name, dt->valuestring);
@@ -51,8 +52,8 @@ static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, co
     for (int i = 0; i < t->ndim; i++) {
         const cJSON *d = cJSON_GetArrayItem(sh, i);
         if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9.0e15)
-            return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": bad shape entry %d", path,
-                           t->name, i);
+            return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": bad shape entry %d", path, t->name,
+                           i);
         t->shape[i] = (int64_t)d->valuedouble;
         count *= (double)t->shape[i];
     }
@@ -104,7 +105,8 @@ int st_open(struct st_file *f, const char *path, struct ah_error *err) {
     }
     const unsigned char *p = f->map;
     uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | p[i];
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | p[i];
     if (hlen > f->size - 8) {
         rc = ah_fail(err, AH_EFORMAT, "%s: header length %llu past the end of the %zu-byte file",
                      path, (unsigned long long)hlen, f->size);
@@ -159,7 +161,8 @@ const struct st_tensor *st_find(const struct st_file *f, const char *name) {
 }
 
 void st_close(struct st_file *f) {
-    for (int i = 0; i < f->n; i++) free(f->t[i].name);
+    for (int i = 0; i < f->n; i++)
+        free(f->t[i].name);
     free(f->t);
     if (f->map) munmap(f->map, f->size);
     if (f->fd >= 0) close(f->fd);
@@ -178,7 +181,8 @@ int st_write(const char *path, const struct st_wtensor *t, int n, struct ah_erro
     uint64_t off = 0;
     for (int i = 0; i < n; i++) {
         uint64_t nb = st_dtype_size(t[i].dtype);
-        for (int d = 0; d < t[i].ndim; d++) nb *= (uint64_t)t[i].shape[d];
+        for (int d = 0; d < t[i].ndim; d++)
+            nb *= (uint64_t)t[i].shape[d];
         cJSON *e = cJSON_AddObjectToObject(h, t[i].name);
         if (!e || !cJSON_AddStringToObject(e, "dtype", st_dtype_name(t[i].dtype))) goto fail;
         cJSON *sh = cJSON_AddArrayToObject(e, "shape");
@@ -199,12 +203,15 @@ int st_write(const char *path, const struct st_wtensor *t, int n, struct ah_erro
         goto fail;
     }
     unsigned char hl[8];
-    for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        hl[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     int ok = fwrite(hl, 1, 8, fp) == 8 && fwrite(text, 1, len, fp) == len;
-    for (size_t i = len; ok && i < padded; i++) ok = fputc(' ', fp) != EOF;
+    for (size_t i = len; ok && i < padded; i++)
+        ok = fputc(' ', fp) != EOF;
     for (int i = 0; ok && i < n; i++) {
         size_t nb = st_dtype_size(t[i].dtype);
-        for (int d = 0; d < t[i].ndim; d++) nb *= (size_t)t[i].shape[d];
+        for (int d = 0; d < t[i].ndim; d++)
+            nb *= (size_t)t[i].shape[d];
         ok = fwrite(t[i].data, 1, nb, fp) == nb;
     }
     if (fclose(fp) != 0) ok = 0;

@@ -16,20 +16,20 @@ enum st_dtype { ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_U8, ST_N_DTYPES };
 #define ST_MAX_DIMS 8
 
 struct st_tensor {
-    char *name;            // owned
+    char *name; // owned
     enum st_dtype dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    const void *data;      // borrowed: into the mapping
+    const void *data; // borrowed: into the mapping
     size_t nbytes;
 };
 
 struct st_file {
-    char *path;            // owned
-    int fd;                // -1 when closed
-    void *map;             // PROT_READ mapping of the whole file, or NULL
+    char *path; // owned
+    int fd;     // -1 when closed
+    void *map;  // PROT_READ mapping of the whole file, or NULL
     size_t size;
-    struct st_tensor *t;   // (n) owned
+    struct st_tensor *t; // (n) owned
     int n;
 };
 

@@ -21,7 +21,8 @@ static int check_keys(const cJSON *obj, const char *const *allowed, const char *
     const cJSON *e;
     cJSON_ArrayForEach(e, obj) {
         int ok = 0;
-        for (int i = 0; allowed[i] && !ok; i++) ok = !strcmp(e->string, allowed[i]);
+        for (int i = 0; allowed[i] && !ok; i++)
+            ok = !strcmp(e->string, allowed[i]);
         if (ok) continue;
         char list[256] = "";
         for (int i = 0; allowed[i]; i++)
@@ -74,7 +75,8 @@ static int get_int(const cJSON *obj, const char *key, const char *path, const ch
 
 static int line_of(const char *text, const char *at) {
     int line = 1;
-    for (const char *p = text; p < at && *p; p++) line += *p == '\n';
+    for (const char *p = text; p < at && *p; p++)
+        line += *p == '\n';
     return line;
 }
 
@@ -137,13 +139,17 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
     free(dpath);
     if (!j->data_format) j->data_format = strdup("jsonl");
     if (strcmp(j->data_format, "jsonl"))
-        return ah_fail(err, AH_EINVAL, "%s: \"data.format\": \"%s\" is not supported (expected "
-                       "\"jsonl\")", path, j->data_format);
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"data.format\": \"%s\" is not supported (expected "
+                       "\"jsonl\")",
+                       path, j->data_format);
 
     const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");
     if (!cJSON_IsArray(acts) || cJSON_GetArraySize(acts) == 0)
-        return ah_fail(err, AH_EINVAL, "%s: \"activations\": expected a non-empty array of names "
-                       "or globs (see `harvest activations MODEL_DIR`)", path);
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"activations\": expected a non-empty array of names "
+                       "or globs (see `harvest activations MODEL_DIR`)",
+                       path);
     j->activations = calloc((size_t)cJSON_GetArraySize(acts), sizeof(char *));
     if (!j->activations) return -AH_ENOMEM;
     const cJSON *a;
@@ -173,21 +179,25 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
         j->out_dtype = !strcmp(dt, "float32")    ? JOB_F32
                        : !strcmp(dt, "float16")  ? JOB_F16
                        : !strcmp(dt, "bfloat16") ? JOB_BF16
-                                                 : (enum job_dtype)-1;
+                                                 : (enum job_dtype) - 1;
         if ((int)j->out_dtype < 0)
-            rc = ah_fail(err, AH_EINVAL, "%s: \"output.dtype\": \"%s\" (expected \"float32\", "
-                         "\"float16\" or \"bfloat16\")", path, dt);
+            rc = ah_fail(err, AH_EINVAL,
+                         "%s: \"output.dtype\": \"%s\" (expected \"float32\", "
+                         "\"float16\" or \"bfloat16\")",
+                         path, dt);
         free(dt);
         if (rc < 0) return rc;
     }
     if ((rc = get_string(out, "layout", path, "output.", false, &lay, err)) < 0) return rc;
     if (lay) {
-        j->layout = !strcmp(lay, "prompt") ? JOB_LAYOUT_PROMPT
+        j->layout = !strcmp(lay, "prompt")  ? JOB_LAYOUT_PROMPT
                     : !strcmp(lay, "token") ? JOB_LAYOUT_TOKEN
-                                            : (enum job_layout)-1;
+                                            : (enum job_layout) - 1;
         if ((int)j->layout < 0)
-            rc = ah_fail(err, AH_EINVAL, "%s: \"output.layout\": \"%s\" (expected \"prompt\" or "
-                         "\"token\")", path, lay);
+            rc = ah_fail(err, AH_EINVAL,
+                         "%s: \"output.layout\": \"%s\" (expected \"prompt\" or "
+                         "\"token\")",
+                         path, lay);
         free(lay);
         if (rc < 0) return rc;
     }
@@ -219,8 +229,11 @@ int job_load(struct job *j, const char *path, struct ah_error *err) {
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
     if (!root) {
         const char *at = end ? end : cJSON_GetErrorPtr();
-        rc = ah_fail(err, AH_EINVAL, "%s: line %d: malformed JSON near \"%.20s\"", path,
-                     at ? line_of(text, at) : 0, at ? at : "");
+        int n = 0; // the excerpt stops at the end of its line
+        while (at && n < 20 && at[n] && at[n] != '\n')
+            n++;
+        rc = ah_fail(err, AH_EINVAL, "%s: line %d: malformed JSON near \"%.*s\"", path,
+                     at ? line_of(text, at) : 0, n, at ? at : "");
         free(text);
         return rc;
     }
@@ -235,7 +248,8 @@ int job_load(struct job *j, const char *path, struct ah_error *err) {
 }
 
 void job_free(struct job *j) {
-    for (int i = 0; i < j->n_activations; i++) free(j->activations[i]);
+    for (int i = 0; i < j->n_activations; i++)
+        free(j->activations[i]);
     free(j->activations);
     free(j->path);
     free(j->text);
@@ -254,7 +268,8 @@ static int edit_distance(const char *a, const char *b) {
     int la = (int)strlen(a), lb = (int)strlen(b);
     if (la > 127 || lb > 127) return 1 << 20;
     int row[128];
-    for (int j = 0; j <= lb; j++) row[j] = j;
+    for (int j = 0; j <= lb; j++)
+        row[j] = j;
     for (int i = 1; i <= la; i++) {
         int prev = row[0];
         row[0] = i;

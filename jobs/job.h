@@ -13,22 +13,22 @@ enum job_layout { JOB_LAYOUT_PROMPT, JOB_LAYOUT_TOKEN };
 enum job_dtype { JOB_F32, JOB_F16, JOB_BF16 };
 
 struct job {
-    char *path;           // the job file as given; owned
-    char *text;           // the job as compact JSON text (provenance, resume check); owned
-    char *model;          // resolved model folder; owned
-    char *data_path;      // resolved data file; owned
-    char *data_format;    // "jsonl"; owned
-    char *data_field;     // field holding the prompt, or NULL: "input_ids" else "text"; owned
-    char **activations;   // (n_activations) names or globs as written; owned
+    char *path;         // the job file as given; owned
+    char *text;         // the job as compact JSON text (provenance, resume check); owned
+    char *model;        // resolved model folder; owned
+    char *data_path;    // resolved data file; owned
+    char *data_format;  // "jsonl"; owned
+    char *data_field;   // field holding the prompt, or NULL: "input_ids" else "text"; owned
+    char **activations; // (n_activations) names or globs as written; owned
     int n_activations;
-    int max_seq_len;      // 0: the longest prompt, capped by the model
-    int batch_size;       // prompts per forward (default 8)
-    char *out_path;       // resolved output path; owned
+    int max_seq_len; // 0: the longest prompt, capped by the model
+    int batch_size;  // prompts per forward (default 8)
+    char *out_path;  // resolved output path; owned
     enum job_dtype out_dtype;
     enum job_layout layout;
-    int compression;      // gzip level 0-9
-    int pipeline_stages;  // >= 1
-    int expert_parallel;  // >= 1
+    int compression;     // gzip level 0-9
+    int pipeline_stages; // >= 1
+    int expert_parallel; // >= 1
 };
 
 // Returns 0 or -AH_ENOENT / -AH_EFORMAT / -AH_EINVAL with "FILE: line N: ..." or "FILE: KEY: ...".

@@ -16,10 +16,12 @@ int ah_fail(struct ah_error *err, int code, const char *fmt, ...) {
 
 const char *ah_strerror(int neg_code) {
     switch (-neg_code) {
-        case AH_OK: return "ok";
-#define XX(name, exitcode, text)                                                                   \
-    case AH_##name: return text;
-        AH_ERRNO_MAP(XX)
+        case AH_OK:
+            return "ok";
+#define XX(name, exitcode, text) \
+    case AH_##name:              \
+        return text;
+            AH_ERRNO_MAP(XX)
 #undef XX
     }
     return "unknown error";
@@ -27,10 +29,12 @@ const char *ah_strerror(int neg_code) {
 
 int ah_exit_code(int neg_code) {
     switch (-neg_code) {
-        case AH_OK: return 0;
-#define XX(name, exitcode, text)                                                                   \
-    case AH_##name: return exitcode;
-        AH_ERRNO_MAP(XX)
+        case AH_OK:
+            return 0;
+#define XX(name, exitcode, text) \
+    case AH_##name:              \
+        return exitcode;
+            AH_ERRNO_MAP(XX)
 #undef XX
     }
     return 2;

@@ -10,13 +10,13 @@
 #include <stdlib.h>
 
 // XX(name, exit code of `harvest run`, text)
-#define AH_ERRNO_MAP(XX)                                                                           \
-    XX(EINVAL, 1, "invalid input")                                                                 \
-    XX(EFORMAT, 1, "malformed file")                                                               \
-    XX(ENOENT, 1, "no such file")                                                                  \
-    XX(EEXIST, 1, "output exists")                                                                 \
-    XX(ENOMEM, 2, "out of memory")                                                                 \
-    XX(EIO, 2, "I/O error")                                                                        \
+#define AH_ERRNO_MAP(XX)             \
+    XX(EINVAL, 1, "invalid input")   \
+    XX(EFORMAT, 1, "malformed file") \
+    XX(ENOENT, 1, "no such file")    \
+    XX(EEXIST, 1, "output exists")   \
+    XX(ENOMEM, 2, "out of memory")   \
+    XX(EIO, 2, "I/O error")          \
     XX(ESTOP, 3, "stopped by a signal")
 
 enum ah_code {
@@ -39,12 +39,12 @@ int ah_fail(struct ah_error *err, int code, const char *fmt, ...)
 const char *ah_strerror(int neg_code);
 int ah_exit_code(int neg_code); // 1 bad input, 2 system failure, 3 stopped
 
-#define AH_ASSERT(x)                                                                               \
-    do {                                                                                           \
-        if (!(x)) {                                                                                \
-            fprintf(stderr, "%s:%d: AH_ASSERT(%s) failed\n", __FILE__, __LINE__, #x);              \
-            abort();                                                                               \
-        }                                                                                          \
+#define AH_ASSERT(x)                                                                  \
+    do {                                                                              \
+        if (!(x)) {                                                                   \
+            fprintf(stderr, "%s:%d: AH_ASSERT(%s) failed\n", __FILE__, __LINE__, #x); \
+            abort();                                                                  \
+        }                                                                             \
     } while (0)
 
 #endif

@@ -63,18 +63,18 @@ void encdec_catalogue(const struct encdec_config *c, struct tap_desc *out) {
             for (int p = 0; p < ED_N_BLOCK_TAPS; p++) {
                 snprintf(name, sizeof name, "%s_%d_%s", dec ? "decoder" : "encoder", l,
                          block_taps[p].suffix);
-                const char *m = dec && block_taps[p].m_dec[0] ? block_taps[p].m_dec
-                                                              : block_taps[p].m_enc;
-                r |= tap_desc_set(&out[encdec_tap_id_block(c, dec, l, p)], name, block_taps[p].dtype,
-                                  block_taps[p].shape, m, dec ? ne + l : l);
+                const char *m =
+                    dec && block_taps[p].m_dec[0] ? block_taps[p].m_dec : block_taps[p].m_enc;
+                r |= tap_desc_set(&out[encdec_tap_id_block(c, dec, l, p)], name,
+                                  block_taps[p].dtype, block_taps[p].shape, m, dec ? ne + l : l);
             }
         }
     }
     r |= tap_desc_set(&out[encdec_id_enc_pre_final_norm(c)], "encoder_pre_final_norm", TAP_F32, BSF,
                       "Encoder hidden state before encoder final RMSNorm", ne - 1);
-    r |= tap_desc_set(&out[encdec_id_enc_output(c)], "encoder_output", TAP_F32, BSF,
-                      "Normalized encoder representation used as decoder global K/V source",
-                      ne - 1);
+    r |=
+        tap_desc_set(&out[encdec_id_enc_output(c)], "encoder_output", TAP_F32, BSF,
+                     "Normalized encoder representation used as decoder global K/V source", ne - 1);
     r |= tap_desc_set(&out[encdec_id_dec_output(c)], "decoder_output", TAP_F32, BSF,
                       "Last decoder block output before final RMSNorm", nb - 1);
     r |= tap_desc_set(&out[encdec_id_final_hidden(c)], "final_hidden", TAP_F32, BSF,
@@ -167,15 +167,30 @@ int encdec_state_init(struct encdec_state *s, const struct encdec_config *c, int
         float **p;
         int64_t n;
     } f[] = {
-        {&s->x, N * C},     {&s->xn, N * C},        {&s->q, N * HD},       {&s->kg, N * HD},
-        {&s->vg, N * HD},   {&s->kl, N * HD},       {&s->vl, N * HD},      {&s->y, N * HD},
-        {&s->ao, N * C},    {&s->fo, N * C},        {&s->gate, N * F},     {&s->up, N * F},
-        {&s->act, N * F},   {&s->enc_out, N * C},   {&s->att, H * T * 2 * T}, {&s->logits, T * V},
-        {&s->cos_t, T * D / 2}, {&s->sin_t, T * D / 2}, {&s->scratch, H * 2 * T * D},
+        {&s->x, N * C},
+        {&s->xn, N * C},
+        {&s->q, N * HD},
+        {&s->kg, N * HD},
+        {&s->vg, N * HD},
+        {&s->kl, N * HD},
+        {&s->vl, N * HD},
+        {&s->y, N * HD},
+        {&s->ao, N * C},
+        {&s->fo, N * C},
+        {&s->gate, N * F},
+        {&s->up, N * F},
+        {&s->act, N * F},
+        {&s->enc_out, N * C},
+        {&s->att, H * T * 2 * T},
+        {&s->logits, T * V},
+        {&s->cos_t, T * D / 2},
+        {&s->sin_t, T * D / 2},
+        {&s->scratch, H * 2 * T * D},
     };
     size_t nf = sizeof f / sizeof f[0];
     int64_t total = 0;
-    for (size_t i = 0; i < nf; i++) total += (f[i].n + 15) / 16 * 16; // 64-byte aligned pieces
+    for (size_t i = 0; i < nf; i++)
+        total += (f[i].n + 15) / 16 * 16; // 64-byte aligned pieces
     int64_t mask_n = T * 2 * T;
     s->arena = aligned_alloc(64, (size_t)(total * 4 + mask_n * 8 + 64));
     if (!s->arena) return -AH_ENOMEM;
@@ -263,13 +278,15 @@ static void emit_masks(const struct tap *tp, int base, int b, int T, int W, int6
     // the (T, T) halves reuse the same buffer, one after the other
     if (tap_wants(tp, ig)) {
         for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++) mask[(int64_t)i * T + j] = global_allowed(i, j);
+            for (int j = 0; j < T; j++)
+                mask[(int64_t)i * T + j] = global_allowed(i, j);
         struct tview v = {mask, TAP_I64, 4, {1, 1, T, T}};
         tp->take(tp->u, ig, b, &v);
     }
     if (tap_wants(tp, il)) {
         for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++) mask[(int64_t)i * T + j] = local_allowed(i, j, W);
+            for (int j = 0; j < T; j++)
+                mask[(int64_t)i * T + j] = local_allowed(i, j, W);
         struct tview v = {mask, TAP_I64, 4, {1, 1, T, T}};
         tp->take(tp->u, il, b, &v);
     }
@@ -313,7 +330,8 @@ static void attention(const struct encdec *m, struct encdec_state *s, const stru
     for (int h = 0; h < H; h++) {
         for (int i = 0; i < T; i++) {
             float *row = s->att + ((int64_t)h * T + i) * T2;
-            for (int j = i + 1; j < T; j++) row[j] = -INFINITY; // global: j <= i
+            for (int j = i + 1; j < T; j++)
+                row[j] = -INFINITY; // global: j <= i
             for (int j = 0; j < T; j++)
                 if (!local_allowed(i, j, W)) row[T + j] = -INFINITY;
         }
@@ -350,9 +368,9 @@ static void block_forward(const struct encdec *m, struct encdec_state *s, const 
 
     // projections: queries and local K/V from norm1, global K/V from norm1 or encoder_output
     const float *gsrc = dec ? s->enc_out : s->xn;
-    op_matmul(s->q, s->xn, w->wq, N, C, HD);  // (N, HD)
-    op_matmul(s->kg, gsrc, w->wkg, N, C, HD); // (N, HD)
-    op_matmul(s->vg, gsrc, w->wvg, N, C, HD); // (N, HD)
+    op_matmul(s->q, s->xn, w->wq, N, C, HD);   // (N, HD)
+    op_matmul(s->kg, gsrc, w->wkg, N, C, HD);  // (N, HD)
+    op_matmul(s->vg, gsrc, w->wvg, N, C, HD);  // (N, HD)
     op_matmul(s->kl, s->xn, w->wkl, N, C, HD); // (N, HD)
     op_matmul(s->vl, s->xn, w->wvl, N, C, HD); // (N, HD)
     emit_heads(tp, base + ED_Q_PRE_ROPE, bt, s->q, H, D, s->scratch);
@@ -409,7 +427,8 @@ void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct
     const struct encdec_config *c = &m->cfg;
     int ne = c->n_layer_enc, nb = ne + c->n_layer_dec, C = c->hidden, V = c->vocab;
     AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= nb);
-    for (int b = 0; b < bt->n; b++) AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+    for (int b = 0; b < bt->n; b++)
+        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
 
     if (blk_begin == 0) {
         embed(m, s->x, bt); // (N, C)
@@ -445,7 +464,7 @@ void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct
 
 double encdec_flops(const struct encdec_config *c, int T, bool with_head) {
     double C = c->hidden, HD = (double)c->n_head * c->head_dim, F = c->ffn_dim, t = T;
-    double proj = 2.0 * t * C * HD * 6;         // q, kg, vg, kl, vl, o
+    double proj = 2.0 * t * C * HD * 6;                           // q, kg, vg, kl, vl, o
     double att = 2.0 * c->n_head * t * (2 * t) * c->head_dim * 2; // scores + probs.v
     double ffn = 2.0 * t * C * F * 3;
     double blocks = (c->n_layer_enc + c->n_layer_dec) * (proj + att + ffn);

@@ -30,56 +30,59 @@ struct encdec_config {
 // encoder, meaning in the decoder)
 #define SRC_E "source: the block's norm1"
 #define SRC_D "source: encoder_output"
-#define ENCDEC_BLOCK_TAPS(X)                                                                       \
-    X(INPUT, "input", TAP_F32, "batch,sequence,feature", "Block input before attention RMSNorm", "") \
-    X(NORM1, "norm1", TAP_F32, "batch,sequence,feature",                                           \
-      "Block input after attention RMSNorm; local K/V source", "")                                 \
-    X(Q_PRE_ROPE, "q_pre_rope", TAP_F32, "batch,head,sequence,head_dim",                           \
-      "Query linear projection before RoPE", "")                                                   \
-    X(Q, "q", TAP_F32, "batch,head,sequence,head_dim", "Query after RoPE, used in attention scores", \
-      "")                                                                                          \
-    X(GK_PRE_ROPE, "global_k_pre_rope", TAP_F32, "batch,head,sequence,head_dim",                   \
-      "Global key projection before RoPE; " SRC_E, "Global key projection before RoPE; " SRC_D)    \
-    X(GK, "global_k", TAP_F32, "batch,head,sequence,head_dim",                                     \
-      "Global key after RoPE, used in attention scores; " SRC_E,                                   \
-      "Global key after RoPE, used in attention scores; " SRC_D)                                   \
-    X(GV, "global_v", TAP_F32, "batch,head,sequence,head_dim",                                     \
-      "Global value projection used in attention output; " SRC_E,                                  \
-      "Global value projection used in attention output; " SRC_D)                                  \
-    X(LK_PRE_ROPE, "local_k_pre_rope", TAP_F32, "batch,head,sequence,head_dim",                    \
-      "Local key projection before RoPE", "")                                                      \
-    X(LK, "local_k", TAP_F32, "batch,head,sequence,head_dim",                                      \
-      "Local key after RoPE, used in attention scores", "")                                        \
-    X(LV, "local_v", TAP_F32, "batch,head,sequence,head_dim",                                      \
-      "Local value projection used in attention output", "")                                       \
-    X(COMBINED_K, "combined_k", TAP_F32, "batch,head,global+local-key,head_dim",                   \
-      "Global keys followed by local keys on the sequence axis", "")                               \
-    X(COMBINED_V, "combined_v", TAP_F32, "batch,head,global+local-key,head_dim",                   \
-      "Global values followed by local values on the sequence axis", "")                           \
-    X(GLOBAL_MASK, "global_mask", TAP_I64, "batch,broadcast-head,query,key",                       \
-      "Allowed global key positions; causal", "")                                                  \
-    X(LOCAL_MASK, "local_mask", TAP_I64, "batch,broadcast-head,query,key",                         \
-      "Allowed local key positions; causal and within local window", "")                           \
-    X(ATTENTION_MASK, "attention_mask", TAP_I64, "batch,broadcast-head,query,global+local-key",    \
-      "Global mask followed by local mask; 1 allowed, 0 blocked", "")                              \
-    X(ATTN_SCORES, "attn_scores", TAP_F32, "batch,head,query,global+local-key",                    \
-      "Scaled Q times transposed combined K, before mask", "")                                     \
-    X(ATTN_MASKED_SCORES, "attn_masked_scores", TAP_F32, "batch,head,query,global+local-key",      \
-      "Attention scores with blocked positions set to negative infinity", "")                      \
-    X(ATTN_PROBS, "attn_probs", TAP_F32, "batch,head,query,global+local-key",                      \
-      "Softmax probabilities actually multiplied by combined V", "")                               \
-    X(ATTN_OUTPUT, "attn_output", TAP_F32, "batch,sequence,feature",                               \
-      "Attention result after output projection, before residual add", "")                         \
-    X(AFTER_ATTN_RESIDUAL, "after_attn_residual", TAP_F32, "batch,sequence,feature",               \
-      "Hidden state after attention residual add", "")                                             \
-    X(NORM2, "norm2", TAP_F32, "batch,sequence,feature", "Hidden state after FFN RMSNorm", "")     \
-    X(FFN_GATE, "ffn_gate", TAP_F32, "batch,sequence,ffn_dim", "SwiGLU gate linear projection", "") \
-    X(FFN_UP, "ffn_up", TAP_F32, "batch,sequence,ffn_dim", "SwiGLU up linear projection", "")       \
-    X(FFN_ACTIVATION, "ffn_activation", TAP_F32, "batch,sequence,ffn_dim",                         \
-      "SwiGLU product SiLU(gate) times up", "")                                                    \
-    X(FFN_OUTPUT, "ffn_output", TAP_F32, "batch,sequence,feature",                                 \
-      "FFN down projection before residual add", "")                                               \
-    X(OUTPUT, "output", TAP_F32, "batch,sequence,feature", "Block output after FFN residual add", "")
+#define ENCDEC_BLOCK_TAPS(X)                                                                      \
+    X(INPUT, "input", TAP_F32, "batch,sequence,feature", "Block input before attention RMSNorm",  \
+      "")                                                                                         \
+    X(NORM1, "norm1", TAP_F32, "batch,sequence,feature",                                          \
+      "Block input after attention RMSNorm; local K/V source", "")                                \
+    X(Q_PRE_ROPE, "q_pre_rope", TAP_F32, "batch,head,sequence,head_dim",                          \
+      "Query linear projection before RoPE", "")                                                  \
+    X(Q, "q", TAP_F32, "batch,head,sequence,head_dim",                                            \
+      "Query after RoPE, used in attention scores", "")                                           \
+    X(GK_PRE_ROPE, "global_k_pre_rope", TAP_F32, "batch,head,sequence,head_dim",                  \
+      "Global key projection before RoPE; " SRC_E, "Global key projection before RoPE; " SRC_D)   \
+    X(GK, "global_k", TAP_F32, "batch,head,sequence,head_dim",                                    \
+      "Global key after RoPE, used in attention scores; " SRC_E,                                  \
+      "Global key after RoPE, used in attention scores; " SRC_D)                                  \
+    X(GV, "global_v", TAP_F32, "batch,head,sequence,head_dim",                                    \
+      "Global value projection used in attention output; " SRC_E,                                 \
+      "Global value projection used in attention output; " SRC_D)                                 \
+    X(LK_PRE_ROPE, "local_k_pre_rope", TAP_F32, "batch,head,sequence,head_dim",                   \
+      "Local key projection before RoPE", "")                                                     \
+    X(LK, "local_k", TAP_F32, "batch,head,sequence,head_dim",                                     \
+      "Local key after RoPE, used in attention scores", "")                                       \
+    X(LV, "local_v", TAP_F32, "batch,head,sequence,head_dim",                                     \
+      "Local value projection used in attention output", "")                                      \
+    X(COMBINED_K, "combined_k", TAP_F32, "batch,head,global+local-key,head_dim",                  \
+      "Global keys followed by local keys on the sequence axis", "")                              \
+    X(COMBINED_V, "combined_v", TAP_F32, "batch,head,global+local-key,head_dim",                  \
+      "Global values followed by local values on the sequence axis", "")                          \
+    X(GLOBAL_MASK, "global_mask", TAP_I64, "batch,broadcast-head,query,key",                      \
+      "Allowed global key positions; causal", "")                                                 \
+    X(LOCAL_MASK, "local_mask", TAP_I64, "batch,broadcast-head,query,key",                        \
+      "Allowed local key positions; causal and within local window", "")                          \
+    X(ATTENTION_MASK, "attention_mask", TAP_I64, "batch,broadcast-head,query,global+local-key",   \
+      "Global mask followed by local mask; 1 allowed, 0 blocked", "")                             \
+    X(ATTN_SCORES, "attn_scores", TAP_F32, "batch,head,query,global+local-key",                   \
+      "Scaled Q times transposed combined K, before mask", "")                                    \
+    X(ATTN_MASKED_SCORES, "attn_masked_scores", TAP_F32, "batch,head,query,global+local-key",     \
+      "Attention scores with blocked positions set to negative infinity", "")                     \
+    X(ATTN_PROBS, "attn_probs", TAP_F32, "batch,head,query,global+local-key",                     \
+      "Softmax probabilities actually multiplied by combined V", "")                              \
+    X(ATTN_OUTPUT, "attn_output", TAP_F32, "batch,sequence,feature",                              \
+      "Attention result after output projection, before residual add", "")                        \
+    X(AFTER_ATTN_RESIDUAL, "after_attn_residual", TAP_F32, "batch,sequence,feature",              \
+      "Hidden state after attention residual add", "")                                            \
+    X(NORM2, "norm2", TAP_F32, "batch,sequence,feature", "Hidden state after FFN RMSNorm", "")    \
+    X(FFN_GATE, "ffn_gate", TAP_F32, "batch,sequence,ffn_dim", "SwiGLU gate linear projection",   \
+      "")                                                                                         \
+    X(FFN_UP, "ffn_up", TAP_F32, "batch,sequence,ffn_dim", "SwiGLU up linear projection", "")     \
+    X(FFN_ACTIVATION, "ffn_activation", TAP_F32, "batch,sequence,ffn_dim",                        \
+      "SwiGLU product SiLU(gate) times up", "")                                                   \
+    X(FFN_OUTPUT, "ffn_output", TAP_F32, "batch,sequence,feature",                                \
+      "FFN down projection before residual add", "")                                              \
+    X(OUTPUT, "output", TAP_F32, "batch,sequence,feature", "Block output after FFN residual add", \
+      "")
 
 enum encdec_block_tap {
 #define X(id, suffix, dtype, shape, m_enc, m_dec) ED_##id,
@@ -109,19 +112,19 @@ int64_t encdec_axis_size(const struct encdec_config *c, const char *axis);
 
 // ---- weights ----
 struct encdec_block_w {
-    const float *norm1, *norm2;         // (C)
-    const float *wq, *wkg, *wvg;        // (H*D, C)
-    const float *wkl, *wvl;             // (H*D, C)
-    const float *wo;                    // (C, H*D)
-    const float *wgate, *wup;           // (F, C)
-    const float *wdown;                 // (C, F)
+    const float *norm1, *norm2;  // (C)
+    const float *wq, *wkg, *wvg; // (H*D, C)
+    const float *wkl, *wvl;      // (H*D, C)
+    const float *wo;             // (C, H*D)
+    const float *wgate, *wup;    // (F, C)
+    const float *wdown;          // (C, F)
 };
 
 struct encdec {
     struct encdec_config cfg;
-    const float *embed;                 // (V, C), also the tied LM head; borrowed
-    const float *enc_norm, *dec_norm;   // (C); borrowed
-    struct encdec_block_w *enc, *dec;   // (n_layer_enc), (n_layer_dec); owned arrays of views
+    const float *embed;               // (V, C), also the tied LM head; borrowed
+    const float *enc_norm, *dec_norm; // (C); borrowed
+    struct encdec_block_w *enc, *dec; // (n_layer_enc), (n_layer_dec); owned arrays of views
 };
 
 // A checkpoint tensor the family expects, and where its view goes.
@@ -169,7 +172,8 @@ void encdec_state_free(struct encdec_state *s); // safe on a zeroed struct
 void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct mbatch *bt,
                     const struct tap *tp, int blk_begin, int blk_end);
 
-// Model FLOPs (multiply-adds x 2) of one prompt of length T through all blocks, without the LM head.
+// Model FLOPs (multiply-adds x 2) of one prompt of length T through all blocks, without the LM
+// head.
 double encdec_flops(const struct encdec_config *c, int T, bool with_head);
 
 #endif

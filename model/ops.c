@@ -20,7 +20,8 @@ void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, in
     for (int m = 0; m < M; m++) {
         for (int n = 0; n < N; n++) {
             double acc = 0.0;
-            for (int k = 0; k < K; k++) acc += (double)in[(int64_t)m * K + k] * (double)w[(int64_t)n * K + k];
+            for (int k = 0; k < K; k++)
+                acc += (double)in[(int64_t)m * K + k] * (double)w[(int64_t)n * K + k];
             out[(int64_t)m * N + n] = (float)acc;
         }
     }
@@ -34,16 +35,19 @@ void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float
         const float *x = in + (int64_t)t * C;
         float *o = out + (int64_t)t * C;
         double ss = 0.0;
-        for (int c = 0; c < C; c++) ss += (double)x[c] * (double)x[c];
+        for (int c = 0; c < C; c++)
+            ss += (double)x[c] * (double)x[c];
         float r = (float)(1.0 / sqrt(ss / C + (double)eps));
-        for (int c = 0; c < C; c++) o[c] = x[c] * r * w[c];
+        for (int c = 0; c < C; c++)
+            o[c] = x[c] * r * w[c];
     }
 }
 
 void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, float eps) {
     for (int t = 0; t < T; t++) {
         double ss = 0.0;
-        for (int c = 0; c < C; c++) ss += (double)in[(int64_t)t * C + c] * (double)in[(int64_t)t * C + c];
+        for (int c = 0; c < C; c++)
+            ss += (double)in[(int64_t)t * C + c] * (double)in[(int64_t)t * C + c];
         double r = 1.0 / sqrt(ss / C + (double)eps);
         for (int c = 0; c < C; c++)
             out[(int64_t)t * C + c] = (float)((double)in[(int64_t)t * C + c] * r * (double)w[c]);
@@ -105,7 +109,8 @@ void op_softmax_rows(float *x, int rows, int n) {
     for (int r = 0; r < rows; r++) {
         float *v = x + (int64_t)r * n;
         float mx = -INFINITY;
-        for (int i = 0; i < n; i++) mx = v[i] > mx ? v[i] : mx;
+        for (int i = 0; i < n; i++)
+            mx = v[i] > mx ? v[i] : mx;
         AH_ASSERT(mx > -INFINITY); // every row has at least one allowed key
         float sum = 0.0f;
         for (int i = 0; i < n; i++) {
@@ -113,7 +118,8 @@ void op_softmax_rows(float *x, int rows, int n) {
             sum += v[i];
         }
         float inv = 1.0f / sum;
-        for (int i = 0; i < n; i++) v[i] *= inv;
+        for (int i = 0; i < n; i++)
+            v[i] *= inv;
     }
 }
 
@@ -121,9 +127,12 @@ void op_softmax_rows_ref(float *x, int rows, int n) {
     for (int r = 0; r < rows; r++) {
         float *v = x + (int64_t)r * n;
         double mx = -INFINITY, sum = 0.0;
-        for (int i = 0; i < n; i++) mx = (double)v[i] > mx ? (double)v[i] : mx;
-        for (int i = 0; i < n; i++) sum += exp((double)v[i] - mx);
-        for (int i = 0; i < n; i++) v[i] = (float)(exp((double)v[i] - mx) / sum);
+        for (int i = 0; i < n; i++)
+            mx = (double)v[i] > mx ? (double)v[i] : mx;
+        for (int i = 0; i < n; i++)
+            sum += exp((double)v[i] - mx);
+        for (int i = 0; i < n; i++)
+            v[i] = (float)(exp((double)v[i] - mx) / sum);
     }
 }
 
@@ -145,5 +154,6 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n) {
 }
 
 void op_add(float *out, const float *a, const float *b, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (int64_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
 }

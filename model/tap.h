@@ -28,13 +28,13 @@ struct tview {
 
 // One named activation of a model's catalogue.
 struct tap_desc {
-    char name[TAP_NAME_MAX];                  // e.g. "encoder_0_q"
+    char name[TAP_NAME_MAX]; // e.g. "encoder_0_q"
     enum tap_dtype dtype;
     int ndim;
-    char axes[TAP_MAX_DIMS][TAP_AXIS_MAX];    // semantic shape, e.g. {"batch","head","sequence",..}
-    const char *meaning;                      // static string
-    int block;                                // block that computes it (family numbering),
-                                              // -1 before the first block, n_blocks after the last
+    char axes[TAP_MAX_DIMS][TAP_AXIS_MAX]; // semantic shape, e.g. {"batch","head","sequence",..}
+    const char *meaning;                   // static string
+    int block;                             // block that computes it (family numbering),
+                                           // -1 before the first block, n_blocks after the last
 };
 
 struct tap {

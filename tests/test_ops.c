@@ -1,0 +1,100 @@
+// test_ops.c - kernels against their naive twins on seeded inputs, odd shapes included.
+#include "model/ops.h"
+#include "tests/check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void test_matmul_matches_naive(void) {
+    const int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 33, 9}, {64, 384, 384}, {65, 100, 1}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        float *in = malloc(sizeof(float) * (size_t)(M * K)),
+              *w = malloc(sizeof(float) * (size_t)(N * K));
+        float *a = malloc(sizeof(float) * (size_t)(M * N)),
+              *b = malloc(sizeof(float) * (size_t)(M * N));
+        check_fill(in, M * K, 1 + s);
+        check_fill(w, N * K, 100 + s);
+        op_matmul(a, in, w, M, K, N);
+        op_matmul_ref(b, in, w, M, K, N);
+        check_close("matmul", a, b, M * N, 1e-5f, 1e-5f);
+        free(in), free(w), free(a), free(b);
+    }
+}
+
+static void test_rmsnorm_matches_naive(void) {
+    int T = 7, C = 385;
+    float x[7 * 385], w[385], a[7 * 385], b[7 * 385];
+    check_fill(x, T * C, 2);
+    check_fill(w, C, 3);
+    op_rmsnorm(a, x, w, T, C, 1e-6f);
+    op_rmsnorm_ref(b, x, w, T, C, 1e-6f);
+    check_close("rmsnorm", a, b, T * C, 1e-6f, 1e-5f);
+    memcpy(a, x, sizeof x); // in place
+    op_rmsnorm(a, a, w, T, C, 1e-6f);
+    check_close("rmsnorm in place", a, b, T * C, 1e-6f, 1e-5f);
+}
+
+static void test_rope_matches_naive(void) {
+    int T = 13, H = 3, D = 10, stride = H * D + 4; // padded rows: stride > H*D
+    for (int n_rot = 2; n_rot <= D; n_rot += 4) {
+        float x[13 * 34], y[13 * 34], cs[13 * 5], sn[13 * 5];
+        check_fill(x, T * stride, 4);
+        memcpy(y, x, sizeof x);
+        op_rope_table(cs, sn, T, D, n_rot, 10000.0);
+        op_rope(x, cs, sn, T, H, D, n_rot, stride);
+        op_rope_ref(y, T, H, D, n_rot, stride, 10000.0);
+        check_close("rope", x, y, T * stride, 1e-6f, 1e-5f);
+    }
+    // position 0 is the identity
+    float z[8], z0[8], c[4], s[4];
+    check_fill(z, 8, 5);
+    memcpy(z0, z, sizeof z);
+    op_rope_table(c, s, 1, 8, 8, 10000.0);
+    op_rope(z, c, s, 1, 1, 8, 8, 8);
+    check_close("rope at position 0", z, z0, 8, 0.0f, 0.0f);
+}
+
+static void test_softmax_matches_naive_and_masks(void) {
+    int rows = 5, n = 9;
+    float x[45], y[45];
+    check_fill(x, rows * n, 6);
+    for (int r = 0; r < rows; r++)
+        for (int i = r + 1; i < n; i++)
+            x[r * n + i] = -INFINITY;
+    memcpy(y, x, sizeof x);
+    op_softmax_rows(x, rows, n);
+    op_softmax_rows_ref(y, rows, n);
+    check_close("softmax", x, y, rows * n, 1e-7f, 1e-6f);
+    for (int r = 0; r < rows; r++) {
+        double sum = 0;
+        for (int i = 0; i < n; i++)
+            sum += (double)x[r * n + i];
+        CHECK(fabs(sum - 1.0) < 1e-6);
+        for (int i = r + 1; i < n; i++)
+            CHECK(x[r * n + i] == 0.0f); // exactly 0
+    }
+    float big[3] = {1000.0f, 999.0f, -INFINITY}; // no overflow
+    op_softmax_rows(big, 1, 3);
+    CHECK(isfinite(big[0]) && big[0] > big[1] && big[2] == 0.0f);
+}
+
+static void test_swiglu_matches_naive(void) {
+    float g[101], u[101], a[101], b[101];
+    check_fill(g, 101, 7);
+    check_fill(u, 101, 8);
+    for (int i = 0; i < 101; i++)
+        g[i] *= 20.0f; // saturating tails
+    op_swiglu(a, g, u, 101);
+    op_swiglu_ref(b, g, u, 101);
+    check_close("swiglu", a, b, 101, 1e-6f, 1e-5f);
+}
+
+int main(void) {
+    test_matmul_matches_naive();
+    test_rmsnorm_matches_naive();
+    test_rope_matches_naive();
+    test_softmax_matches_naive_and_masks();
+    test_swiglu_matches_naive();
+    return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}

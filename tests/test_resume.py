@@ -1,0 +1,88 @@
+"""Stop and resume on one rank: SIGTERM, SIGINT or SIGUSR1 at several points of a run -> exit 3
+with `complete` = 0 -> `harvest run --resume` -> the same bytes as an uninterrupted run. A SIGKILL
+is resumed the same way (the last recorded batch boundary)."""
+import os
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+from util import args, check, finish, init_model, run, write_job, write_prompts
+
+harvest, work = args()
+init_model(harvest, f"{work}/model", seed=5)
+lengths = [(37 * i) % 120 + 8 for i in range(48)]
+write_prompts(f"{work}/prompts.jsonl", lengths, seed=5)
+ACTS = ["*_output", "encoder_1_attn_probs", "decoder_2_q", "logits"]
+env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+
+
+def job(name):
+    return write_job(f"{work}/{name}.json", activations=ACTS, batch_size=2,
+                     output={"path": "out.h5", "compression": 1})
+
+
+def same_files(a, b):
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        if sorted(fa.attrs) != sorted(fb.attrs):
+            return "root attribute names differ"
+        for k in fa.attrs:
+            if not np.array_equal(fa.attrs[k], fb.attrs[k]):
+                return f"root attribute {k} differs"
+        names = []
+        fa.visit(names.append)
+        for n in names:
+            if isinstance(fa[n], h5py.Dataset):
+                x, y = fa[n][:], fb[n][:]
+                if x.dtype != y.dtype or x.shape != y.shape or \
+                        not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+                    return f"{n} differs"
+    return None
+
+
+os.makedirs(f"{work}/full", exist_ok=True)
+write_job(f"{work}/full/job.json", model="../model", data="../prompts.jsonl", activations=ACTS,
+          batch_size=2, output={"path": "out.h5", "compression": 1})
+t0 = time.time()
+run(harvest, "run", f"{work}/full/job.json", "--quiet", check=0)
+full_time = time.time() - t0
+print(f"uninterrupted run: {full_time:.2f} s")
+
+cases = [(signal.SIGTERM, 0.25), (signal.SIGINT, 0.5), (signal.SIGUSR1, 0.75),
+         (signal.SIGKILL, 0.3), (signal.SIGKILL, 0.7)]
+for sig, frac in cases:
+    name = f"{sig.name.lower()}_{int(frac * 100)}"
+    d = f"{work}/{name}"
+    os.makedirs(d, exist_ok=True)
+    write_job(f"{d}/job.json", model="../model", data="../prompts.jsonl", activations=ACTS,
+              batch_size=2, output={"path": "out.h5", "compression": 1})
+    p = subprocess.Popen([harvest, "run", f"{d}/job.json", "--quiet"], env=env,
+                         stderr=subprocess.PIPE, text=True)
+    time.sleep(full_time * frac)
+    p.send_signal(sig)
+    try:
+        _, err = p.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        check(False, f"{name}: did not stop within 60 s")
+        continue
+    if p.returncode == 0:
+        print(f"{name}: finished before the signal; nothing to resume")
+    elif sig == signal.SIGKILL:
+        check(p.returncode == -signal.SIGKILL, f"{name}: killed")
+    else:
+        check(p.returncode == 3, f"{name}: exit {p.returncode}, expected 3: {err}")
+        check("--resume" in err, f"{name}: the message says how to continue: {err}")
+        with h5py.File(f"{d}/out.h5", "r") as f:
+            done = f.attrs["prompts_done"]
+            check(f.attrs["complete"] == 0 and 0 < done < 48, f"{name}: complete = 0 after {done} prompts")
+        ins = run(harvest, "inspect", f"{d}/out.h5", check=0).stdout
+        check("complete: no" in ins, f"{name}: inspect says incomplete")
+    r = run(harvest, "run", f"{d}/job.json", "--resume", "--quiet")
+    check(r.returncode == 0, f"{name}: --resume exit {r.returncode}: {r.stderr}")
+    diff = same_files(f"{work}/full/out.h5", f"{d}/out.h5")
+    check(diff is None, f"{name}: resumed output differs from the uninterrupted one: {diff}")
+    print(f"{name}: resumed to an identical output", flush=True)
+finish()
