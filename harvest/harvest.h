@@ -59,6 +59,26 @@ void progress_init(struct progress *p, bool quiet, int64_t total, int64_t total_
 void progress_update(struct progress *p, int64_t done, int64_t done_tokens, bool final);
 double now_seconds(void);
 
+// ---- harvest run ----
+struct run_opts {
+    const char *job_path;
+    bool resume, overwrite, quiet;
+};
+
+struct run_stats {
+    int64_t prompts, tokens; // harvested by this call
+    double seconds;          // whole call
+    double seconds_write;    // inside take() and closing the output: the cost of writing
+    int64_t bytes;           // activation bytes written
+};
+
+// Runs a job (see run.c); stats may be NULL. Returns 0 or a negative AH_E* code.
+int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err);
+
+// Writes the spec model with random weights into dir (see initmodel.c).
+int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
+                      struct ah_error *err);
+
 // ---- subcommands: return the process exit code ----
 int cmd_run(int argc, char **argv);
 int cmd_activations(int argc, char **argv);

@@ -165,6 +165,20 @@ static int make_dirs(const char *dir) {
     return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
+                      struct ah_error *err) {
+    if (make_dirs(dir) != 0)
+        return ah_fail(err, AH_EIO, "init-model: cannot create %s: %s", dir, strerror(errno));
+    struct encdec m;
+    struct model_tensor *list = NULL;
+    int n = encdec_init(&m, &spec_preset, &list);
+    int rc = n < 0 ? n : write_config(dir, &spec_preset, err);
+    if (rc == 0) rc = write_weights(dir, list, n, seed, (enum st_dtype)dtype_st, shards, err);
+    free(list);
+    encdec_free(&m);
+    return rc;
+}
+
 static int usage(void) {
     fprintf(stderr, "usage: harvest init-model --family encdec [--preset spec] [--seed N] "
                     "[--dtype f32|f16|bf16] [--shards N] OUT_DIR\n");
@@ -212,18 +226,8 @@ int cmd_init_model(int argc, char **argv) {
                        : !strcmp(dts, "bf16") ? ST_BF16
                                               : ST_N_DTYPES;
     if (dt == ST_N_DTYPES) return usage();
-    if (make_dirs(dir) != 0) {
-        fprintf(stderr, "harvest: init-model: cannot create %s: %s\n", dir, strerror(errno));
-        return 2;
-    }
-    struct encdec m;
-    struct model_tensor *list = NULL;
-    int n = encdec_init(&m, &spec_preset, &list);
     struct ah_error err = {0};
-    int rc = n < 0 ? n : write_config(dir, &spec_preset, &err);
-    if (rc == 0) rc = write_weights(dir, list, n, seed, dt, shards, &err);
-    free(list);
-    encdec_free(&m);
+    int rc = init_model_encdec(dir, seed, dt, shards, &err);
     if (rc == 0)
         fprintf(stderr, "harvest: wrote the encdec spec model (seed %llu, %s) to %s\n", seed,
                 st_dtype_name(dt), dir);

@@ -87,12 +87,22 @@ static int build_dsets(const struct model *m, const uint8_t *want, enum job_layo
     return n;
 }
 
-struct run_opts {
-    const char *job_path;
-    bool resume, overwrite, quiet;
-};
+// FNV-1a over what the output is built from: source lines, lengths and token ids
+static uint64_t prompts_checksum(const struct ds_prompts *ds) {
+    uint64_t h = 1469598103934665603ull;
+    const int64_t *arrays[3] = {ds->source, ds->len, ds->ids};
+    int64_t counts[3] = {ds->n, ds->n, ds->n_tokens};
+    for (int a = 0; a < 3; a++)
+        for (int64_t i = 0; i < counts[a]; i++) {
+            uint64_t v = (uint64_t)arrays[a][i];
+            for (int b = 0; b < 8; b++)
+                h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+        }
+    return h;
+}
 
-static int run(const struct run_opts *o, struct ah_error *err) {
+int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err) {
+    double t_start = now_seconds();
     struct job j = {0};
     struct model m = {0};
     struct ds_prompts ds = {0};
@@ -159,20 +169,9 @@ static int run(const struct run_opts *o, struct ah_error *err) {
                      j.out_path);
         goto done;
     }
-    if (exists && o->overwrite && unlink(j.out_path) != 0) {
-        rc = ah_fail(err, AH_EIO, "%s: cannot remove the old output for --overwrite", j.out_path);
-        goto done;
-    }
-    if (exists && o->resume) {
-        bool complete = false;
-        rc = h5out_reopen(&out, j.out_path, j.text, store, dsets, n_want, &done_prompts, &complete,
-                          err);
-        if (rc < 0) goto done;
-        if (complete) {
-            if (!o->quiet) fprintf(stderr, "harvest: %s is already complete\n", j.out_path);
-            goto done;
-        }
-    } else {
+    // --overwrite, or a fresh start: nothing of an old output may stay
+    if (!(exists && o->resume) && (rc = h5out_remove(j.out_path, err)) < 0) goto done;
+    {
         tok_pidx = malloc((size_t)(ds.n_tokens + 1) * sizeof *tok_pidx);
         tok_pos = malloc((size_t)(ds.n_tokens + 1) * sizeof *tok_pos);
         if (!tok_pidx || !tok_pos) {
@@ -202,8 +201,16 @@ static int run(const struct run_opts *o, struct ah_error *err) {
             .max_seq_len = S,
             .n_skipped_empty = ds.n_empty,
             .n_truncated = ds.n_truncated,
+            .data_checksum = prompts_checksum(&ds),
         };
-        if ((rc = h5out_create(&out, &hp, dsets, n_want, err)) < 0) goto done;
+        bool complete = false;
+        rc = h5out_open(&out, &hp, dsets, n_want, exists && o->resume, &done_prompts, &complete,
+                        err);
+        if (rc < 0) goto done;
+        if (complete) {
+            if (!o->quiet) fprintf(stderr, "harvest: %s is already complete\n", j.out_path);
+            goto done;
+        }
     }
 
     // ---- forward, batch after batch ----
@@ -233,6 +240,7 @@ static int run(const struct run_opts *o, struct ah_error *err) {
     struct progress pr;
     int64_t done_tokens = done_prompts < ds.n ? ds.off[done_prompts] : ds.n_tokens;
     progress_init(&pr, o->quiet, ds.n, ds.n_tokens, done_prompts, done_tokens);
+    double last_checkpoint = now_seconds();
     for (int64_t p = done_prompts; p < ds.n; p += B) {
         int n = (int)(ds.n - p < B ? ds.n - p : B);
         for (int b = 0; b < n; b++) {
@@ -243,6 +251,8 @@ static int run(const struct run_opts *o, struct ah_error *err) {
         struct mbatch bt = {n, ds.off[p + n - 1] + ds.len[p + n - 1] - ds.off[p],
                             ds.ids + ds.off[p], lens, boff};
         col.first_prompt = p;
+        if ((rc = h5out_begin_batch(out, p + n, ds.off[p + n - 1] + ds.len[p + n - 1], err)) < 0)
+            goto done;
         encdec_forward(&m.ed, &st, &bt, &tp, 0, blk_end);
         if ((rc = col.rc) < 0) {
             *err = col.err;
@@ -250,9 +260,14 @@ static int run(const struct run_opts *o, struct ah_error *err) {
         }
         done_prompts = p + n;
         done_tokens += bt.n_tokens;
-        if ((rc = h5out_progress(out, done_prompts, err)) < 0) goto done;
         progress_update(&pr, done_prompts, done_tokens, false);
-        if (stop_requested && done_prompts < ds.n) {
+        bool stop = stop_requested && done_prompts < ds.n;
+        if ((stop || now_seconds() - last_checkpoint >= j.checkpoint_seconds) &&
+            done_prompts < ds.n) {
+            if ((rc = h5out_checkpoint(out, err)) < 0) goto done;
+            last_checkpoint = now_seconds();
+        }
+        if (stop) {
             progress_update(&pr, done_prompts, done_tokens, true);
             rc = ah_fail(err, AH_ESTOP,
                          "stopped by a signal after %lld of %lld prompts; run the "
@@ -262,8 +277,17 @@ static int run(const struct run_opts *o, struct ah_error *err) {
         }
     }
     progress_update(&pr, done_prompts, done_tokens, true);
+    int64_t bytes = h5out_bytes(out);
+    double t_close = now_seconds();
     rc = h5out_close(out, true, err);
+    col.seconds += now_seconds() - t_close;
     out = NULL;
+    if (stats)
+        *stats = (struct run_stats){.prompts = ds.n - pr.start,
+                                    .tokens = ds.n_tokens - pr.start_tokens,
+                                    .seconds = now_seconds() - t_start,
+                                    .seconds_write = col.seconds,
+                                    .bytes = bytes};
     if (rc < 0) goto done;
     if (!o->quiet)
         fprintf(stderr,
@@ -333,6 +357,6 @@ int cmd_run(int argc, char **argv) {
         return 1;
     }
     struct ah_error err = {0};
-    int rc = run(&o, &err);
+    int rc = harvest_run(&o, NULL, &err);
     return report(rc, &err);
 }

@@ -109,7 +109,8 @@ static int read_all(const char *path, char **out, struct ah_error *err) {
 static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
                                        "batch_size", "output", "parallel",    NULL};
 static const char *const data_keys[] = {"path", "format", "field", NULL};
-static const char *const out_keys[] = {"path", "dtype", "layout", "compression", NULL};
+static const char *const out_keys[] = {
+    "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
 static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
 
 static int parse(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
@@ -201,7 +202,10 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
         free(lay);
         if (rc < 0) return rc;
     }
-    if ((rc = get_int(out, "compression", path, "output.", 0, 9, &j->compression, err)) < 0)
+    j->checkpoint_seconds = 60;
+    if ((rc = get_int(out, "compression", path, "output.", 0, 9, &j->compression, err)) < 0 ||
+        (rc = get_int(out, "checkpoint_seconds", path, "output.", 0, 1 << 30,
+                      &j->checkpoint_seconds, err)) < 0)
         return rc;
 
     j->pipeline_stages = j->expert_parallel = 1;

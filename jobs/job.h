@@ -26,9 +26,10 @@ struct job {
     char *out_path;  // resolved output path; owned
     enum job_dtype out_dtype;
     enum job_layout layout;
-    int compression;     // gzip level 0-9
-    int pipeline_stages; // >= 1
-    int expert_parallel; // >= 1
+    int compression;        // gzip level 0-9
+    int checkpoint_seconds; // seconds between checkpoints (default 60; 0: after every batch)
+    int pipeline_stages;    // >= 1
+    int expert_parallel;    // >= 1
 };
 
 // Returns 0 or -AH_ENOENT / -AH_EFORMAT / -AH_EINVAL with "FILE: line N: ..." or "FILE: KEY: ...".

@@ -33,15 +33,16 @@ static void dump(const struct job *j, const char *dir, char *out, size_t cap) {
     for (int i = 0; i < j->n_activations; i++)
         snprintf(acts + strlen(acts), sizeof acts - strlen(acts), "%s%s", i ? "," : "",
                  j->activations[i]);
-    snprintf(out, cap,
-             "model=%s\ndata=%s\nformat=%s\nfield=%s\nactivations=%s\nmax_seq_len=%d\n"
-             "batch_size=%d\noutput=%s\ndtype=%s\nlayout=%s\ncompression=%d\n"
-             "pipeline_stages=%d\nexpert_parallel=%d",
-             rel(j->model, dir), rel(j->data_path, dir), j->data_format,
-             j->data_field ? j->data_field : "-", acts, j->max_seq_len, j->batch_size,
-             rel(j->out_path, dir), job_dtype_name(j->out_dtype),
-             j->layout == JOB_LAYOUT_TOKEN ? "token" : "prompt", j->compression, j->pipeline_stages,
-             j->expert_parallel);
+    snprintf(
+        out, cap,
+        "model=%s\ndata=%s\nformat=%s\nfield=%s\nactivations=%s\nmax_seq_len=%d\n"
+        "batch_size=%d\noutput=%s\ndtype=%s\nlayout=%s\ncompression=%d\ncheckpoint_seconds=%d\n"
+        "pipeline_stages=%d\nexpert_parallel=%d",
+        rel(j->model, dir), rel(j->data_path, dir), j->data_format,
+        j->data_field ? j->data_field : "-", acts, j->max_seq_len, j->batch_size,
+        rel(j->out_path, dir), job_dtype_name(j->out_dtype),
+        j->layout == JOB_LAYOUT_TOKEN ? "token" : "prompt", j->compression, j->checkpoint_seconds,
+        j->pipeline_stages, j->expert_parallel);
 }
 
 static int run_suite(const char *root, const char *kind) {

@@ -26,8 +26,11 @@ L = ref["prompts/length"][:]
 off = ref["prompts/token_offset"][:]
 S = int(ref.attrs["max_seq_len"])
 check(S == 70, f"default max_seq_len is the longest prompt (70), got {S}")
-check(A["encoder_1_q"].chunks[0] >= 1 and A["encoder_1_q"].chunks[1:] == A["encoder_1_q"].shape[1:],
+seg = h5py.File(f"{work}/ref.h5.parts/seg-000000.h5", "r")["activations"]
+check(seg["encoder_1_q"].chunks[1:] == A["encoder_1_q"].shape[1:],
       "prompt layout: a chunk holds whole prompts")
+check(A["encoder_1_q"].is_virtual and A["encoder_1_q"].virtual_sources()[0].file_name ==
+      "ref.h5.parts/seg-000000.h5", "activations are virtual datasets over segments beside the master")
 
 # ---- token layout ----
 token_names = [n for n in A if "mask" not in n and "attn_" not in n and "combined" not in n]
@@ -49,7 +52,9 @@ with h5py.File(f"{work}/tok.h5", "r") as t:
             rows = np.moveaxis(pr, seq - 1, 0)[:L[p]]
             check(np.array_equal(full[off[p]:off[p] + L[p]], rows),
                   f"{name}: token rows of prompt {p} == prompt layout's valid rows")
-    check(t["activations/logits"].chunks[1:] == (8192,), "token layout: chunks are runs of tokens")
+    seg = h5py.File(f"{work}/tok.h5.parts/seg-000000.h5", "r")["activations"]
+    check(seg["logits"].chunks[1:] == (8192,) and seg["logits"].chunks[0] > 1,
+          "token layout: chunks are runs of tokens")
 
 bad = run(harvest, "run", job("tokbad", acts=["encoder_0_attn_probs", "encoder_0_q",
                                               "decoder_1_local_mask"], layout="token"))
@@ -86,7 +91,7 @@ for dt in ("float16", "bfloat16"):
             check(np.array_equal(got[m].astype(np.float32), want[m].astype(np.float32)),
                   f"{dt}: {name} equals float32 rounded to nearest even")
         if dt == "bfloat16":
-            tid = h["activations/logits"].id.get_type()
+            tid = h["activations/logits"].id.get_type()  # the master's virtual dataset
             check(tid.get_size() == 2 and tid.get_fields()[2] == 8, "bfloat16: 2 bytes, 8 exponent bits")
 
 # ---- gzip ----
@@ -95,7 +100,8 @@ for level in (1, 9):
     with h5py.File(f"{work}/gz{level}.h5", "r") as g:
         for name in A:
             d = g["activations/" + name]
-            check(d.compression == "gzip" and d.compression_opts == level, f"gzip {level}: {name} filter")
+            s = h5py.File(f"{work}/gz{level}.h5.parts/seg-000000.h5", "r")["activations/" + name]
+            check(s.compression == "gzip" and s.compression_opts == level, f"gzip {level}: {name} filter")
             check(np.array_equal(d[:], A[name][:], equal_nan=A[name].dtype != np.int64),
                   f"gzip {level}: {name} values unchanged")
 
@@ -106,4 +112,21 @@ check("complete: yes" in ins and "prompts: 5 (1 empty skipped" in ins and "decod
 ins = run(harvest, "inspect", f"{work}/bfloat16.h5", check=0).stdout
 check("stored bfloat16" in ins, "inspect shows the storage dtype")
 check(run(harvest, "inspect", f"{work}/prompts.jsonl").returncode == 1, "inspect of a non-HDF5 file: exit 1")
+
+# ---- the output moves as a whole: master + parts folder, opened from elsewhere ----
+import os
+import shutil
+
+moved = f"{work}/moved"
+os.makedirs(moved, exist_ok=True)
+shutil.copy(f"{work}/ref.h5", moved)
+shutil.copytree(f"{work}/ref.h5.parts", f"{moved}/ref.h5.parts")
+cwd = os.getcwd()
+os.chdir("/")
+with h5py.File(f"{moved}/ref.h5", "r") as m:
+    for name in A:
+        check(np.array_equal(m["activations/" + name][:], A[name][:], equal_nan=A[name].dtype.kind == "f"),
+              f"moved copy: {name} reads the same")
+    check(np.array_equal(m["tokens/input_ids"][:], ref["tokens/input_ids"][:]), "moved copy: /tokens")
+os.chdir(cwd)
 finish()

@@ -1,6 +1,6 @@
 """Stop and resume on one rank: SIGTERM, SIGINT or SIGUSR1 at several points of a run -> exit 3
 with `complete` = 0 -> `harvest run --resume` -> the same bytes as an uninterrupted run. A SIGKILL
-is resumed the same way (the last recorded batch boundary)."""
+at any moment is resumed from the last checkpoint (here: after every batch) to the same bytes."""
 import os
 import signal
 import subprocess
@@ -17,11 +17,6 @@ lengths = [(37 * i) % 120 + 8 for i in range(48)]
 write_prompts(f"{work}/prompts.jsonl", lengths, seed=5)
 ACTS = ["*_output", "encoder_1_attn_probs", "decoder_2_q", "logits"]
 env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-
-
-def job(name):
-    return write_job(f"{work}/{name}.json", activations=ACTS, batch_size=2,
-                     output={"path": "out.h5", "compression": 1})
 
 
 def same_files(a, b):
@@ -42,9 +37,10 @@ def same_files(a, b):
     return None
 
 
+OUTPUT = {"path": "out.h5", "compression": 1, "checkpoint_seconds": 0}
 os.makedirs(f"{work}/full", exist_ok=True)
 write_job(f"{work}/full/job.json", model="../model", data="../prompts.jsonl", activations=ACTS,
-          batch_size=2, output={"path": "out.h5", "compression": 1})
+          batch_size=2, output=OUTPUT)
 t0 = time.time()
 run(harvest, "run", f"{work}/full/job.json", "--quiet", check=0)
 full_time = time.time() - t0
@@ -57,7 +53,7 @@ for sig, frac in cases:
     d = f"{work}/{name}"
     os.makedirs(d, exist_ok=True)
     write_job(f"{d}/job.json", model="../model", data="../prompts.jsonl", activations=ACTS,
-              batch_size=2, output={"path": "out.h5", "compression": 1})
+              batch_size=2, output=OUTPUT)
     p = subprocess.Popen([harvest, "run", f"{d}/job.json", "--quiet"], env=env,
                          stderr=subprocess.PIPE, text=True)
     time.sleep(full_time * frac)
@@ -72,6 +68,10 @@ for sig, frac in cases:
         print(f"{name}: finished before the signal; nothing to resume")
     elif sig == signal.SIGKILL:
         check(p.returncode == -signal.SIGKILL, f"{name}: killed")
+        with h5py.File(f"{d}/out.h5", "r") as f:  # the master is always a closed file
+            done = f.attrs["prompts_done"]
+            check(f.attrs["complete"] == 0 and 0 < done < 48,
+                  f"{name}: the killed run kept {done} prompts")
     else:
         check(p.returncode == 3, f"{name}: exit {p.returncode}, expected 3: {err}")
         check("--resume" in err, f"{name}: the message says how to continue: {err}")
