@@ -137,21 +137,6 @@ done:
     return rc;
 }
 
-// The spec model (seeds/spec.json plus the dims pinned in issue 2).
-static const struct encdec_config spec_preset = {
-    .n_layer_enc = 4,
-    .n_layer_dec = 4,
-    .hidden = 384,
-    .n_head = 6,
-    .head_dim = 64,
-    .ffn_dim = 1024,
-    .vocab = 8192,
-    .local_window = 64,
-    .max_pos = 512,
-    .eps = 1e-6f,
-    .rope_theta = 10000.0,
-};
-
 // mkdir -p
 static int make_dirs(const char *dir) {
     char p[4096];
@@ -171,8 +156,9 @@ int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
         return ah_fail(err, AH_EIO, "init-model: cannot create %s: %s", dir, strerror(errno));
     struct encdec m;
     struct model_tensor *list = NULL;
-    int n = encdec_init(&m, &spec_preset, &list);
-    int rc = n < 0 ? n : write_config(dir, &spec_preset, err);
+    struct encdec_config c = encdec_spec_config();
+    int n = encdec_init(&m, &c, &list);
+    int rc = n < 0 ? n : write_config(dir, &c, err);
     if (rc == 0) rc = write_weights(dir, list, n, seed, (enum st_dtype)dtype_st, shards, err);
     free(list);
     encdec_free(&m);

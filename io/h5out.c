@@ -416,8 +416,12 @@ static int seg_open(struct h5out *h, struct ah_error *err) {
         if (r >= 0) r = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
         if (r >= 0 && h->p.compression > 0) r = H5Pset_shuffle(dcpl);
         if (r >= 0 && h->p.compression > 0) r = H5Pset_deflate(dcpl, (unsigned)h->p.compression);
-        // OPTIONAL: a cache that holds a chunk while its rows arrive one write at a time
-        size_t cache = chunk_bytes * 2 > (1u << 20) ? chunk_bytes * 2 : (1u << 20);
+        // OPTIONAL: rows arrive one write at a time. Where a chunk holds one row, every write
+        // covers whole chunks and goes straight to the file (no cache, no extra copy); where a
+        // chunk holds several rows, a cache keeps it until its rows are in.
+        size_t cache = chunk[0] == 1                  ? 0
+                       : chunk_bytes * 2 > (1u << 20) ? chunk_bytes * 2
+                                                      : (1u << 20);
         if (r >= 0) r = H5Pset_chunk_cache(dapl, 521, cache, 1.0);
         if (r >= 0) r = h->sdset[i] = H5Dcreate2(g, d->desc->name, ft, s, H5P_DEFAULT, dcpl, dapl);
         H5Pclose(dapl);

@@ -19,42 +19,9 @@ static char *path_join(const char *dir, const char *leaf) {
     return p;
 }
 
-// Reads a whole file into a NUL-terminated buffer (caller frees).
-static int read_text(const char *path, char **out, struct ah_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
-                       strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (cap - len < 65536) {
-            char *nb = realloc(buf, cap = cap * 2 + 65536);
-            if (!nb) {
-                free(buf);
-                fclose(fp);
-                return -AH_ENOMEM;
-            }
-            buf = nb;
-        }
-        size_t r = fread(buf + len, 1, cap - len - 1, fp);
-        len += r;
-        if (r == 0) break;
-    }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (bad) {
-        free(buf);
-        return ah_fail(err, AH_EIO, "%s: read error", path);
-    }
-    buf[len] = '\0';
-    *out = buf;
-    return 0;
-}
-
 static int open_shards(struct modeldir *md, struct ah_error *err) {
     char *text = NULL;
-    int rc = read_text(md->index_path, &text, err);
+    int rc = ah_read_file(md->index_path, &text, err);
     if (rc < 0) return rc;
     cJSON *idx = cJSON_Parse(text);
     free(text);
@@ -115,7 +82,7 @@ int md_open(struct modeldir *md, const char *dir, bool config_only, struct ah_er
         md->config_path = path_join(dir, "config.json");
     }
     if (!md->dir || !md->config_path) goto fail;
-    if ((rc = read_text(md->config_path, &md->config_text, err)) < 0) goto fail;
+    if ((rc = ah_read_file(md->config_path, &md->config_text, err)) < 0) goto fail;
     md->config = cJSON_Parse(md->config_text);
     if (!cJSON_IsObject(md->config)) {
         rc = ah_fail(err, AH_EFORMAT, "%s: not a JSON object", md->config_path);

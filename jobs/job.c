@@ -80,32 +80,6 @@ static int line_of(const char *text, const char *at) {
     return line;
 }
 
-static int read_all(const char *path, char **out, struct ah_error *err) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
-                       strerror(errno));
-    char *buf = NULL;
-    size_t len = 0, cap = 0, r;
-    do {
-        if (cap - len < 4096) {
-            char *nb = realloc(buf, cap = cap * 2 + 4096);
-            if (!nb) {
-                free(buf);
-                fclose(fp);
-                return -AH_ENOMEM;
-            }
-            buf = nb;
-        }
-        r = fread(buf + len, 1, cap - len - 1, fp);
-        len += r;
-    } while (r > 0);
-    fclose(fp);
-    buf[len] = '\0';
-    *out = buf;
-    return 0;
-}
-
 static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
                                        "batch_size", "output", "parallel",    NULL};
 static const char *const data_keys[] = {"path", "format", "field", NULL};
@@ -227,7 +201,7 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
 int job_load(struct job *j, const char *path, struct ah_error *err) {
     memset(j, 0, sizeof *j);
     char *text = NULL;
-    int rc = read_all(path, &text, err);
+    int rc = ah_read_file(path, &text, err);
     if (rc < 0) return rc;
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);

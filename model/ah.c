@@ -1,7 +1,9 @@
 // ah.c - error helpers (see ah.h)
 #include "model/ah.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <string.h>
 
 int ah_fail(struct ah_error *err, int code, const char *fmt, ...) {
     if (err) {
@@ -38,4 +40,35 @@ int ah_exit_code(int neg_code) {
 #undef XX
     }
     return 2;
+}
+
+int ah_read_file(const char *path, char **out, struct ah_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0, r;
+    do {
+        if (cap - len < 65536) {
+            char *nb = realloc(buf, cap = cap * 2 + 65536);
+            if (!nb) {
+                free(buf);
+                fclose(fp);
+                return -AH_ENOMEM;
+            }
+            buf = nb;
+        }
+        r = fread(buf + len, 1, cap - len - 1, fp);
+        len += r;
+    } while (r > 0);
+    int bad = ferror(fp);
+    fclose(fp);
+    if (bad) {
+        free(buf);
+        return ah_fail(err, AH_EIO, "%s: read error", path);
+    }
+    buf[len] = '\0';
+    *out = buf;
+    return 0;
 }

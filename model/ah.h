@@ -39,6 +39,10 @@ int ah_fail(struct ah_error *err, int code, const char *fmt, ...)
 const char *ah_strerror(int neg_code);
 int ah_exit_code(int neg_code); // 1 bad input, 2 system failure, 3 stopped
 
+// Reads a whole file into a NUL-terminated buffer (*out, caller frees). Returns 0, or
+// -AH_ENOENT / -AH_EIO / -AH_ENOMEM with "PATH: cannot open: reason".
+int ah_read_file(const char *path, char **out, struct ah_error *err);
+
 #define AH_ASSERT(x)                                                                  \
     do {                                                                              \
         if (!(x)) {                                                                   \

@@ -326,20 +326,28 @@ static void attention(const struct encdec *m, struct encdec_state *s, const stru
     struct tview va = {s->att, TAP_F32, 4, {1, H, T, T2}};
     tap_emit(tp, base + ED_ATTN_SCORES, b, &va);
 
-    // mask: blocked entries -inf
+    // mask: blocked entries -inf (only for the view; the softmax below skips them anyway)
+    if (tap_wants(tp, base + ED_ATTN_MASKED_SCORES)) {
+        for (int h = 0; h < H; h++) {
+            for (int i = 0; i < T; i++) {
+                float *row = s->att + ((int64_t)h * T + i) * T2;
+                for (int j = i + 1; j < T; j++)
+                    row[j] = -INFINITY; // global: j <= i
+                for (int j = 0; j < T; j++)
+                    if (!local_allowed(i, j, W)) row[T + j] = -INFINITY;
+            }
+        }
+        tap_emit(tp, base + ED_ATTN_MASKED_SCORES, b, &va);
+    }
+
+    // softmax over all 2T keys at once: allowed are global [0, i] and local [i - W + 1, i]
     for (int h = 0; h < H; h++) {
         for (int i = 0; i < T; i++) {
             float *row = s->att + ((int64_t)h * T + i) * T2;
-            for (int j = i + 1; j < T; j++)
-                row[j] = -INFINITY; // global: j <= i
-            for (int j = 0; j < T; j++)
-                if (!local_allowed(i, j, W)) row[T + j] = -INFINITY;
+            int lo = i - W + 1 > 0 ? i - W + 1 : 0;
+            op_softmax_ranges(row, (int)T2, 0, i + 1, T + lo, T + i + 1);
         }
     }
-    tap_emit(tp, base + ED_ATTN_MASKED_SCORES, b, &va);
-
-    // softmax over all 2T keys at once
-    op_softmax_rows(s->att, H * T, (int)T2);
     tap_emit(tp, base + ED_ATTN_PROBS, b, &va);
 
     // y_h = P[:, :T] . vg_h + P[:, T:] . vl_h
@@ -469,4 +477,18 @@ double encdec_flops(const struct encdec_config *c, int T, bool with_head) {
     double ffn = 2.0 * t * C * F * 3;
     double blocks = (c->n_layer_enc + c->n_layer_dec) * (proj + att + ffn);
     return blocks + (with_head ? 2.0 * t * C * c->vocab : 0.0);
+}
+
+struct encdec_config encdec_spec_config(void) {
+    return (struct encdec_config){.n_layer_enc = 4,
+                                  .n_layer_dec = 4,
+                                  .hidden = 384,
+                                  .n_head = 6,
+                                  .head_dim = 64,
+                                  .ffn_dim = 1024,
+                                  .vocab = 8192,
+                                  .local_window = 64,
+                                  .max_pos = 512,
+                                  .eps = 1e-6f,
+                                  .rope_theta = 10000.0};
 }

@@ -172,6 +172,10 @@ void encdec_state_free(struct encdec_state *s); // safe on a zeroed struct
 void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct mbatch *bt,
                     const struct tap *tp, int blk_begin, int blk_end);
 
+// The spec model's dimensions: seeds/spec.json plus those pinned in issue 2 (ffn_dim 1024,
+// rms_norm_eps 1e-6, rope_theta 10000).
+struct encdec_config encdec_spec_config(void);
+
 // Model FLOPs (multiply-adds x 2) of one prompt of length T through all blocks, without the LM
 // head.
 double encdec_flops(const struct encdec_config *c, int T, bool with_head);

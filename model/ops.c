@@ -112,15 +112,48 @@ void op_softmax_rows(float *x, int rows, int n) {
         for (int i = 0; i < n; i++)
             mx = v[i] > mx ? v[i] : mx;
         AH_ASSERT(mx > -INFINITY); // every row has at least one allowed key
+        // blocked (-inf) entries are most of a causal/windowed row: skip their expf
         float sum = 0.0f;
         for (int i = 0; i < n; i++) {
-            v[i] = expf(v[i] - mx); // expf(-inf) == 0 exactly
-            sum += v[i];
+            float e = v[i] == -INFINITY ? 0.0f : expf(v[i] - mx);
+            v[i] = e;
+            sum += e;
         }
         float inv = 1.0f / sum;
         for (int i = 0; i < n; i++)
             v[i] *= inv;
     }
+}
+
+void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
+    AH_ASSERT(0 <= a0 && a0 <= a1 && a1 <= n && 0 <= b0 && b0 <= b1 && b1 <= n);
+    AH_ASSERT(a1 <= b0 || b1 <= a0);
+    AH_ASSERT(a1 > a0 || b1 > b0);
+    float mx = -INFINITY;
+    for (int i = a0; i < a1; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (int i = b0; i < b1; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    float sum = 0.0f;
+    for (int i = a0; i < a1; i++)
+        sum += x[i] = expf(x[i] - mx);
+    for (int i = b0; i < b1; i++)
+        sum += x[i] = expf(x[i] - mx);
+    float inv = 1.0f / sum;
+    for (int i = a0; i < a1; i++)
+        x[i] *= inv;
+    for (int i = b0; i < b1; i++)
+        x[i] *= inv;
+    // zero what lies outside both: order the ranges, an empty one collapsing onto the other's end
+    if (a1 == a0) a0 = a1 = b1;
+    if (b1 == b0) b0 = b1 = a1;
+    if (b0 < a0) {
+        int t0 = a0, t1 = a1;
+        a0 = b0, a1 = b1, b0 = t0, b1 = t1;
+    }
+    memset(x, 0, (size_t)a0 * sizeof(float));
+    memset(x + a1, 0, (size_t)(b0 - a1) * sizeof(float));
+    memset(x + b1, 0, (size_t)(n - b1) * sizeof(float));
 }
 
 void op_softmax_rows_ref(float *x, int rows, int n) {

@@ -28,6 +28,11 @@ void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, do
 void op_softmax_rows(float *x, int rows, int n);
 void op_softmax_rows_ref(float *x, int rows, int n);
 
+// Softmax of one row x[n] over the entries in [a0, a1) and [b0, b1) (disjoint, possibly empty,
+// not both); every other entry becomes exactly 0, as if it were -inf. The causal and windowed
+// masks of attention are such ranges, so blocked entries cost nothing.
+void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1);
+
 // out[i] = silu(gate[i]) * up[i]
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
 void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);

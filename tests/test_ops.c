@@ -79,6 +79,27 @@ static void test_softmax_matches_naive_and_masks(void) {
     CHECK(isfinite(big[0]) && big[0] > big[1] && big[2] == 0.0f);
 }
 
+// op_softmax_ranges == the naive softmax of the row with -inf outside the ranges
+static void test_softmax_ranges_matches_masked_naive(void) {
+    const int n = 20;
+    const int cases[][4] = {{0, 5, 10, 13},  {0, 1, 10, 11}, {3, 9, 0, 0},  {0, 0, 12, 20},
+                            {0, 10, 10, 20}, {15, 20, 2, 4}, {0, 20, 0, 0}, {7, 8, 8, 9}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int *r = cases[c];
+        float x[20], y[20];
+        check_fill(x, n, 20 + c);
+        for (int i = 0; i < n; i++)
+            x[i] *= 8.0f;
+        for (int i = 0; i < n; i++)
+            y[i] = (i >= r[0] && i < r[1]) || (i >= r[2] && i < r[3]) ? x[i] : -INFINITY;
+        op_softmax_ranges(x, n, r[0], r[1], r[2], r[3]);
+        op_softmax_rows_ref(y, 1, n);
+        check_close("softmax_ranges", x, y, n, 1e-7f, 1e-6f);
+        for (int i = 0; i < n; i++)
+            if (y[i] == 0.0f) CHECK(x[i] == 0.0f);
+    }
+}
+
 static void test_swiglu_matches_naive(void) {
     float g[101], u[101], a[101], b[101];
     check_fill(g, 101, 7);
@@ -95,6 +116,7 @@ int main(void) {
     test_rmsnorm_matches_naive();
     test_rope_matches_naive();
     test_softmax_matches_naive_and_masks();
+    test_softmax_ranges_matches_masked_naive();
     test_swiglu_matches_naive();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -6,15 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct encdec_config cfg = {.n_layer_enc = 4,
-                                         .n_layer_dec = 4,
-                                         .hidden = 384,
-                                         .n_head = 6,
-                                         .head_dim = 64,
-                                         .ffn_dim = 1024,
-                                         .vocab = 8192,
-                                         .local_window = 64,
-                                         .max_pos = 512};
+static struct encdec_config cfg;
 
 static void test_catalogue_numbering(void) {
     int n = encdec_n_taps(&cfg);
@@ -57,6 +49,7 @@ static void test_glob_and_axes(void) {
 }
 
 int main(void) {
+    cfg = encdec_spec_config();
     test_catalogue_numbering();
     test_glob_and_axes();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
