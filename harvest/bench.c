@@ -4,7 +4,7 @@
 //      GFLOP/s, and their ratio to the best sgemm rate,
 //   3. an I/O-bound harvest of all 214 names: HDF5 MB/s (time inside the writer, close included)
 //      against a plain sequential write() of the same number of bytes into the same folder.
-#define _POSIX_C_SOURCE 200809L // defines: mkdtemp
+#define _DEFAULT_SOURCE // defines: mkdtemp, sync
 #include "harvest/harvest.h"
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads
@@ -135,6 +135,7 @@ int cmd_bench(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/io.jsonl", dir);
     if (rc == 0 && write_prompts(path, io_prompts, T) != 0) rc = ah_fail(&err, AH_EIO, "%s", path);
     if (rc < 0) return report(rc, &err);
+    sync(); // the freshly written model must not be flushed on the harvest's time
 
     printf("harvest bench: spec model, T = %d, batch %d, OpenBLAS threads %d, folder %s\n", T,
            batch, openblas_get_num_threads(), dir);
@@ -159,6 +160,7 @@ int cmd_bench(int argc, char **argv) {
     printf("  forward alone (without the %.2f s of writing): %.1f GFLOP/s = %.0f%%\n",
            fw.seconds_write, gf_fwd, 100.0 * gf_fwd / peak);
 
+    sync();
     rc = bench_job(dir, "io", "\"*\"", T, batch, &io, &err);
     if (rc < 0) return report(rc, &err);
     double h5_mbs = (double)io.bytes / io.seconds_write * 1e-6;
