@@ -113,6 +113,29 @@ ins = run(harvest, "inspect", f"{work}/bfloat16.h5", check=0).stdout
 check("stored bfloat16" in ins, "inspect shows the storage dtype")
 check(run(harvest, "inspect", f"{work}/prompts.jsonl").returncode == 1, "inspect of a non-HDF5 file: exit 1")
 
+# ---- an F16 checkpoint, and data given as an object with its own field ----
+import json
+
+from encdec_ref import EncDecRef
+
+init_model(harvest, f"{work}/model16", seed=3, dtype="f16")
+with open(f"{work}/ids.jsonl", "w") as f:
+    for line in open(f"{work}/prompts.jsonl"):
+        f.write(json.dumps({"ids": json.loads(line)["input_ids"], "meta": 1}) + "\n")
+write_job(f"{work}/f16.json", model="model16", data={"path": "ids.jsonl", "field": "ids"},
+          activations=["logits", "encoder_2_attn_probs"], output={"path": "f16.h5"})
+run(harvest, "run", f"{work}/f16.json", "--quiet", check=0)
+r16 = EncDecRef(f"{work}/model16")
+with h5py.File(f"{work}/f16.h5", "r") as h:
+    check(np.array_equal(h["tokens/input_ids"][:], ref["tokens/input_ids"][:]), "data.field: same ids")
+    for p in range(len(L)):
+        want = r16.forward(h["tokens/input_ids"][off[p]:off[p] + L[p]])
+        for name in ("logits", "encoder_2_attn_probs"):
+            w = want[name][0]
+            g = h["activations/" + name][p][tuple(slice(0, n) for n in w.shape)]
+            err = np.abs(g - w).max() / np.abs(w).max()
+            check(err < 5e-5, f"F16 checkpoint: {name} of prompt {p} within 5e-5 of the reference ({err:.1e})")
+
 # ---- the output moves as a whole: master + parts folder, opened from elsewhere ----
 import os
 import shutil
