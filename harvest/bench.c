@@ -58,7 +58,7 @@ static int write_prompts(const char *path, int n, int T) {
     return fclose(fp);
 }
 
-// plain sequential write of `bytes` bytes, 8 MiB at a time, then fdatasync (harvest fsyncs each
+// a plain sequential write of `bytes` bytes, 8 MiB at a time, then fdatasync (harvest fsyncs each
 // segment at its checkpoint, so the fair baseline is as durable); MB/s
 static double plain_write_mbs(const char *path, int64_t bytes) {
     size_t blk = 8u << 20;
@@ -148,9 +148,15 @@ int cmd_bench(int argc, char **argv) {
         peak = g > peak ? g : peak;
     }
 
-    struct run_stats fw, io;
-    rc = bench_job(dir, "fwd", "\"encoder_*_output\", \"decoder_*_output\"", T, batch, &fw, &err);
-    if (rc < 0) return report(rc, &err);
+    // best of 2 (forward) and of 3 (output, alternating with the plain write): the machine is
+    // shared
+    struct run_stats fw = {0}, io = {0}, st;
+    for (int r = 0; r < 2; r++) {
+        rc = bench_job(dir, "fwd", "\"encoder_*_output\", \"decoder_*_output\"", T, batch, &st,
+                       &err);
+        if (rc < 0) return report(rc, &err);
+        if (r == 0 || st.seconds < fw.seconds) fw = st;
+    }
     struct encdec_config cfg = encdec_spec_config();
     double flops = encdec_flops(&cfg, T, false) * (double)fw.prompts;
     double gf = flops / fw.seconds * 1e-9, gf_fwd = flops / (fw.seconds - fw.seconds_write) * 1e-9;
@@ -160,12 +166,18 @@ int cmd_bench(int argc, char **argv) {
     printf("  forward alone (without the %.2f s of writing): %.1f GFLOP/s = %.0f%%\n",
            fw.seconds_write, gf_fwd, 100.0 * gf_fwd / peak);
 
-    sync();
-    rc = bench_job(dir, "io", "\"*\"", T, batch, &io, &err);
-    if (rc < 0) return report(rc, &err);
-    double h5_mbs = (double)io.bytes / io.seconds_write * 1e-6;
+    double plain_mbs = 0.0;
     snprintf(path, sizeof path, "%s/plain.bin", dir);
-    double plain_mbs = plain_write_mbs(path, io.bytes);
+    for (int r = 0; r < 3; r++) {
+        sync();
+        rc = bench_job(dir, "io", "\"*\"", T, batch, &st, &err);
+        if (rc < 0) return report(rc, &err);
+        if (r == 0 || st.seconds_write < io.seconds_write) io = st;
+        sync();
+        double mbs = plain_write_mbs(path, st.bytes);
+        plain_mbs = mbs > plain_mbs ? mbs : plain_mbs;
+    }
+    double h5_mbs = (double)io.bytes / io.seconds_write * 1e-6;
     printf("output, all 214 names, %lld prompts, %.2f GB:\n", (long long)io.prompts,
            (double)io.bytes * 1e-9);
     printf("  HDF5 %.0f MB/s vs plain write + fdatasync %.0f MB/s = %.0f%%  (whole run %.2f s, "
