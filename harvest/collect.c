@@ -65,7 +65,7 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
         copy_corner(buf, v->data, nd, v->dims + 1, d->dims + 1, es);
         row = buf;
     }
-    c->rc = h5out_write(c->out, di, c->first_prompt + b, 1, row, &c->err);
+    c->rc = h5seg_write(c->seg, di, c->first_prompt + b, 1, row, &c->err);
 }
 
 static void take_token(struct collector *c, int di, int b, const struct tview *v) {
@@ -90,7 +90,7 @@ static void take_token(struct collector *c, int di, int b, const struct tview *v
                 memcpy(buf + (size_t)(t * outer + o) * run, src + (size_t)(o * T + t) * run, run);
         rows = buf;
     }
-    c->rc = h5out_write(c->out, di, c->token_row[b], T, rows, &c->err);
+    c->rc = h5seg_write(c->seg, di, c->token_row[b], T, rows, &c->err);
 }
 
 void collect_take(void *u, int id, int b, const struct tview *v) {

@@ -31,7 +31,7 @@ int64_t model_axis_size(const struct model *m, const char *axis);
 
 // ---- collector: tap -> h5out rows ----
 struct collector {
-    struct h5out *out;
+    struct h5seg *seg; // the rank's open segment
     const struct h5out_dset *dsets;
     const int *dset_of_id; // (n_cat) dataset index of a catalogue id, or -1
     enum job_layout layout;

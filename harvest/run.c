@@ -1,20 +1,31 @@
-// run.c - `harvest run JOB.json [--resume | --overwrite] [--quiet]` on one rank.
+// run.c - `harvest run JOB.json [--resume | --overwrite] [--quiet]` on one rank or many.
 //
-// Order of work: everything the user can get wrong (job, model, names, data) is checked before the
-// output is touched; then batches go through the forward pass, taps write rows, and progress is
-// recorded after every batch so that a stop (SIGTERM/SIGUSR1/SIGINT -> exit 3) or a failure can be
-// resumed with --resume. `complete` is set only when every prompt is in.
-#define _POSIX_C_SOURCE 200809L // defines: sigaction
+// Every rank loads and checks the same plan (job, model, names, data), so bad input ends every
+// rank with the same message and exit code before any work. Ranks then form a grid:
+//   stage   = rank % pipeline_stages   contiguous blocks of the model, balanced by work
+//   replica = rank / pipeline_stages   a contiguous share of the batches
+// Batches are the ones a single rank would make (prompts [k*B, k*B + B)), so the numbers do not
+// depend on the grid. Stage s receives the residual stream (and encoder_output) of each batch from
+// stage s-1 with pre-posted non-blocking receives and sends its own on with non-blocking sends: a
+// stream of micro-batches whose fill and drain is paid once per job. Each rank writes only what it
+// computes, into segment files of its own (io/h5out.h); rank 0 collects their records and replaces
+// the master. A stop signal on any rank reaches every first stage, which stops feeding; the
+// pipeline drains, segments close, and every rank exits 3. `complete` is set only when every
+// batch is in.
+#define _POSIX_C_SOURCE 200809L // defines: sigaction, gethostname
 #include "harvest/harvest.h"
 
 #include "io/dataset.h"
 
+#include <cjson/cJSON.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+enum { TAG_HDR = 1, TAG_DATA, TAG_STOP, TAG_REC, TAG_DONE };
 
 static volatile sig_atomic_t stop_requested;
 
@@ -101,222 +112,694 @@ static uint64_t prompts_checksum(const struct ds_prompts *ds) {
     return h;
 }
 
-int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err) {
-    double t_start = now_seconds();
-    struct job j = {0};
-    struct model m = {0};
-    struct ds_prompts ds = {0};
-    struct encdec_state st = {0};
-    struct collector col = {0};
-    struct h5out *out = NULL;
-    uint8_t *want = NULL;
-    int *dset_of_id = NULL, *lens = NULL;
-    int64_t *tok_pidx = NULL, *tok_pos = NULL, *boff = NULL, *brow = NULL;
-    struct h5out_dset *dsets = NULL;
+// ----------------------------------------------------------------------------
+// the plan: identical on every rank
+
+struct plan {
+    struct job j;
+    struct model m;
+    struct ds_prompts ds;
+    uint8_t *want;            // (n_cat) requested
+    int *dset_of_id;          // (n_cat) index in dsets, or -1
+    struct h5out_dset *dsets; // (n_dsets) catalogue order
+    int n_dsets;
+    int64_t S;                   // max_seq_len
+    int blk_end;                 // blocks [0, blk_end) run
+    int B;                       // batch_size
+    int64_t K;                   // batches
+    int64_t *tok_pidx, *tok_pos; // (n_tokens)
+};
+
+static void plan_free(struct plan *pl) {
+    free(pl->tok_pidx);
+    free(pl->tok_pos);
+    free(pl->dsets);
+    free(pl->dset_of_id);
+    free(pl->want);
+    ds_free(&pl->ds);
+    model_free(&pl->m);
+    job_free(&pl->j);
+}
+
+static int plan_load(struct plan *pl, const char *job_path, int world, struct ah_error *err) {
     int rc;
-
-    // ---- everything the user can get wrong, before touching the output ----
-    if ((rc = job_load(&j, o->job_path, err)) < 0) goto done;
-    if ((rc = model_load(&m, j.model, true, err)) < 0) goto done;
-    if (!(want = calloc((size_t)m.n_cat, 1)) ||
-        !(dset_of_id = calloc((size_t)m.n_cat, sizeof(int)))) {
-        rc = -AH_ENOMEM;
-        goto done;
-    }
-    if ((rc = job_select(&j, m.cat, m.n_cat, want, err)) < 0) goto done;
-    if (j.layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(&j, &m, want, err)) < 0) goto done;
-    if (j.max_seq_len > m.max_pos) {
-        rc = ah_fail(err, AH_EINVAL,
-                     "%s: \"max_seq_len\": %d is longer than the model's "
-                     "max_position_embeddings %d",
-                     j.path, j.max_seq_len, m.max_pos);
-        goto done;
-    }
-    if (j.pipeline_stages != 1 || j.expert_parallel != 1) {
-        rc = ah_fail(err, AH_EINVAL,
-                     "%s: \"parallel\": this build runs on one rank only "
-                     "(pipeline_stages and expert_parallel must be 1)",
-                     j.path);
-        goto done;
-    }
-    int64_t cap = j.max_seq_len ? j.max_seq_len : m.max_pos;
-    if ((rc = ds_load(&ds, j.data_path, j.data_field, cap, m.vocab, err)) < 0) goto done;
-    int64_t S = j.max_seq_len ? j.max_seq_len : (ds.longest > 0 ? ds.longest : 1);
-
-    int n_want = 0, deepest = -1;
-    for (int i = 0; i < m.n_cat; i++)
-        if (want[i]) {
-            n_want++;
-            deepest = m.cat[i].block > deepest ? m.cat[i].block : deepest;
+    struct job *j = &pl->j;
+    struct model *m = &pl->m;
+    if ((rc = job_load(j, job_path, err)) < 0) return rc;
+    if ((rc = model_load(m, j->model, true, err)) < 0) return rc;
+    pl->want = calloc((size_t)m->n_cat, 1);
+    pl->dset_of_id = calloc((size_t)m->n_cat, sizeof(int));
+    if (!pl->want || !pl->dset_of_id) return -AH_ENOMEM;
+    if ((rc = job_select(j, m->cat, m->n_cat, pl->want, err)) < 0) return rc;
+    if (j->layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(j, m, pl->want, err)) < 0)
+        return rc;
+    if (j->max_seq_len > m->max_pos)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"max_seq_len\": %d is longer than the model's "
+                       "max_position_embeddings %d",
+                       j->path, j->max_seq_len, m->max_pos);
+    if (j->expert_parallel != 1)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.expert_parallel\": %d, but the %s model has no experts "
+                       "(expected 1)",
+                       j->path, j->expert_parallel, m->family);
+    if (world % j->pipeline_stages)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.pipeline_stages\": %d does not divide the %d ranks "
+                       "(world size = pipeline_stages x data-parallel replicas)",
+                       j->path, j->pipeline_stages, world);
+    int64_t cap = j->max_seq_len ? j->max_seq_len : m->max_pos;
+    if ((rc = ds_load(&pl->ds, j->data_path, j->data_field, cap, m->vocab, err)) < 0) return rc;
+    const struct ds_prompts *ds = &pl->ds;
+    pl->S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);
+    int deepest = -1;
+    for (int i = 0; i < m->n_cat; i++)
+        if (pl->want[i]) {
+            pl->n_dsets++;
+            deepest = m->cat[i].block > deepest ? m->cat[i].block : deepest;
         }
-    int blk_end = deepest + 1 < m.n_blocks ? deepest + 1 : m.n_blocks;
-    if (!(dsets = calloc((size_t)n_want, sizeof *dsets))) {
-        rc = -AH_ENOMEM;
-        goto done;
-    }
-    build_dsets(&m, want, j.layout, S, ds.n, ds.n_tokens, dsets, dset_of_id);
-
-    // ---- the output ----
-    enum h5out_store store = j.out_dtype == JOB_F16    ? H5OUT_F16
-                             : j.out_dtype == JOB_BF16 ? H5OUT_BF16
-                                                       : H5OUT_F32;
-    int64_t done_prompts = 0;
-    bool exists = access(j.out_path, F_OK) == 0;
-    if (exists && !o->resume && !o->overwrite) {
-        rc = ah_fail(err, AH_EEXIST,
-                     "%s: the output exists; run with --resume to continue it or "
-                     "--overwrite to replace it",
-                     j.out_path);
-        goto done;
-    }
-    // --overwrite, or a fresh start: nothing of an old output may stay
-    if (!(exists && o->resume) && (rc = h5out_remove(j.out_path, err)) < 0) goto done;
-    {
-        tok_pidx = malloc((size_t)(ds.n_tokens + 1) * sizeof *tok_pidx);
-        tok_pos = malloc((size_t)(ds.n_tokens + 1) * sizeof *tok_pos);
-        if (!tok_pidx || !tok_pos) {
-            rc = -AH_ENOMEM;
-            goto done;
+    pl->blk_end = deepest + 1 < m->n_blocks ? deepest + 1 : m->n_blocks;
+    if (j->pipeline_stages > pl->blk_end)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.pipeline_stages\": %d stages for the %d blocks this job "
+                       "runs (at most one stage a block)",
+                       j->path, j->pipeline_stages, pl->blk_end);
+    pl->dsets = calloc((size_t)pl->n_dsets + 1, sizeof *pl->dsets);
+    pl->tok_pidx = malloc((size_t)(ds->n_tokens + 1) * sizeof *pl->tok_pidx);
+    pl->tok_pos = malloc((size_t)(ds->n_tokens + 1) * sizeof *pl->tok_pos);
+    if (!pl->dsets || !pl->tok_pidx || !pl->tok_pos) return -AH_ENOMEM;
+    build_dsets(m, pl->want, j->layout, pl->S, ds->n, ds->n_tokens, pl->dsets, pl->dset_of_id);
+    for (int64_t p = 0; p < ds->n; p++)
+        for (int64_t t = 0; t < ds->len[p]; t++) {
+            pl->tok_pidx[ds->off[p] + t] = p;
+            pl->tok_pos[ds->off[p] + t] = t;
         }
-        for (int64_t p = 0; p < ds.n; p++)
-            for (int64_t t = 0; t < ds.len[p]; t++) {
-                tok_pidx[ds.off[p] + t] = p;
-                tok_pos[ds.off[p] + t] = t;
+    pl->B = j->batch_size;
+    pl->K = (ds->n + pl->B - 1) / pl->B;
+    return 0;
+}
+
+static int64_t batch_first(const struct plan *pl, int64_t k) {
+    return k * pl->B;
+}
+static int64_t batch_end(const struct plan *pl, int64_t k) {
+    return (k + 1) * pl->B < pl->ds.n ? (k + 1) * pl->B : pl->ds.n;
+}
+static int64_t token_at(const struct plan *pl, int64_t p) {
+    return p < pl->ds.n ? pl->ds.off[p] : pl->ds.n_tokens;
+}
+
+// ----------------------------------------------------------------------------
+// the grid
+
+struct grid {
+    int rank, size;
+    int n_stages, stage, n_replicas, replica;
+    int b0, b1; // blocks of this stage
+    int i0, i1; // datasets of this stage (catalogue order follows the blocks)
+};
+
+// Contiguous blocks [0, n) into `parts` stages minimising the most expensive stage; cost[b] is
+// block b's share of the work. cut[s] is the first block of stage s, cut[parts] = n.
+static void partition(const double *cost, int n, int parts, int *cut) {
+    AH_ASSERT(parts >= 1 && parts <= n);
+    size_t w = (size_t)n + 1;
+    double *best =
+        malloc((size_t)(parts + 1) * w * sizeof *best); // [s][b]: blocks [0, b), s stages
+    int *arg = malloc((size_t)(parts + 1) * w * sizeof *arg);
+    AH_ASSERT(best && arg);
+    for (int b = 0; b <= n; b++) {
+        best[w + (size_t)b] = 0;
+        for (int i = 0; i < b; i++)
+            best[w + (size_t)b] += cost[i];
+    }
+    for (int s = 2; s <= parts; s++)
+        for (int b = s; b <= n; b++) {
+            double *bb = &best[(size_t)s * w + (size_t)b], tail = 0;
+            *bb = 1e300;
+            for (int c = b - 1; c >= s - 1; c--) { // the last stage is [c, b)
+                tail += cost[c];
+                double prev = best[(size_t)(s - 1) * w + (size_t)c];
+                double v = prev > tail ? prev : tail;
+                if (v < *bb) {
+                    *bb = v;
+                    arg[(size_t)s * w + (size_t)b] = c;
+                }
             }
-        struct h5out_params hp = {
-            .path = j.out_path,
-            .store = store,
-            .compression = j.compression,
-            .model_family = m.family,
-            .model_config = m.md.config_text,
-            .job = j.text,
-            .n_prompts = ds.n,
-            .source_index = ds.source,
-            .length = ds.len,
-            .token_offset = ds.off,
-            .n_tokens = ds.n_tokens,
-            .input_ids = ds.ids,
-            .prompt_index = tok_pidx,
-            .position = tok_pos,
-            .max_seq_len = S,
-            .n_skipped_empty = ds.n_empty,
-            .n_truncated = ds.n_truncated,
-            .data_checksum = prompts_checksum(&ds),
-        };
-        bool complete = false;
-        rc = h5out_open(&out, &hp, dsets, n_want, exists && o->resume, &done_prompts, &complete,
-                        err);
-        if (rc < 0) goto done;
-        if (complete) {
-            if (!o->quiet) fprintf(stderr, "harvest: %s is already complete\n", j.out_path);
-            goto done;
+        }
+    cut[parts] = n;
+    for (int s = parts; s > 1; s--)
+        cut[s - 1] = arg[(size_t)s * w + (size_t)cut[s]];
+    cut[0] = 0;
+    free(best);
+    free(arg);
+}
+
+static int owner_block(int block, int nb) {
+    return block < 0 ? 0 : block >= nb ? nb - 1 : block;
+}
+
+static void grid_make(struct grid *g, const struct plan *pl, int rank, int size) {
+    const struct encdec_config *c = &pl->m.ed.cfg;
+    g->rank = rank;
+    g->size = size;
+    g->n_stages = pl->j.pipeline_stages;
+    g->n_replicas = size / g->n_stages;
+    g->stage = rank % g->n_stages;
+    g->replica = rank / g->n_stages;
+    // every block costs the same; the LM head (if asked for) adds to the last block's cost
+    int T = (int)pl->S, nb = pl->m.n_blocks;
+    double block = encdec_flops(c, T, false) / nb, head = 0.0;
+    for (int i = 0; i < pl->n_dsets; i++)
+        if (pl->dsets[i].desc->block == nb)
+            head = encdec_flops(c, T, true) - encdec_flops(c, T, false);
+    double *cost = malloc((size_t)pl->blk_end * sizeof *cost);
+    int *cut = malloc(((size_t)g->n_stages + 1) * sizeof *cut);
+    AH_ASSERT(cost && cut);
+    for (int b = 0; b < pl->blk_end; b++)
+        cost[b] = block + (b == nb - 1 ? head : 0.0);
+    partition(cost, pl->blk_end, g->n_stages, cut);
+    g->b0 = cut[g->stage];
+    g->b1 = cut[g->stage + 1];
+    free(cost);
+    free(cut);
+    g->i0 = g->i1 = 0;
+    for (int i = 0; i < pl->n_dsets; i++) {
+        int b = owner_block(pl->dsets[i].desc->block, nb);
+        if (b < g->b0)
+            g->i0 = g->i1 = i + 1;
+        else if (b < g->b1)
+            g->i1 = i + 1;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// segment records travel to rank 0 as bytes: a header, then the runs
+
+struct rec_header {
+    char file[64];
+    int32_t i0, i1, n_runs;
+};
+
+static void send_record(const struct h5out_record *r) {
+    size_t n = sizeof(struct rec_header) + (size_t)r->n_runs * sizeof(struct h5out_run);
+    char *buf = malloc(n);
+    AH_ASSERT(buf);
+    struct rec_header h = {{0}, r->i0, r->i1, r->n_runs};
+    memcpy(h.file, r->file, sizeof h.file);
+    memcpy(buf, &h, sizeof h);
+    memcpy(buf + sizeof h, r->runs, (size_t)r->n_runs * sizeof(struct h5out_run));
+    MPI_Send(buf, (int)n, MPI_BYTE, 0, TAG_REC, MPI_COMM_WORLD);
+    free(buf);
+}
+
+// rank 0: receives one record message and adds it to the master
+static int recv_record(struct h5master *mst, int src) {
+    MPI_Status stt;
+    int n = 0;
+    MPI_Probe(src, TAG_REC, MPI_COMM_WORLD, &stt);
+    MPI_Get_count(&stt, MPI_BYTE, &n);
+    char *buf = malloc((size_t)n + 1);
+    AH_ASSERT(buf);
+    MPI_Recv(buf, n, MPI_BYTE, stt.MPI_SOURCE, TAG_REC, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    struct rec_header h;
+    memcpy(&h, buf, sizeof h);
+    struct h5out_record r = {{0}, h.i0, h.i1, NULL, h.n_runs};
+    memcpy(r.file, h.file, sizeof r.file);
+    r.runs = malloc(((size_t)h.n_runs + 1) * sizeof *r.runs);
+    AH_ASSERT(r.runs);
+    memcpy(r.runs, buf + sizeof h, (size_t)h.n_runs * sizeof *r.runs);
+    free(buf);
+    return h5m_add(mst, &r);
+}
+
+// ----------------------------------------------------------------------------
+// a rank's run
+
+struct rank_run {
+    const struct plan *pl;
+    const struct grid *g;
+    const struct run_opts *o;
+    struct h5master *mst; // rank 0 only
+    int run;              // number of this run of the output (segment names)
+    int seq;              // segments this rank has opened
+    struct h5seg *seg;
+    struct collector col;
+    double last_checkpoint;
+    bool master_dirty;
+    int64_t bytes;
+    double busy, wall; // seconds working (forward, writes, hand-off copies) and in the loop
+};
+
+static int seg_begin(struct rank_run *rr, struct ah_error *err) {
+    char file[64];
+    snprintf(file, sizeof file, "seg-%03d-%05d-%05d.h5", rr->run, rr->g->rank, rr->seq++);
+    return h5seg_open(&rr->seg, rr->pl->j.out_path, file,
+                      rr->pl->j.out_dtype == JOB_F16    ? H5OUT_F16
+                      : rr->pl->j.out_dtype == JOB_BF16 ? H5OUT_BF16
+                                                        : H5OUT_F32,
+                      rr->pl->j.compression, rr->pl->dsets, rr->g->i0, rr->g->i1, err);
+}
+
+// Closes the open segment (if it has rows) and hands its record to rank 0.
+static int seg_finish(struct rank_run *rr, struct ah_error *err) {
+    if (!rr->seg) return 0;
+    struct h5out_record rec;
+    rr->bytes += h5seg_bytes(rr->seg);
+    int rc = h5seg_close(rr->seg, true, &rec, err);
+    rr->seg = NULL;
+    if (rc < 0) return rc;
+    if (rr->g->rank == 0) {
+        rc = h5m_add(rr->mst, &rec);
+        rr->master_dirty = true;
+    } else {
+        send_record(&rec);
+    }
+    h5out_record_free(&rec);
+    return rc;
+}
+
+// rank 0: takes the records that have arrived and, if any, replaces the master
+static int master_poll(struct rank_run *rr, struct ah_error *err) {
+    int flag = 1, rc = 0;
+    while (rc == 0 && flag) {
+        MPI_Status stt;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_REC, MPI_COMM_WORLD, &flag, &stt);
+        if (flag) {
+            rc = recv_record(rr->mst, stt.MPI_SOURCE);
+            rr->master_dirty = true;
         }
     }
+    if (rc == 0 && rr->master_dirty) {
+        rc = h5m_write(rr->mst, false, err);
+        rr->master_dirty = false;
+    }
+    return rc;
+}
 
-    // ---- forward, batch after batch ----
-    int B = j.batch_size;
+// stage 0: has a stop been asked for, here or on any rank?
+static bool stop_seen(void) {
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, TAG_STOP, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE);
+    return stop_requested || flag;
+}
+
+// a signal here: tell every first stage once
+static void relay_stop(const struct grid *g, bool *relayed) {
+    if (!stop_requested || *relayed) return;
+    *relayed = true;
+    for (int r = 0; r < g->size; r += g->n_stages) {
+        char z = 0;
+        MPI_Request q;
+        MPI_Isend(&z, 0, MPI_CHAR, r, TAG_STOP, MPI_COMM_WORLD, &q);
+        MPI_Request_free(&q);
+    }
+}
+
+static void drain_stops(void) {
+    int flag = 1;
+    while (flag) {
+        MPI_Status stt;
+        MPI_Iprobe(MPI_ANY_SOURCE, TAG_STOP, MPI_COMM_WORLD, &flag, &stt);
+        if (flag)
+            MPI_Recv(NULL, 0, MPI_CHAR, stt.MPI_SOURCE, TAG_STOP, MPI_COMM_WORLD,
+                     MPI_STATUS_IGNORE);
+    }
+}
+
+// The batches this rank's replica works on: a contiguous share of those not done yet.
+static int64_t my_batches(const struct plan *pl, const struct grid *g, const uint8_t *done,
+                          int64_t *out) {
+    int64_t todo = 0, n = 0;
+    for (int64_t k = 0; k < pl->K; k++)
+        todo += !done[k];
+    int64_t a = todo * g->replica / g->n_replicas, b = todo * (g->replica + 1) / g->n_replicas;
+    for (int64_t k = 0, i = 0; k < pl->K; k++) {
+        if (done[k]) continue;
+        if (i >= a && i < b) out[n++] = k;
+        i++;
+    }
+    return n;
+}
+
+// The loop of one rank: receive (unless first stage), compute, write, send (unless last stage).
+static int rank_loop(struct rank_run *rr, const uint8_t *done, bool *stopped,
+                     struct ah_error *err) {
+    const struct plan *pl = rr->pl;
+    const struct grid *g = rr->g;
+    const struct encdec_config *c = &pl->m.ed.cfg;
+    int C = c->hidden, B = pl->B, rc = 0;
+    bool first = g->stage == 0, last = g->stage == g->n_stages - 1, relayed = false;
+    int prev = g->rank - 1, next = g->rank + 1;
+    int64_t *mine = malloc(((size_t)pl->K + 1) * sizeof *mine);
+    int *lens = malloc((size_t)B * sizeof *lens);
+    int64_t *boff = malloc((size_t)B * sizeof *boff), *brow = malloc((size_t)B * sizeof *brow);
+    struct encdec_state st = {0};
+    uint8_t *want = NULL;
     int64_t max_tokens = 1;
-    for (int64_t p = 0; p < ds.n; p += B) {
-        int64_t e = p + B < ds.n ? p + B : ds.n;
-        int64_t t = ds.off[e - 1] + ds.len[e - 1] - ds.off[p];
+    for (int64_t k = 0; k < pl->K; k++) {
+        int64_t t = token_at(pl, batch_end(pl, k)) - token_at(pl, batch_first(pl, k));
         max_tokens = t > max_tokens ? t : max_tokens;
     }
-    lens = malloc((size_t)B * sizeof *lens);
-    boff = malloc((size_t)B * sizeof *boff);
-    brow = malloc((size_t)B * sizeof *brow);
-    if (!lens || !boff || !brow) {
+    size_t msg = (size_t)max_tokens * 2 * (size_t)C; // x, then encoder_output
+    float *rbuf[2] = {malloc(msg * 4 + 4), malloc(msg * 4 + 4)};
+    float *sbuf[2] = {malloc(msg * 4 + 4), malloc(msg * 4 + 4)};
+    int64_t rhdr[2], shdr[2];
+    MPI_Request rreq[2][2], sreq[2][2];
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            rreq[i][k] = sreq[i][k] = MPI_REQUEST_NULL;
+    if (!mine || !lens || !boff || !brow || !rbuf[0] || !rbuf[1] || !sbuf[0] || !sbuf[1]) {
         rc = -AH_ENOMEM;
         goto done;
     }
-    if ((rc = encdec_state_init(&st, &m.ed.cfg, (int)S, max_tokens)) < 0) goto done;
-    col = (struct collector){.out = out,
-                             .dsets = dsets,
-                             .dset_of_id = dset_of_id,
-                             .layout = j.layout,
-                             .S = S,
-                             .token_row = brow};
-    struct tap tp = {want, collect_take, &col};
-    install_signals();
+    if ((rc = encdec_state_init(&st, c, (int)pl->S, max_tokens)) < 0) goto done;
+    int64_t n_mine = my_batches(pl, g, done, mine);
+
+    rr->col = (struct collector){.dsets = pl->dsets,
+                                 .dset_of_id = pl->dset_of_id,
+                                 .layout = pl->j.layout,
+                                 .S = pl->S,
+                                 .token_row = brow};
+    want = calloc((size_t)pl->m.n_cat, 1); // what this stage writes
+    if (!want) {
+        rc = -AH_ENOMEM;
+        goto done;
+    }
+    for (int i = 0; i < pl->m.n_cat; i++)
+        want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
+    struct tap tp = {want, collect_take, &rr->col};
+
     struct progress pr;
-    int64_t done_tokens = done_prompts < ds.n ? ds.off[done_prompts] : ds.n_tokens;
-    progress_init(&pr, o->quiet, ds.n, ds.n_tokens, done_prompts, done_tokens);
-    double last_checkpoint = now_seconds();
-    for (int64_t p = done_prompts; p < ds.n; p += B) {
-        int n = (int)(ds.n - p < B ? ds.n - p : B);
+    int64_t my_prompts = 0, my_tokens = 0, done_prompts = 0, done_tokens = 0;
+    for (int64_t i = 0; i < n_mine; i++) {
+        my_prompts += batch_end(pl, mine[i]) - batch_first(pl, mine[i]);
+        my_tokens += token_at(pl, batch_end(pl, mine[i])) - token_at(pl, batch_first(pl, mine[i]));
+    }
+    progress_init(&pr, rr->o->quiet || g->rank != 0, my_prompts, my_tokens, 0, 0);
+    rr->last_checkpoint = now_seconds();
+
+    double t_loop = now_seconds();
+    int cur = 0;
+    if (!first) {
+        MPI_Irecv(&rhdr[0], 1, MPI_INT64_T, prev, TAG_HDR, MPI_COMM_WORLD, &rreq[0][0]);
+        MPI_Irecv(rbuf[0], (int)msg, MPI_FLOAT, prev, TAG_DATA, MPI_COMM_WORLD, &rreq[0][1]);
+    }
+    for (int64_t i = 0;; i++) {
+        int64_t k;
+        relay_stop(g, &relayed);
+        if (first) {
+            if (i == n_mine) break;
+            if (stop_seen()) {
+                *stopped = true;
+                break;
+            }
+            k = mine[i];
+        } else {
+            MPI_Waitall(2, rreq[cur], MPI_STATUSES_IGNORE);
+            k = rhdr[cur];
+            if (k < 0) break; // the stage before has ended
+            int nx = 1 - cur;
+            MPI_Irecv(&rhdr[nx], 1, MPI_INT64_T, prev, TAG_HDR, MPI_COMM_WORLD, &rreq[nx][0]);
+            MPI_Irecv(rbuf[nx], (int)msg, MPI_FLOAT, prev, TAG_DATA, MPI_COMM_WORLD, &rreq[nx][1]);
+        }
+        double t_busy = now_seconds();
+        int64_t p0 = batch_first(pl, k), p1 = batch_end(pl, k);
+        int64_t t0 = token_at(pl, p0), t1 = token_at(pl, p1);
+        int n = (int)(p1 - p0);
         for (int b = 0; b < n; b++) {
-            lens[b] = (int)ds.len[p + b];
-            boff[b] = ds.off[p + b] - ds.off[p];
-            brow[b] = ds.off[p + b];
+            lens[b] = (int)pl->ds.len[p0 + b];
+            boff[b] = pl->ds.off[p0 + b] - t0;
+            brow[b] = pl->ds.off[p0 + b];
         }
-        struct mbatch bt = {n, ds.off[p + n - 1] + ds.len[p + n - 1] - ds.off[p],
-                            ds.ids + ds.off[p], lens, boff};
-        col.first_prompt = p;
-        if ((rc = h5out_begin_batch(out, p + n, ds.off[p + n - 1] + ds.len[p + n - 1], err)) < 0)
-            goto done;
-        encdec_forward(&m.ed, &st, &bt, &tp, 0, blk_end);
-        if ((rc = col.rc) < 0) {
-            *err = col.err;
+        struct mbatch bt = {n, t1 - t0, pl->ds.ids + t0, lens, boff};
+        if (!first) { // the hand-off: x, then encoder_output
+            memcpy(st.x, rbuf[cur], (size_t)bt.n_tokens * C * sizeof(float));
+            memcpy(st.enc_out, rbuf[cur] + bt.n_tokens * C,
+                   (size_t)bt.n_tokens * C * sizeof(float));
+        }
+        if (!rr->seg && g->i1 > g->i0 && (rc = seg_begin(rr, err)) < 0) goto done;
+        if (rr->seg && (rc = h5seg_begin_batch(rr->seg, p0, p1, t0, t1, err)) < 0) goto done;
+        rr->col.seg = rr->seg;
+        rr->col.first_prompt = p0;
+        encdec_forward(&pl->m.ed, &st, &bt, &tp, g->b0, g->b1);
+        if ((rc = rr->col.rc) < 0) {
+            *err = rr->col.err;
             goto done;
         }
-        done_prompts = p + n;
+        if (!last) {
+            int s = (int)(i % 2);
+            MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE); // the buffer's previous message is out
+            memcpy(sbuf[s], st.x, (size_t)bt.n_tokens * C * sizeof(float));
+            memcpy(sbuf[s] + bt.n_tokens * C, st.enc_out, (size_t)bt.n_tokens * C * sizeof(float));
+            shdr[s] = k;
+            MPI_Isend(&shdr[s], 1, MPI_INT64_T, next, TAG_HDR, MPI_COMM_WORLD, &sreq[s][0]);
+            MPI_Isend(sbuf[s], (int)(bt.n_tokens * 2 * C), MPI_FLOAT, next, TAG_DATA,
+                      MPI_COMM_WORLD, &sreq[s][1]);
+        }
+        rr->busy += now_seconds() - t_busy;
+        if (!first) cur = 1 - cur;
+        done_prompts += n;
         done_tokens += bt.n_tokens;
         progress_update(&pr, done_prompts, done_tokens, false);
-        bool stop = stop_requested && done_prompts < ds.n;
-        if ((stop || now_seconds() - last_checkpoint >= j.checkpoint_seconds) &&
-            done_prompts < ds.n) {
-            if ((rc = h5out_checkpoint(out, err)) < 0) goto done;
-            last_checkpoint = now_seconds();
+        if (now_seconds() - rr->last_checkpoint >= pl->j.checkpoint_seconds) {
+            if ((rc = seg_finish(rr, err)) < 0) goto done;
+            rr->last_checkpoint = now_seconds();
         }
-        if (stop) {
-            progress_update(&pr, done_prompts, done_tokens, true);
-            rc = ah_fail(err, AH_ESTOP,
-                         "stopped by a signal after %lld of %lld prompts; run the "
-                         "same command with --resume to continue",
-                         (long long)done_prompts, (long long)ds.n);
-            goto done;
-        }
+        if (g->rank == 0 && (rc = master_poll(rr, err)) < 0) goto done;
     }
+    if (!first && stop_requested) *stopped = true;
+    if (!last) { // end of stream
+        for (int s = 0; s < 2; s++)
+            MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE);
+        shdr[0] = -1;
+        MPI_Send(&shdr[0], 1, MPI_INT64_T, next, TAG_HDR, MPI_COMM_WORLD);
+        MPI_Send(sbuf[0], 0, MPI_FLOAT, next, TAG_DATA, MPI_COMM_WORLD);
+    }
+    rr->wall = now_seconds() - t_loop;
     progress_update(&pr, done_prompts, done_tokens, true);
-    int64_t bytes = h5out_bytes(out);
-    double t_close = now_seconds();
-    rc = h5out_close(out, true, err);
-    col.seconds += now_seconds() - t_close;
-    out = NULL;
-    if (stats)
-        *stats = (struct run_stats){.prompts = ds.n - pr.start,
-                                    .tokens = ds.n_tokens - pr.start_tokens,
-                                    .seconds = now_seconds() - t_start,
-                                    .seconds_write = col.seconds,
-                                    .bytes = bytes};
-    if (rc < 0) goto done;
-    if (!o->quiet)
-        fprintf(stderr,
-                "harvest: wrote %lld prompts (%lld tokens, %d activations) to %s; "
-                "%lld empty prompts skipped, %lld truncated to %lld tokens\n",
-                (long long)ds.n, (long long)ds.n_tokens, n_want, j.out_path, (long long)ds.n_empty,
-                (long long)ds.n_truncated, (long long)S);
+    rc = seg_finish(rr, err);
 done:
-    if (out) {
-        struct ah_error e2;
-        int rc2 = h5out_close(out, false, &e2);
-        if (rc == 0 && rc2 < 0) {
-            rc = rc2;
-            *err = e2;
-        }
+    free(want);
+    for (int s = 0; s < 2; s++)
+        MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE);
+    if (rr->seg) {
+        h5seg_close(rr->seg, false, NULL, NULL);
+        rr->seg = NULL;
     }
-    collector_free(&col);
+    collector_free(&rr->col);
     encdec_state_free(&st);
+    for (int s = 0; s < 2; s++) {
+        free(rbuf[s]);
+        free(sbuf[s]);
+    }
+    free(mine);
     free(lens);
     free(boff);
     free(brow);
-    free(tok_pidx);
-    free(tok_pos);
-    free(dsets);
-    free(dset_of_id);
-    free(want);
-    ds_free(&ds);
-    model_free(&m);
-    job_free(&j);
+    return rc;
+}
+
+// JSON text of every rank's identity, gathered on rank 0
+static char *provenance(const struct grid *g) {
+    char mine[256], host[128] = "?";
+    gethostname(host, sizeof host - 1);
+    const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+    snprintf(mine, sizeof mine, "%d %d %d %s %s %s", g->rank, g->stage, g->replica, host,
+             job ? job : "-", step ? step : "-");
+    char *all = g->rank == 0 ? malloc((size_t)g->size * sizeof mine) : NULL;
+    MPI_Gather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (g->rank != 0) return NULL;
+    cJSON *o = cJSON_CreateObject(), *ranks = cJSON_AddArrayToObject(o, "ranks");
+    cJSON_AddNumberToObject(o, "world_size", g->size);
+    cJSON_AddNumberToObject(o, "pipeline_stages", g->n_stages);
+    cJSON_AddNumberToObject(o, "replicas", g->n_replicas);
+    for (int r = 0; r < g->size; r++) {
+        int rank, stage, replica;
+        char h[128], j[64], s[64];
+        if (sscanf(all + (size_t)r * sizeof mine, "%d %d %d %127s %63s %63s", &rank, &stage,
+                   &replica, h, j, s) != 6)
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "rank", rank);
+        cJSON_AddNumberToObject(e, "stage", stage);
+        cJSON_AddNumberToObject(e, "replica", replica);
+        cJSON_AddStringToObject(e, "host", h);
+        if (strcmp(j, "-")) cJSON_AddStringToObject(e, "slurm_job_id", j);
+        if (strcmp(s, "-")) cJSON_AddStringToObject(e, "slurm_step_id", s);
+        cJSON_AddItemToArray(ranks, e);
+    }
+    free(all);
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return t;
+}
+
+// The provenance with each rank's busy and loop seconds added (the pipeline's idle time is
+// 1 - busy / loop, per stage). Caller frees.
+static char *provenance_timing(const char *prov, const double *times, int size) {
+    cJSON *o = cJSON_Parse(prov ? prov : "{}"),
+          *ranks = cJSON_GetObjectItemCaseSensitive(o, "ranks");
+    for (int r = 0; r < size && times; r++) {
+        cJSON *e = cJSON_GetArrayItem(ranks, r);
+        if (!e) continue;
+        cJSON_AddNumberToObject(e, "busy_seconds", times[2 * r]);
+        cJSON_AddNumberToObject(e, "loop_seconds", times[2 * r + 1]);
+    }
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return t;
+}
+
+// Every rank returns the same code: the worst one.
+static int agree(int rc) {
+    int code = rc < 0 ? -rc : 0, worst = 0;
+    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return -worst;
+}
+
+int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err) {
+    double t_start = now_seconds();
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    struct plan pl = {0};
+    struct grid g = {0};
+    struct rank_run rr = {0};
+    uint8_t *done = NULL;
+    char *prov = NULL;
+    bool complete = false, stopped = false;
+
+    // ---- everything the user can get wrong, on every rank, before touching the output ----
+    int rc = agree(plan_load(&pl, o->job_path, size, err));
+    if (rc < 0) goto done;
+    grid_make(&g, &pl, rank, size);
+    prov = provenance(&g);
+    done = calloc((size_t)pl.K + 1, 1);
+    if (!done) rc = -AH_ENOMEM;
+
+    // ---- the output: rank 0 makes or reopens it, then every rank knows what is done ----
+    bool exists = rank == 0 && access(pl.j.out_path, F_OK) == 0;
+    if (rc == 0 && rank == 0) {
+        if (exists && !o->resume && !o->overwrite)
+            rc = ah_fail(err, AH_EEXIST,
+                         "%s: the output exists; run with --resume to continue it or "
+                         "--overwrite to replace it",
+                         pl.j.out_path);
+        // --overwrite, or a fresh start: nothing of an old output may stay
+        if (rc == 0 && !(exists && o->resume)) rc = h5out_remove(pl.j.out_path, err);
+        struct h5out_params hp = {
+            .path = pl.j.out_path,
+            .store = pl.j.out_dtype == JOB_F16    ? H5OUT_F16
+                     : pl.j.out_dtype == JOB_BF16 ? H5OUT_BF16
+                                                  : H5OUT_F32,
+            .model_family = pl.m.family,
+            .model_config = pl.m.md.config_text,
+            .job = pl.j.text,
+            .data_checksum = prompts_checksum(&pl.ds),
+            .n_prompts = pl.ds.n,
+            .source_index = pl.ds.source,
+            .length = pl.ds.len,
+            .token_offset = pl.ds.off,
+            .n_tokens = pl.ds.n_tokens,
+            .input_ids = pl.ds.ids,
+            .prompt_index = pl.tok_pidx,
+            .position = pl.tok_pos,
+            .batch_size = pl.B,
+            .max_seq_len = pl.S,
+            .n_skipped_empty = pl.ds.n_empty,
+            .n_truncated = pl.ds.n_truncated,
+            .provenance = prov,
+        };
+        if (rc == 0)
+            rc = h5m_open(&rr.mst, &hp, pl.dsets, pl.n_dsets, exists && o->resume, done, &rr.run,
+                          &complete, err);
+    }
+    rc = agree(rc);
+    if (rc < 0) goto done;
+    MPI_Bcast(done, (int)pl.K, MPI_UINT8_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&rr.run, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    int complete_all = complete; // every rank must take the same path below
+    MPI_Bcast(&complete_all, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    complete = complete_all;
+    int64_t todo = 0;
+    for (int64_t k = 0; k < pl.K; k++)
+        todo += !done[k];
+    if (todo == 0 && complete) {
+        if (rank == 0 && !o->quiet)
+            fprintf(stderr, "harvest: %s is already complete\n", pl.j.out_path);
+        goto done;
+    }
+
+    // ---- the work ----
+    install_signals();
+    rr.pl = &pl;
+    rr.g = &g;
+    rr.o = o;
+    rc = rank_loop(&rr, done, &stopped, err);
+    if (rc < 0 && size > 1) { // a failure mid-run: the others cannot go on without this rank
+        fprintf(stderr, "[rank %d] harvest: %s\n", rank, err->msg[0] ? err->msg : ah_strerror(rc));
+        MPI_Abort(MPI_COMM_WORLD, ah_exit_code(rc));
+    }
+    if (rc == 0 && size > 1) {
+        if (rank == 0) { // every other rank's records, then its end
+            for (int left = size - 1; left > 0;) {
+                MPI_Status stt;
+                MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &stt);
+                if (stt.MPI_TAG == TAG_REC) {
+                    rc = recv_record(rr.mst, stt.MPI_SOURCE);
+                } else if (stt.MPI_TAG == TAG_DONE) {
+                    MPI_Recv(NULL, 0, MPI_CHAR, stt.MPI_SOURCE, TAG_DONE, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE);
+                    left--;
+                } else { // a late stop notice
+                    MPI_Recv(NULL, 0, MPI_CHAR, stt.MPI_SOURCE, stt.MPI_TAG, MPI_COMM_WORLD,
+                             MPI_STATUS_IGNORE);
+                }
+            }
+        } else {
+            MPI_Send(NULL, 0, MPI_CHAR, 0, TAG_DONE, MPI_COMM_WORLD);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    drain_stops();
+    (void)stopped; // a stop shows as batches not done
+    double mine[2] = {rr.busy, rr.wall},
+           *times = rank == 0 ? malloc(sizeof mine * (size_t)size) : NULL;
+    MPI_Gather(mine, 2, MPI_DOUBLE, times, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    char *prov_t = rank == 0 ? provenance_timing(prov, times, size) : NULL;
+    if (rank == 0 && prov_t) h5m_set_provenance(rr.mst, prov_t);
+    if (rank == 0 && rc == 0) {
+        int64_t all = h5m_done_prompts(rr.mst);
+        double t_close = now_seconds();
+        rc = h5m_write(rr.mst, all == pl.ds.n, err);
+        rr.col.seconds += now_seconds() - t_close;
+        if (rc == 0 && all < pl.ds.n)
+            rc = ah_fail(err, AH_ESTOP,
+                         "stopped by a signal after %lld of %lld prompts; run the same command "
+                         "with --resume to continue",
+                         (long long)all, (long long)pl.ds.n);
+        else if (rc == 0 && !o->quiet)
+            fprintf(stderr,
+                    "harvest: wrote %lld prompts (%lld tokens, %d activations) to %s; "
+                    "%lld empty prompts skipped, %lld truncated to %lld tokens\n",
+                    (long long)pl.ds.n, (long long)pl.ds.n_tokens, pl.n_dsets, pl.j.out_path,
+                    (long long)pl.ds.n_empty, (long long)pl.ds.n_truncated, (long long)pl.S);
+    }
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD); // rank 0's verdict is everyone's
+    free(times);
+    free(prov_t);
+    if (stats)
+        *stats = (struct run_stats){.prompts = pl.ds.n,
+                                    .tokens = pl.ds.n_tokens,
+                                    .seconds = now_seconds() - t_start,
+                                    .seconds_write = rr.col.seconds,
+                                    .bytes = rr.bytes};
+done:
+    h5m_close(rr.mst);
+    free(done);
+    free(prov);
+    plan_free(&pl);
     return rc;
 }
 
@@ -344,19 +827,10 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "harvest: --resume and --overwrite exclude each other\n");
         return 1;
     }
-    int size = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    if (size > 1) {
-        int rank = 0;
-        MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-        if (rank == 0)
-            fprintf(stderr,
-                    "harvest: this build runs on one rank; got %d (multi-rank runs are "
-                    "not implemented yet)\n",
-                    size);
-        return 1;
-    }
     struct ah_error err = {0};
     int rc = harvest_run(&o, NULL, &err);
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank != 0) return ah_exit_code(rc); // rank 0 speaks for all
     return report(rc, &err);
 }

@@ -1,5 +1,6 @@
-// h5out.c - see h5out.h. One process writes; the layout (closed segments + a master replaced
-// whole) is what makes a kill at any moment resumable.
+// h5out.c - see h5out.h. Every file here is written by one process: segments by the rank that
+// computes their rows, the index and the master by rank 0. No collective calls, so pipeline stages
+// and replicas never wait for each other's I/O, and a kill leaves every listed file closed.
 #define _GNU_SOURCE // defines: fsync, opendir, sync_file_range
 #include "io/h5out.h"
 
@@ -30,28 +31,6 @@
 #define CHUNK_TARGET (1 << 20)  // bytes a chunk aims for when rows are small
 #define CHUNK_MAX    (16 << 20) // a chunk larger than this is split inside the row
 #define PATH_MAX_    4096
-
-struct segment {
-    int64_t p0, p1, t0, t1; // prompt rows [p0, p1), token rows [t0, t1)
-};
-
-struct h5out {
-    struct h5out_params p;      // strings and arrays borrowed from the caller (valid until close)
-    const struct h5out_dset *d; // (n) borrowed
-    int n;
-    char master_tmp[PATH_MAX_ / 2], parts[PATH_MAX_ / 2], parts_rel[PATH_MAX_ / 2];
-    hid_t f16, bf16;     // storage types
-    struct segment *seg; // (n_seg) listed segments
-    int n_seg, cap_seg;
-    // the open segment
-    hid_t sfile;
-    hid_t *sdset;       // (n)
-    struct segment cur; // p1/t1: rows made writable so far
-    bool open;
-    uint16_t *conv; // conversion buffer
-    int64_t conv_n;
-    int64_t bytes;
-};
 
 static hid_t make_half(int bf) {
     hid_t t = H5Tcopy(H5T_IEEE_F32LE);
@@ -165,28 +144,6 @@ static void choose_chunk(const struct h5out_dset *d, size_t esize, hsize_t *chun
     }
 }
 
-static hid_t file_type(const struct h5out *h, enum tap_dtype dt) {
-    if (dt == TAP_I64) return H5T_STD_I64LE;
-    return h->p.store == H5OUT_F16 ? h->f16 : h->p.store == H5OUT_BF16 ? h->bf16 : H5T_IEEE_F32LE;
-}
-
-static hid_t mem_type(const struct h5out *h, enum tap_dtype dt) {
-    if (dt == TAP_I64) return H5T_NATIVE_INT64;
-    return h->p.store == H5OUT_F32 ? H5T_NATIVE_FLOAT : file_type(h, dt);
-}
-
-static bool by_token(const struct h5out_dset *d) {
-    return !strcmp(d->axes[0], "token");
-}
-
-static void seg_name(const struct h5out *h, int k, bool relative, char *out, size_t n) {
-    snprintf(out, n, "%s/seg-%06d.h5", relative ? h->parts_rel : h->parts, k);
-}
-
-static void index_name(const struct h5out *h, bool relative, char *out, size_t n) {
-    snprintf(out, n, "%s/index.h5", relative ? h->parts_rel : h->parts);
-}
-
 // durability: a closed file's bytes reach the disk before anything lists it
 static int fsync_path(const char *path) {
     int fd = open(path, O_RDONLY);
@@ -195,9 +152,6 @@ static int fsync_path(const char *path) {
     close(fd);
     return r;
 }
-
-// ----------------------------------------------------------------------------
-// the index file: /prompts and /tokens, written once
 
 static herr_t write_1d(hid_t loc, const char *name, const int64_t *v, int64_t n) {
     hsize_t d = (hsize_t)n;
@@ -211,17 +165,272 @@ static herr_t write_1d(hid_t loc, const char *name, const int64_t *v, int64_t n)
     return r;
 }
 
+static hid_t file_type(hid_t f16, hid_t bf16, enum h5out_store store, enum tap_dtype dt) {
+    if (dt == TAP_I64) return H5T_STD_I64LE;
+    return store == H5OUT_F16 ? f16 : store == H5OUT_BF16 ? bf16 : H5T_IEEE_F32LE;
+}
+
+static bool by_token(const struct h5out_dset *d) {
+    return !strcmp(d->axes[0], "token");
+}
+
+static void parts_path(const char *out_path, const char *leaf, char *buf, size_t n) {
+    snprintf(buf, n, "%s.parts%s%s", out_path, leaf ? "/" : "", leaf ? leaf : "");
+}
+
+void h5out_record_free(struct h5out_record *r) {
+    free(r->runs);
+    memset(r, 0, sizeof *r);
+}
+
+// appends a run, merging it into the last one when it continues it
+static int push_run(struct h5out_run **runs, int *n, int *cap, struct h5out_run r) {
+    if (*n > 0) {
+        struct h5out_run *l = &(*runs)[*n - 1];
+        if (l->p1 == r.p0 && l->t1 == r.t0 && l->q + (l->p1 - l->p0) == r.q &&
+            l->qt + (l->t1 - l->t0) == r.qt) {
+            l->p1 = r.p1;
+            l->t1 = r.t1;
+            return 0;
+        }
+    }
+    if (*n == *cap) {
+        int c = *cap * 2 + 8;
+        struct h5out_run *nr = realloc(*runs, (size_t)c * sizeof *nr);
+        if (!nr) return -AH_ENOMEM;
+        *runs = nr;
+        *cap = c;
+    }
+    (*runs)[(*n)++] = r;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// segments
+
+struct h5seg {
+    char path[PATH_MAX_];
+    char file[64];
+    const struct h5out_dset *d;
+    int i0, i1;
+    enum h5out_store store;
+    hid_t f16, bf16, file_id;
+    hid_t *dset;            // (i1 - i0)
+    struct h5out_run *runs; // (n_runs) rows so far
+    int n_runs, cap_runs;
+    int64_t rows, rows_t; // prompt rows and token rows so far
+    uint16_t *conv;       // conversion buffer
+    int64_t conv_n;
+    int64_t bytes;
+};
+
+static void seg_free(struct h5seg *s) {
+    for (int i = 0; s->dset && i < s->i1 - s->i0; i++)
+        if (s->dset[i] >= 0) H5Dclose(s->dset[i]);
+    if (s->file_id >= 0) H5Fclose(s->file_id);
+    if (s->f16 >= 0) H5Tclose(s->f16);
+    if (s->bf16 >= 0) H5Tclose(s->bf16);
+    free(s->dset);
+    free(s->runs);
+    free(s->conv);
+    free(s);
+}
+
+int h5seg_open(struct h5seg **out, const char *out_path, const char *file, enum h5out_store store,
+               int compression, const struct h5out_dset *d, int i0, int i1, struct ah_error *err) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // errors are reported through err
+    int rc = 0, n = i1 - i0;
+    struct h5seg *s = calloc(1, sizeof *s);
+    if (!s) return -AH_ENOMEM;
+    s->file_id = s->f16 = s->bf16 = H5I_INVALID_HID;
+    s->dset = malloc(((size_t)n + 1) * sizeof *s->dset);
+    if (!s->dset) {
+        seg_free(s);
+        return -AH_ENOMEM;
+    }
+    for (int i = 0; i < n; i++)
+        s->dset[i] = H5I_INVALID_HID;
+    parts_path(out_path, file, s->path, sizeof s->path);
+    snprintf(s->file, sizeof s->file, "%s", file);
+    s->d = d;
+    s->i0 = i0;
+    s->i1 = i1;
+    s->store = store;
+    s->f16 = make_half(0);
+    s->bf16 = make_half(1);
+    hid_t g = H5I_INVALID_HID;
+    CHECK_H5(s->f16 < 0 || s->bf16 < 0 ? -1 : 0, s->path, "make the 16-bit float types");
+    s->file_id = H5Fcreate(s->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK_H5(s->file_id, s->path, "create a segment file");
+    CHECK_H5(g = H5Gcreate2(s->file_id, "activations", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+             s->path, "make a group");
+    for (int i = 0; i < n; i++) {
+        const struct h5out_dset *e = &d[i0 + i];
+        hsize_t dims[TAP_MAX_DIMS], maxd[TAP_MAX_DIMS], chunk[TAP_MAX_DIMS];
+        for (int k = 0; k < e->ndim; k++)
+            dims[k] = maxd[k] = (hsize_t)e->dims[k];
+        dims[0] = 0;
+        maxd[0] = H5S_UNLIMITED;
+        hid_t ft = file_type(s->f16, s->bf16, store, e->desc->dtype);
+        choose_chunk(e, H5Tget_size(ft), chunk);
+        size_t chunk_bytes = H5Tget_size(ft);
+        for (int k = 0; k < e->ndim; k++)
+            chunk_bytes *= chunk[k];
+        hid_t sp = H5Screate_simple(e->ndim, dims, maxd);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dapl = H5Pcreate(H5P_DATASET_ACCESS);
+        herr_t r = H5Pset_chunk(dcpl, e->ndim, chunk);
+        // every row is written in full (padding included): no fill pass
+        if (r >= 0) r = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
+        if (r >= 0 && compression > 0) r = H5Pset_shuffle(dcpl);
+        if (r >= 0 && compression > 0) r = H5Pset_deflate(dcpl, (unsigned)compression);
+        // OPTIONAL: rows arrive one write at a time. Where a chunk holds one row, every write
+        // covers whole chunks and goes straight to the file (no cache, no extra copy); where a
+        // chunk holds several rows, a cache keeps it until its rows are in.
+        size_t cache = chunk[0] == 1                  ? 0
+                       : chunk_bytes * 2 > (1u << 20) ? chunk_bytes * 2
+                                                      : (1u << 20);
+        if (r >= 0) r = H5Pset_chunk_cache(dapl, 521, cache, 1.0);
+        if (r >= 0) r = s->dset[i] = H5Dcreate2(g, e->desc->name, ft, sp, H5P_DEFAULT, dcpl, dapl);
+        H5Pclose(dapl);
+        H5Pclose(dcpl);
+        H5Sclose(sp);
+        CHECK_H5(r, s->path, "create a segment dataset");
+    }
+    H5Gclose(g);
+    *out = s;
+    return 0;
+fail:
+    if (g >= 0) H5Gclose(g);
+    seg_free(s);
+    return rc;
+}
+
+int h5seg_begin_batch(struct h5seg *s, int64_t p0, int64_t p1, int64_t t0, int64_t t1,
+                      struct ah_error *err) {
+    int rc = 0;
+    // start writeback of the rows so far without waiting: the fsync at close then finds little
+    // left, and dirty pages do not pile up
+    void *handle = NULL;
+    if (s->rows && H5Fget_vfd_handle(s->file_id, H5P_DEFAULT, &handle) >= 0 && handle)
+        sync_file_range(*(int *)handle, 0, 0, SYNC_FILE_RANGE_WRITE);
+    struct h5out_run r = {p0, p1, t0, t1, s->rows, s->rows_t};
+    if ((rc = push_run(&s->runs, &s->n_runs, &s->cap_runs, r)) < 0) return rc;
+    s->rows += p1 - p0;
+    s->rows_t += t1 - t0;
+    for (int i = s->i0; i < s->i1; i++) {
+        hsize_t dims[TAP_MAX_DIMS];
+        for (int k = 0; k < s->d[i].ndim; k++)
+            dims[k] = (hsize_t)s->d[i].dims[k];
+        dims[0] = (hsize_t)(by_token(&s->d[i]) ? s->rows_t : s->rows);
+        CHECK_H5(H5Dset_extent(s->dset[i - s->i0], dims), s->path, "extend a segment dataset");
+    }
+fail:
+    return rc;
+}
+
+// segment row of a global row, from the runs (the last run is searched first: it is the usual one)
+static int64_t seg_row(const struct h5seg *s, bool tok, int64_t row) {
+    for (int k = s->n_runs - 1; k >= 0; k--) {
+        const struct h5out_run *r = &s->runs[k];
+        int64_t a = tok ? r->t0 : r->p0, b = tok ? r->t1 : r->p1;
+        if (row >= a && row < b) return (tok ? r->qt : r->q) + row - a;
+    }
+    return -1;
+}
+
+int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *data,
+                struct ah_error *err) {
+    int rc = 0;
+    hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
+    const struct h5out_dset *d = &s->d[i];
+    AH_ASSERT(i >= s->i0 && i < s->i1);
+    int64_t row_elems = 1;
+    for (int k = 1; k < d->ndim; k++)
+        row_elems *= d->dims[k];
+    int64_t ne = row_elems * nrows;
+    const void *buf = data;
+    if (d->desc->dtype == TAP_F32 && s->store != H5OUT_F32) {
+        if (ne > s->conv_n) {
+            free(s->conv);
+            s->conv = malloc((size_t)ne * 2);
+            s->conv_n = s->conv ? ne : 0;
+            if (!s->conv) return -AH_ENOMEM;
+        }
+        if (s->store == H5OUT_F16)
+            hc_f32_to_f16_n(s->conv, data, ne);
+        else
+            hc_f32_to_bf16_n(s->conv, data, ne);
+        buf = s->conv;
+    }
+    int64_t local = seg_row(s, by_token(d), row);
+    AH_ASSERT(local >= 0);
+    hsize_t start[TAP_MAX_DIMS] = {0}, count[TAP_MAX_DIMS];
+    for (int k = 0; k < d->ndim; k++)
+        count[k] = (hsize_t)d->dims[k];
+    start[0] = (hsize_t)local;
+    count[0] = (hsize_t)nrows;
+    hid_t ft = file_type(s->f16, s->bf16, s->store, d->desc->dtype);
+    hid_t mt = d->desc->dtype == TAP_I64 ? H5T_NATIVE_INT64
+               : s->store == H5OUT_F32   ? H5T_NATIVE_FLOAT
+                                         : ft;
+    CHECK_H5(fs = H5Dget_space(s->dset[i - s->i0]), s->path, "get a dataspace");
+    CHECK_H5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL), s->path,
+             "select rows");
+    CHECK_H5(ms = H5Screate_simple(d->ndim, count, NULL), s->path, "make a dataspace");
+    CHECK_H5(H5Dwrite(s->dset[i - s->i0], mt, ms, fs, H5P_DEFAULT, buf), s->path, "write rows");
+    s->bytes += ne * (int64_t)H5Tget_size(ft);
+fail:
+    if (ms >= 0) H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return rc;
+}
+
+int h5seg_close(struct h5seg *s, bool keep, struct h5out_record *rec, struct ah_error *err) {
+    int rc = 0;
+    herr_t r = 0;
+    for (int i = 0; i < s->i1 - s->i0; i++) {
+        if (H5Dclose(s->dset[i]) < 0) r = -1;
+        s->dset[i] = H5I_INVALID_HID;
+    }
+    if (H5Fclose(s->file_id) < 0) r = -1;
+    s->file_id = H5I_INVALID_HID;
+    if (keep) {
+        if (r < 0)
+            rc = ah_fail(err, AH_EIO, "%s: HDF5 failed to close a segment (disk full?)", s->path);
+        else if (fsync_path(s->path) != 0)
+            rc = ah_fail(err, AH_EIO, "%s: fsync: %s", s->path, strerror(errno));
+        if (rc == 0) {
+            memset(rec, 0, sizeof *rec);
+            snprintf(rec->file, sizeof rec->file, "%s", s->file);
+            rec->i0 = s->i0;
+            rec->i1 = s->i1;
+            rec->runs = s->runs;
+            rec->n_runs = s->n_runs;
+            s->runs = NULL;
+        }
+    }
+    seg_free(s);
+    return rc;
+}
+
+int64_t h5seg_bytes(const struct h5seg *s) {
+    return s->bytes;
+}
+
+// ----------------------------------------------------------------------------
+// the index file: /prompts and /tokens, written once by rank 0
+
 static const char *const table_names[6] = {"prompts/source_index", "prompts/length",
                                            "prompts/token_offset", "tokens/input_ids",
                                            "tokens/prompt_index",  "tokens/position"};
 
-static int write_index(const struct h5out *h, struct ah_error *err) {
+static int write_index(const struct h5out_params *p, struct ah_error *err) {
     int rc = 0;
     char path[PATH_MAX_];
-    index_name(h, false, path, sizeof path);
+    parts_path(p->path, "index.h5", path, sizeof path);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
-    const int64_t *v[6] = {h->p.source_index, h->p.length,       h->p.token_offset,
-                           h->p.input_ids,    h->p.prompt_index, h->p.position};
+    const int64_t *v[6] = {p->source_index, p->length,       p->token_offset,
+                           p->input_ids,    p->prompt_index, p->position};
     CHECK_H5(f, path, "create the index file");
     CHECK_H5(g = H5Gcreate2(f, "prompts", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
              "make a group");
@@ -230,7 +439,7 @@ static int write_index(const struct h5out *h, struct ah_error *err) {
              "make a group");
     H5Gclose(g);
     for (int i = 0; i < 6; i++)
-        CHECK_H5(write_1d(f, table_names[i], v[i], i < 3 ? h->p.n_prompts : h->p.n_tokens), path,
+        CHECK_H5(write_1d(f, table_names[i], v[i], i < 3 ? p->n_prompts : p->n_tokens), path,
                  "write /prompts and /tokens");
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
@@ -242,58 +451,129 @@ fail:
 }
 
 // ----------------------------------------------------------------------------
-// the master: attributes + virtual datasets over index.h5 and the listed segments
+// the master
 
-static char *segments_json(const struct h5out *h) {
+struct h5master {
+    struct h5out_params p;      // strings and arrays borrowed from the caller
+    const struct h5out_dset *d; // (n) borrowed
+    int n;
+    hid_t f16, bf16;
+    struct h5out_record *rec; // (n_rec) listed segments
+    int n_rec, cap_rec;
+    int run; // runs of this output so far, this one included
+    char tmp[PATH_MAX_];
+};
+
+static char *records_json(const struct h5master *m) {
     cJSON *a = cJSON_CreateArray();
-    for (int k = 0; k < h->n_seg; k++) {
-        const struct segment *s = &h->seg[k];
-        double v[4] = {(double)s->p0, (double)s->p1, (double)s->t0, (double)s->t1};
-        cJSON_AddItemToArray(a, cJSON_CreateDoubleArray(v, 4));
+    for (int k = 0; k < m->n_rec; k++) {
+        const struct h5out_record *r = &m->rec[k];
+        cJSON *o = cJSON_CreateObject(), *runs = cJSON_CreateArray();
+        cJSON_AddStringToObject(o, "file", r->file);
+        int ds[2] = {r->i0, r->i1};
+        cJSON_AddItemToObject(o, "datasets", cJSON_CreateIntArray(ds, 2));
+        for (int j = 0; j < r->n_runs; j++) {
+            const struct h5out_run *u = &r->runs[j];
+            double v[6] = {(double)u->p0, (double)u->p1, (double)u->t0,
+                           (double)u->t1, (double)u->q,  (double)u->qt};
+            cJSON_AddItemToArray(runs, cJSON_CreateDoubleArray(v, 6));
+        }
+        cJSON_AddItemToObject(o, "runs", runs);
+        cJSON_AddItemToArray(a, o);
     }
     char *t = cJSON_PrintUnformatted(a);
     cJSON_Delete(a);
     return t;
 }
 
-// one virtual dataset: rows [r0, r1) of each segment (or all of index.h5 for a table)
-static int master_dset(const struct h5out *h, hid_t f, const char *name, hid_t type, int ndim,
-                       const int64_t *dims, bool token_rows, bool table, const void *fill,
-                       hid_t *out, struct ah_error *err) {
+// records from the JSON of a master's `segments` attribute
+static int records_parse(struct h5master *m, const char *text) {
+    cJSON *a = cJSON_Parse(text);
+    const cJSON *o;
+    int rc = cJSON_IsArray(a) ? 0 : -AH_EFORMAT;
+    cJSON_ArrayForEach(o, a) {
+        struct h5out_record r = {0};
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "file");
+        const cJSON *ds = cJSON_GetObjectItemCaseSensitive(o, "datasets");
+        const cJSON *runs = cJSON_GetObjectItemCaseSensitive(o, "runs"), *u;
+        if (!cJSON_IsString(f) || cJSON_GetArraySize(ds) != 2 || !cJSON_IsArray(runs)) {
+            rc = -AH_EFORMAT;
+            break;
+        }
+        snprintf(r.file, sizeof r.file, "%s", f->valuestring);
+        r.i0 = cJSON_GetArrayItem(ds, 0)->valueint;
+        r.i1 = cJSON_GetArrayItem(ds, 1)->valueint;
+        int cap = 0;
+        cJSON_ArrayForEach(u, runs) {
+            struct h5out_run x;
+            int64_t *v[6] = {&x.p0, &x.p1, &x.t0, &x.t1, &x.q, &x.qt};
+            for (int k = 0; k < 6; k++)
+                *v[k] = (int64_t)cJSON_GetArrayItem(u, k)->valuedouble;
+            if ((rc = push_run(&r.runs, &r.n_runs, &cap, x)) < 0) break;
+        }
+        if (rc == 0) rc = h5m_add(m, &r);
+        if (rc < 0) {
+            h5out_record_free(&r);
+            break;
+        }
+    }
+    cJSON_Delete(a);
+    return rc;
+}
+
+// one virtual dataset: all of index.h5's table, or the runs of every segment holding dataset i
+static int master_dset(const struct h5master *m, hid_t loc, const char *name, int i, hid_t type,
+                       int ndim, const int64_t *dims, const void *fill, hid_t *out,
+                       struct ah_error *err) {
     int rc = 0;
-    hsize_t vd[TAP_MAX_DIMS], sd[TAP_MAX_DIMS], start[TAP_MAX_DIMS] = {0}, count[TAP_MAX_DIMS];
+    hsize_t vd[TAP_MAX_DIMS], start[TAP_MAX_DIMS] = {0}, count[TAP_MAX_DIMS], sd[TAP_MAX_DIMS];
     for (int k = 0; k < ndim; k++)
         vd[k] = count[k] = sd[k] = (hsize_t)dims[k];
     hid_t vs = H5Screate_simple(ndim, vd, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
     hid_t ss = H5I_INVALID_HID;
-    char src[PATH_MAX_ + 32], dname[TAP_NAME_MAX + 16];
-    CHECK_H5(H5Pset_fill_value(dcpl, type, fill), h->p.path, "set a fill value");
-    if (table) {
-        index_name(h, true, src, sizeof src);
-        if (vd[0] > 0) {
-            CHECK_H5(ss = H5Screate_simple(1, sd, NULL), h->p.path, "make a dataspace");
-            CHECK_H5(H5Pset_virtual(dcpl, vs, src, name, ss), h->p.path, "map /prompts, /tokens");
+    char src[PATH_MAX_], dname[TAP_NAME_MAX + 16];
+    const char *slash = strrchr(m->p.path, '/');
+    const char *base = slash ? slash + 1 : m->p.path; // sources are relative to the master
+    CHECK_H5(H5Pset_fill_value(dcpl, type, fill), m->p.path, "set a fill value");
+    if (i < 0 && vd[0] > 0) {
+        snprintf(src, sizeof src, "%s.parts/index.h5", base);
+        CHECK_H5(ss = H5Screate_simple(1, sd, NULL), m->p.path, "make a dataspace");
+        CHECK_H5(H5Pset_virtual(dcpl, vs, src, name, ss), m->p.path, "map /prompts, /tokens");
+    }
+    snprintf(dname, sizeof dname, "activations/%s", name);
+    bool tok = i >= 0 && by_token(&m->d[i]);
+    for (int k = 0; i >= 0 && k < m->n_rec; k++) {
+        const struct h5out_record *r = &m->rec[k];
+        if (i < r->i0 || i >= r->i1) continue;
+        int64_t rows = 0; // the segment's rows of this dataset
+        for (int j = 0; j < r->n_runs; j++) {
+            const struct h5out_run *u = &r->runs[j];
+            int64_t e = tok ? u->qt + u->t1 - u->t0 : u->q + u->p1 - u->p0;
+            rows = e > rows ? e : rows;
+        }
+        sd[0] = (hsize_t)rows;
+        snprintf(src, sizeof src, "%s.parts/%s", base, r->file);
+        for (int j = 0; j < r->n_runs; j++) {
+            const struct h5out_run *u = &r->runs[j];
+            int64_t a = tok ? u->t0 : u->p0, b = tok ? u->t1 : u->p1, q = tok ? u->qt : u->q;
+            if (b == a) continue;
+            hsize_t vstart[TAP_MAX_DIMS] = {0}, sstart[TAP_MAX_DIMS] = {0};
+            vstart[0] = (hsize_t)a;
+            sstart[0] = (hsize_t)q;
+            count[0] = (hsize_t)(b - a);
+            CHECK_H5(ss = H5Screate_simple(ndim, sd, NULL), m->p.path, "make a dataspace");
+            CHECK_H5(H5Sselect_hyperslab(vs, H5S_SELECT_SET, vstart, NULL, count, NULL), m->p.path,
+                     "select rows");
+            CHECK_H5(H5Sselect_hyperslab(ss, H5S_SELECT_SET, sstart, NULL, count, NULL), m->p.path,
+                     "select segment rows");
+            CHECK_H5(H5Pset_virtual(dcpl, vs, src, dname, ss), m->p.path, "map a segment");
             H5Sclose(ss);
             ss = H5I_INVALID_HID;
         }
     }
-    snprintf(dname, sizeof dname, "activations/%s", name);
-    for (int k = 0; !table && k < h->n_seg; k++) {
-        const struct segment *s = &h->seg[k];
-        int64_t r0 = token_rows ? s->t0 : s->p0, r1 = token_rows ? s->t1 : s->p1;
-        if (r1 == r0) continue;
-        start[0] = (hsize_t)r0;
-        count[0] = sd[0] = (hsize_t)(r1 - r0);
-        seg_name(h, k, true, src, sizeof src);
-        CHECK_H5(H5Sselect_hyperslab(vs, H5S_SELECT_SET, start, NULL, count, NULL), h->p.path,
-                 "select rows");
-        CHECK_H5(ss = H5Screate_simple(ndim, sd, NULL), h->p.path, "make a dataspace");
-        CHECK_H5(H5Pset_virtual(dcpl, vs, src, dname, ss), h->p.path, "map a segment");
-        H5Sclose(ss);
-        ss = H5I_INVALID_HID;
-    }
+    (void)start;
     H5Sselect_all(vs);
-    CHECK_H5(*out = H5Dcreate2(f, name, type, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT), h->p.path,
+    CHECK_H5(*out = H5Dcreate2(loc, name, type, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT), m->p.path,
              "create a virtual dataset");
 fail:
     if (ss >= 0) H5Sclose(ss);
@@ -302,40 +582,42 @@ fail:
     return rc;
 }
 
-static int master_write(const struct h5out *h, bool complete, struct ah_error *err) {
+int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
     int rc = 0;
-    const char *mp = h->p.path, *tmp = h->master_tmp;
-    char *segs = segments_json(h);
+    const char *tmp = m->tmp;
+    char *segs = records_json(m);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
     hid_t ds = H5I_INVALID_HID;
-    int64_t done = h->n_seg ? h->seg[h->n_seg - 1].p1 : 0;
     CHECK_H5(f, tmp, "create the master file");
     CHECK_H5(attr_i64(f, "harvest_format", 1), tmp, "write harvest_format");
-    CHECK_H5(attr_str(f, "model_family", h->p.model_family), tmp, "write model_family");
-    CHECK_H5(attr_str(f, "model_config", h->p.model_config), tmp, "write model_config");
-    CHECK_H5(attr_str(f, "job", h->p.job), tmp, "write job");
+    CHECK_H5(attr_str(f, "model_family", m->p.model_family), tmp, "write model_family");
+    CHECK_H5(attr_str(f, "model_config", m->p.model_config), tmp, "write model_config");
+    CHECK_H5(attr_str(f, "job", m->p.job), tmp, "write job");
     CHECK_H5(attr_i64(f, "complete", complete), tmp, "write complete");
-    CHECK_H5(attr_i64(f, "prompts_done", done), tmp, "write prompts_done");
-    CHECK_H5(attr_i64(f, "max_seq_len", h->p.max_seq_len), tmp, "write max_seq_len");
-    CHECK_H5(attr_i64(f, "n_prompts_skipped_empty", h->p.n_skipped_empty), tmp, "write counts");
-    CHECK_H5(attr_i64(f, "n_prompts_truncated", h->p.n_truncated), tmp, "write counts");
-    CHECK_H5(attr_i64(f, "data_checksum", (int64_t)h->p.data_checksum), tmp, "write checksum");
+    CHECK_H5(attr_i64(f, "prompts_done", h5m_done_prompts(m)), tmp, "write prompts_done");
+    CHECK_H5(attr_i64(f, "max_seq_len", m->p.max_seq_len), tmp, "write max_seq_len");
+    CHECK_H5(attr_i64(f, "batch_size", m->p.batch_size), tmp, "write batch_size");
+    CHECK_H5(attr_i64(f, "n_prompts_skipped_empty", m->p.n_skipped_empty), tmp, "write counts");
+    CHECK_H5(attr_i64(f, "n_prompts_truncated", m->p.n_truncated), tmp, "write counts");
+    CHECK_H5(attr_i64(f, "data_checksum", (int64_t)m->p.data_checksum), tmp, "write checksum");
+    CHECK_H5(attr_i64(f, "runs", m->run + 1), tmp, "write runs");
     CHECK_H5(attr_str(f, "storage_dtype",
-                      h->p.store == H5OUT_F16    ? "float16"
-                      : h->p.store == H5OUT_BF16 ? "bfloat16"
+                      m->p.store == H5OUT_F16    ? "float16"
+                      : m->p.store == H5OUT_BF16 ? "bfloat16"
                                                  : "float32"),
              tmp, "write storage_dtype");
     CHECK_H5(attr_str(f, "segments", segs ? segs : "[]"), tmp, "write segments");
+    CHECK_H5(attr_str(f, "provenance", m->p.provenance ? m->p.provenance : "{}"), tmp,
+             "write provenance");
 
     static const int64_t zero = 0;
     for (int i = 0; i < 6; i++) {
-        const char *grp = i < 3 ? "prompts" : "tokens";
         if (i == 0 || i == 3)
-            CHECK_H5(g = H5Gcreate2(f, grp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp,
-                     "make a group");
-        int64_t n = i < 3 ? h->p.n_prompts : h->p.n_tokens;
-        if ((rc = master_dset(h, f, table_names[i], H5T_STD_I64LE, 1, &n, false, true, &zero, &ds,
-                              err)) < 0)
+            CHECK_H5(g = H5Gcreate2(f, i < 3 ? "prompts" : "tokens", H5P_DEFAULT, H5P_DEFAULT,
+                                    H5P_DEFAULT),
+                     tmp, "make a group");
+        int64_t n = i < 3 ? m->p.n_prompts : m->p.n_tokens;
+        if ((rc = master_dset(m, f, table_names[i], -1, H5T_STD_I64LE, 1, &n, &zero, &ds, err)) < 0)
             goto fail;
         H5Dclose(ds);
         ds = H5I_INVALID_HID;
@@ -348,15 +630,14 @@ static int master_write(const struct h5out *h, bool complete, struct ah_error *e
              "make a group");
     const float nan32 = NAN;
     const uint16_t nan16 = 0x7e00, nanbf = 0x7fc0;
-    for (int i = 0; i < h->n; i++) {
-        const struct h5out_dset *d = &h->d[i];
-        bool fl = d->desc->dtype == TAP_F32;
-        const void *fill = !fl                        ? (const void *)&zero
-                           : h->p.store == H5OUT_F16  ? (const void *)&nan16
-                           : h->p.store == H5OUT_BF16 ? (const void *)&nanbf
+    for (int i = 0; i < m->n; i++) {
+        const struct h5out_dset *d = &m->d[i];
+        const void *fill = d->desc->dtype != TAP_F32  ? (const void *)&zero
+                           : m->p.store == H5OUT_F16  ? (const void *)&nan16
+                           : m->p.store == H5OUT_BF16 ? (const void *)&nanbf
                                                       : (const void *)&nan32;
-        if ((rc = master_dset(h, g, d->desc->name, file_type(h, d->desc->dtype), d->ndim, d->dims,
-                              by_token(d), false, fill, &ds, err)) < 0)
+        hid_t ft = file_type(m->f16, m->bf16, m->p.store, d->desc->dtype);
+        if ((rc = master_dset(m, g, d->desc->name, i, ft, d->ndim, d->dims, fill, &ds, err)) < 0)
             goto fail;
         char sem[TAP_MAX_DIMS][TAP_AXIS_MAX];
         memcpy(sem, d->desc->axes, sizeof sem);
@@ -373,8 +654,9 @@ static int master_write(const struct h5out *h, bool complete, struct ah_error *e
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, tmp, "close the master file");
-    if (fsync_path(tmp) != 0 || rename(tmp, mp) != 0) {
-        rc = ah_fail(err, AH_EIO, "%s: cannot replace the master file: %s", mp, strerror(errno));
+    if (fsync_path(tmp) != 0 || rename(tmp, m->p.path) != 0) {
+        rc = ah_fail(err, AH_EIO, "%s: cannot replace the master file: %s", m->p.path,
+                     strerror(errno));
         goto fail;
     }
 fail:
@@ -385,119 +667,94 @@ fail:
     return rc;
 }
 
-// ----------------------------------------------------------------------------
-// segments
-
-static int seg_open(struct h5out *h, struct ah_error *err) {
-    int rc = 0;
-    char path[PATH_MAX_];
-    seg_name(h, h->n_seg, false, path, sizeof path);
-    h->sfile = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t g = H5I_INVALID_HID;
-    CHECK_H5(h->sfile, path, "create a segment file");
-    CHECK_H5(g = H5Gcreate2(h->sfile, "activations", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
-             "make a group");
-    for (int i = 0; i < h->n; i++) {
-        const struct h5out_dset *d = &h->d[i];
-        hsize_t dims[TAP_MAX_DIMS], maxd[TAP_MAX_DIMS], chunk[TAP_MAX_DIMS];
-        for (int k = 0; k < d->ndim; k++)
-            dims[k] = maxd[k] = (hsize_t)d->dims[k];
-        dims[0] = 0;
-        maxd[0] = H5S_UNLIMITED;
-        hid_t ft = file_type(h, d->desc->dtype);
-        choose_chunk(d, H5Tget_size(ft), chunk);
-        size_t chunk_bytes = H5Tget_size(ft);
-        for (int k = 0; k < d->ndim; k++)
-            chunk_bytes *= chunk[k];
-        hid_t s = H5Screate_simple(d->ndim, dims, maxd);
-        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dapl = H5Pcreate(H5P_DATASET_ACCESS);
-        herr_t r = H5Pset_chunk(dcpl, d->ndim, chunk);
-        // every row is written in full (padding included): no fill pass
-        if (r >= 0) r = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
-        if (r >= 0 && h->p.compression > 0) r = H5Pset_shuffle(dcpl);
-        if (r >= 0 && h->p.compression > 0) r = H5Pset_deflate(dcpl, (unsigned)h->p.compression);
-        // OPTIONAL: rows arrive one write at a time. Where a chunk holds one row, every write
-        // covers whole chunks and goes straight to the file (no cache, no extra copy); where a
-        // chunk holds several rows, a cache keeps it until its rows are in.
-        size_t cache = chunk[0] == 1                  ? 0
-                       : chunk_bytes * 2 > (1u << 20) ? chunk_bytes * 2
-                                                      : (1u << 20);
-        if (r >= 0) r = H5Pset_chunk_cache(dapl, 521, cache, 1.0);
-        if (r >= 0) r = h->sdset[i] = H5Dcreate2(g, d->desc->name, ft, s, H5P_DEFAULT, dcpl, dapl);
-        H5Pclose(dapl);
-        H5Pclose(dcpl);
-        H5Sclose(s);
-        CHECK_H5(r, path, "create a segment dataset");
-    }
-    h->open = true;
-    h->cur = (struct segment){
-        h->n_seg ? h->seg[h->n_seg - 1].p1 : 0, h->n_seg ? h->seg[h->n_seg - 1].p1 : 0,
-        h->n_seg ? h->seg[h->n_seg - 1].t1 : 0, h->n_seg ? h->seg[h->n_seg - 1].t1 : 0};
-fail:
-    if (g >= 0) H5Gclose(g);
-    return rc;
+void h5m_set_provenance(struct h5master *m, const char *json) {
+    m->p.provenance = json;
 }
 
-// closes the open segment's handles; returns the first failure
-static herr_t seg_close_handles(struct h5out *h) {
-    herr_t r = 0;
-    for (int i = 0; i < h->n; i++)
-        if (h->sdset[i] >= 0) {
-            if (H5Dclose(h->sdset[i]) < 0) r = -1;
-            h->sdset[i] = H5I_INVALID_HID;
-        }
-    if (h->sfile >= 0 && H5Fclose(h->sfile) < 0) r = -1;
-    h->sfile = H5I_INVALID_HID;
-    h->open = false;
-    return r;
-}
-
-// ----------------------------------------------------------------------------
-// open / begin_batch / write / checkpoint / close
-
-static struct h5out *h5out_new(const struct h5out_params *p, const struct h5out_dset *d, int n) {
-    struct h5out *h = calloc(1, sizeof *h);
-    if (!h) return NULL;
-    h->p = *p;
-    h->d = d;
-    h->n = n;
-    h->sfile = H5I_INVALID_HID;
-    h->sdset = malloc(((size_t)n + 1) * sizeof *h->sdset);
-    h->f16 = make_half(0);
-    h->bf16 = make_half(1);
-    const char *slash = strrchr(p->path, '/');
-    snprintf(h->master_tmp, sizeof h->master_tmp, "%s.tmp", p->path);
-    snprintf(h->parts, sizeof h->parts, "%s.parts", p->path);
-    snprintf(h->parts_rel, sizeof h->parts_rel, "%s.parts", slash ? slash + 1 : p->path);
-    if (!h->sdset || h->f16 < 0 || h->bf16 < 0) {
-        h5out_close(h, false, NULL);
-        return NULL;
+int h5m_add(struct h5master *m, struct h5out_record *rec) {
+    if (m->n_rec == m->cap_rec) {
+        int c = m->cap_rec * 2 + 16;
+        struct h5out_record *nr = realloc(m->rec, (size_t)c * sizeof *nr);
+        if (!nr) return -AH_ENOMEM;
+        m->rec = nr;
+        m->cap_rec = c;
     }
-    for (int i = 0; i < n; i++)
-        h->sdset[i] = H5I_INVALID_HID;
-    return h;
-}
-
-static int push_segment(struct h5out *h, struct segment s) {
-    if (h->n_seg == h->cap_seg) {
-        int cap = h->cap_seg * 2 + 16;
-        struct segment *ns = realloc(h->seg, (size_t)cap * sizeof *ns);
-        if (!ns) return -AH_ENOMEM;
-        h->seg = ns;
-        h->cap_seg = cap;
-    }
-    h->seg[h->n_seg++] = s;
+    m->rec[m->n_rec++] = *rec;
+    memset(rec, 0, sizeof *rec);
     return 0;
 }
 
-// reads the listed segments and progress of an existing master
-static int resume_state(struct h5out *h, int64_t *done, bool *complete, struct ah_error *err) {
+static int64_t n_batches(const struct h5out_params *p) {
+    return (p->n_prompts + p->batch_size - 1) / p->batch_size;
+}
+
+// done[k] = 1 when every dataset has batch k's prompt rows in some record
+static void batches_done(const struct h5master *m, uint8_t *done) {
+    int64_t K = n_batches(&m->p), B = m->p.batch_size;
+    for (int64_t k = 0; k < K; k++) {
+        int64_t p = k * B;
+        bool all = true;
+        for (int i = 0; all && i < m->n; i++) {
+            bool found = false;
+            for (int r = 0; !found && r < m->n_rec; r++) {
+                const struct h5out_record *x = &m->rec[r];
+                if (i < x->i0 || i >= x->i1) continue;
+                for (int j = 0; !found && j < x->n_runs; j++)
+                    found = p >= x->runs[j].p0 && p < x->runs[j].p1;
+            }
+            all = found;
+        }
+        done[k] = all;
+    }
+}
+
+int64_t h5m_done_prompts(const struct h5master *m) {
+    int64_t K = n_batches(&m->p), B = m->p.batch_size, n = 0;
+    uint8_t *done = malloc((size_t)K + 1);
+    if (!done) return 0;
+    batches_done(m, done);
+    for (int64_t k = 0; k < K; k++)
+        if (done[k]) n += (k + 1) * B < m->p.n_prompts ? B : m->p.n_prompts - k * B;
+    free(done);
+    return n;
+}
+
+// keeps only the rows of complete batches in every record (batches never straddle runs)
+static int trim_records(struct h5master *m, const uint8_t *done) {
+    int64_t B = m->p.batch_size, N = m->p.n_prompts;
+    const int64_t *off = m->p.token_offset;
+    for (int r = 0; r < m->n_rec; r++) {
+        struct h5out_record *x = &m->rec[r];
+        struct h5out_run *kept = NULL;
+        int n_kept = 0, cap = 0, rc = 0;
+        for (int j = 0; rc == 0 && j < x->n_runs; j++) {
+            const struct h5out_run *u = &x->runs[j];
+            for (int64_t p = u->p0; rc == 0 && p < u->p1; p += B) {
+                int64_t e = p + B < N ? p + B : N;
+                if (!done[p / B]) continue;
+                int64_t t0 = p < N ? off[p] : m->p.n_tokens, t1 = e < N ? off[e] : m->p.n_tokens;
+                struct h5out_run y = {p, e, t0, t1, u->q + p - u->p0, u->qt + t0 - u->t0};
+                rc = push_run(&kept, &n_kept, &cap, y);
+            }
+        }
+        if (rc < 0) {
+            free(kept);
+            return rc;
+        }
+        free(x->runs);
+        x->runs = kept;
+        x->n_runs = n_kept;
+    }
+    return 0;
+}
+
+static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
+                        struct ah_error *err) {
     int rc = 0;
-    const char *mp = h->p.path;
+    const char *mp = m->p.path;
     char *job = NULL, *segs = NULL;
-    cJSON *a = NULL;
     hid_t f = H5Fopen(mp, H5F_ACC_RDONLY, H5P_DEFAULT);
-    int64_t c = 0, sum = 0;
+    int64_t c = 0, sum = 0, runs = 0, bsz = 0;
     if (f < 0) {
         rc = ah_fail(err, AH_EINVAL,
                      "%s: cannot open for --resume (not an HDF5 file?); use "
@@ -508,180 +765,87 @@ static int resume_state(struct h5out *h, int64_t *done, bool *complete, struct a
     job = attr_read_str(f, "job");
     segs = attr_read_str(f, "segments");
     if (!job || !segs || attr_read_i64(f, "complete", &c) < 0 ||
-        attr_read_i64(f, "data_checksum", &sum) < 0) {
+        attr_read_i64(f, "data_checksum", &sum) < 0 || attr_read_i64(f, "runs", &runs) < 0 ||
+        attr_read_i64(f, "batch_size", &bsz) < 0) {
         rc = ah_fail(err, AH_EINVAL,
                      "%s: not a harvest output (no job/segments attributes); use "
                      "--overwrite to replace it",
                      mp);
         goto fail;
     }
-    if (strcmp(job, h->p.job)) {
+    if (strcmp(job, m->p.job) || bsz != m->p.batch_size) {
         rc = ah_fail(err, AH_EINVAL,
                      "%s: was made by a different job; --resume needs the same job "
                      "file (use --overwrite to start again)",
                      mp);
         goto fail;
     }
-    if ((uint64_t)sum != h->p.data_checksum) {
+    if ((uint64_t)sum != m->p.data_checksum) {
         rc = ah_fail(err, AH_EINVAL,
                      "%s: the prompts differ from the ones this output was started "
                      "with (the data file changed?); use --overwrite to start again",
                      mp);
         goto fail;
     }
-    a = cJSON_Parse(segs);
-    const cJSON *e;
-    cJSON_ArrayForEach(e, a) {
-        struct segment s;
-        int64_t *v[4] = {&s.p0, &s.p1, &s.t0, &s.t1};
-        for (int k = 0; k < 4; k++)
-            *v[k] = (int64_t)cJSON_GetArrayItem(e, k)->valuedouble;
-        if ((rc = push_segment(h, s)) < 0) goto fail;
+    if (records_parse(m, segs) < 0) {
+        rc = ah_fail(err, AH_EFORMAT, "%s: unreadable \"segments\" attribute; use --overwrite", mp);
+        goto fail;
     }
-    *done = h->n_seg ? h->seg[h->n_seg - 1].p1 : 0;
+    batches_done(m, batch_done);
+    if ((rc = trim_records(m, batch_done)) < 0) goto fail;
+    m->run = (int)runs;
     *complete = c == 1;
 fail:
-    cJSON_Delete(a);
     free(job);
     free(segs);
     if (f >= 0) H5Fclose(f);
     return rc;
 }
 
-int h5out_open(struct h5out **out, const struct h5out_params *p, const struct h5out_dset *d, int n,
-               bool resume, int64_t *done, bool *complete, struct ah_error *err) {
+int h5m_open(struct h5master **out, const struct h5out_params *p, const struct h5out_dset *d, int n,
+             bool resume, uint8_t *batch_done, int *run, bool *complete, struct ah_error *err) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // errors are reported through err
-    struct h5out *h = h5out_new(p, d, n);
-    if (!h) return -AH_ENOMEM;
-    int rc = 0;
-    *done = 0;
+    struct h5master *m = calloc(1, sizeof *m);
+    if (!m) return -AH_ENOMEM;
+    m->p = *p;
+    m->d = d;
+    m->n = n;
+    m->f16 = make_half(0);
+    m->bf16 = make_half(1);
+    snprintf(m->tmp, sizeof m->tmp, "%s.tmp", p->path);
+    int rc = m->f16 < 0 || m->bf16 < 0 ? -AH_EIO : 0;
+    char parts[PATH_MAX_];
+    parts_path(p->path, NULL, parts, sizeof parts);
     *complete = false;
-    if (resume) {
-        rc = resume_state(h, done, complete, err);
-    } else if (mkdir(h->parts, 0777) != 0 && errno != EEXIST) {
+    memset(batch_done, 0, (size_t)n_batches(p));
+    if (rc < 0) {
+    } else if (resume) {
+        rc = resume_state(m, batch_done, complete, err);
+    } else if (mkdir(parts, 0777) != 0 && errno != EEXIST) {
         rc = ah_fail(err, AH_EIO,
                      "%s: cannot create the output file (check that its folder exists and is "
                      "writable): %s",
                      p->path, strerror(errno));
-    } else if ((rc = write_index(h, err)) == 0) {
-        rc = master_write(h, false, err);
+    } else if ((rc = write_index(p, err)) == 0) {
+        rc = h5m_write(m, false, err);
     }
     if (rc < 0) {
-        h5out_close(h, false, NULL);
+        h5m_close(m);
         return rc;
     }
-    *out = h;
+    *run = m->run;
+    *out = m;
     return 0;
 }
 
-// Starts writeback of what the open segment has in the page cache, without waiting: the
-// checkpoint's fsync then finds little left, and dirty pages do not pile up.
-static void seg_start_writeback(struct h5out *h) {
-    void *handle = NULL;
-    if (H5Fget_vfd_handle(h->sfile, H5P_DEFAULT, &handle) >= 0 && handle)
-        sync_file_range(*(int *)handle, 0, 0, SYNC_FILE_RANGE_WRITE);
-}
-
-int h5out_begin_batch(struct h5out *h, int64_t p_end, int64_t t_end, struct ah_error *err) {
-    int rc = 0;
-    if (h->open) seg_start_writeback(h);
-    if (!h->open && (rc = seg_open(h, err)) < 0) return rc;
-    char path[PATH_MAX_];
-    seg_name(h, h->n_seg, false, path, sizeof path);
-    for (int i = 0; i < h->n; i++) {
-        hsize_t dims[TAP_MAX_DIMS];
-        for (int k = 0; k < h->d[i].ndim; k++)
-            dims[k] = (hsize_t)h->d[i].dims[k];
-        dims[0] = (hsize_t)(by_token(&h->d[i]) ? t_end - h->cur.t0 : p_end - h->cur.p0);
-        CHECK_H5(H5Dset_extent(h->sdset[i], dims), path, "extend a segment dataset");
-    }
-    h->cur.p1 = p_end;
-    h->cur.t1 = t_end;
-fail:
-    return rc;
-}
-
-int h5out_write(struct h5out *h, int i, int64_t row, int64_t nrows, const void *data,
-                struct ah_error *err) {
-    int rc = 0;
-    hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
-    const struct h5out_dset *d = &h->d[i];
-    int64_t row_elems = 1;
-    for (int k = 1; k < d->ndim; k++)
-        row_elems *= d->dims[k];
-    int64_t ne = row_elems * nrows;
-    const void *buf = data;
-    AH_ASSERT(h->open);
-    if (d->desc->dtype == TAP_F32 && h->p.store != H5OUT_F32) {
-        if (ne > h->conv_n) {
-            free(h->conv);
-            h->conv = malloc((size_t)ne * 2);
-            h->conv_n = h->conv ? ne : 0;
-            if (!h->conv) return -AH_ENOMEM;
-        }
-        if (h->p.store == H5OUT_F16)
-            hc_f32_to_f16_n(h->conv, data, ne);
-        else
-            hc_f32_to_bf16_n(h->conv, data, ne);
-        buf = h->conv;
-    }
-    char path[PATH_MAX_];
-    seg_name(h, h->n_seg, false, path, sizeof path);
-    hsize_t start[TAP_MAX_DIMS] = {0}, count[TAP_MAX_DIMS];
-    for (int k = 0; k < d->ndim; k++)
-        count[k] = (hsize_t)d->dims[k];
-    start[0] = (hsize_t)(row - (by_token(d) ? h->cur.t0 : h->cur.p0));
-    count[0] = (hsize_t)nrows;
-    CHECK_H5(fs = H5Dget_space(h->sdset[i]), path, "get a dataspace");
-    CHECK_H5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL), path,
-             "select rows");
-    CHECK_H5(ms = H5Screate_simple(d->ndim, count, NULL), path, "make a dataspace");
-    CHECK_H5(H5Dwrite(h->sdset[i], mem_type(h, d->desc->dtype), ms, fs, H5P_DEFAULT, buf), path,
-             "write rows");
-    h->bytes += ne * (int64_t)H5Tget_size(file_type(h, d->desc->dtype));
-fail:
-    if (ms >= 0) H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
-    return rc;
-}
-
-int h5out_checkpoint(struct h5out *h, struct ah_error *err) {
-    if (!h->open) return 0;
-    char path[PATH_MAX_];
-    seg_name(h, h->n_seg, false, path, sizeof path);
-    struct segment s = h->cur;
-    if (seg_close_handles(h) < 0)
-        return ah_fail(err, AH_EIO, "%s: HDF5 failed to close a segment (disk full?)", path);
-    if (fsync_path(path) != 0) return ah_fail(err, AH_EIO, "%s: fsync: %s", path, strerror(errno));
-    int rc = push_segment(h, s);
-    if (rc == 0) rc = master_write(h, false, err);
-    if (rc < 0) h->n_seg--; // not listed: the next segment takes its place
-    return rc;
-}
-
-int h5out_close(struct h5out *h, bool complete, struct ah_error *err) {
-    if (!h) return 0;
-    int rc = 0;
-    if (complete) {
-        rc = h5out_checkpoint(h, err);
-        if (rc == 0) rc = master_write(h, true, err);
-    }
-    seg_close_handles(h); // dropped unless checkpointed above
-    if (h->f16 >= 0) H5Tclose(h->f16);
-    if (h->bf16 >= 0) H5Tclose(h->bf16);
-    free(h->conv);
-    free(h->sdset);
-    free(h->seg);
-    free(h);
-    return rc;
-}
-
-int64_t h5out_bytes(const struct h5out *h) {
-    return h->bytes;
-}
-
-int64_t h5out_done(const struct h5out *h) {
-    return h->n_seg ? h->seg[h->n_seg - 1].p1 : 0;
+void h5m_close(struct h5master *m) {
+    if (!m) return;
+    for (int k = 0; k < m->n_rec; k++)
+        h5out_record_free(&m->rec[k]);
+    free(m->rec);
+    if (m->f16 >= 0) H5Tclose(m->f16);
+    if (m->bf16 >= 0) H5Tclose(m->bf16);
+    free(m);
 }
 
 int h5out_remove(const char *path, struct ah_error *err) {

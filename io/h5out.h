@@ -1,19 +1,21 @@
-// h5out.h - the output (contract.md "Output (HDF5)"), written so that a stop or a kill at any
-// moment loses at most the rows since the last checkpoint.
+// h5out.h - the output (contract.md "Output (HDF5)"), written by many ranks at once and safe
+// against a stop or a kill at any moment.
 //
 // On disk, for output.path OUT.h5:
-//   OUT.h5             the master: root attributes and one dataset per name, all virtual datasets
-//                      (VDS) over the files below; h5py reads it as ordinary datasets. It is only
-//                      ever replaced whole (written to OUT.h5.tmp, fsynced, renamed), so it is
-//                      always a closed, consistent file: it is the manifest.
-//   OUT.h5.parts/index.h5         /prompts and /tokens, written once at the start
-//   OUT.h5.parts/seg-NNNNNN.h5    the rows of every activation for one checkpoint interval:
-//                                 written, closed and fsynced, then listed by the master
-// Rows not yet in a listed segment read as NaN (floats) or 0 (integers).
+//   OUT.h5                       the master: root attributes and one dataset per name, all virtual
+//                                datasets (VDS) over the files below; h5py reads it as ordinary
+//                                datasets. Only rank 0 writes it, and only ever whole (to
+//                                OUT.h5.tmp, fsync, rename): it is always a closed, consistent
+//                                file, and it is the manifest.
+//   OUT.h5.parts/index.h5        /prompts and /tokens, written once at the start
+//   OUT.h5.parts/seg-R-K-Q.h5    a segment: rows written by rank K (run R, its Q-th segment) for
+//                                the datasets of its pipeline stage; closed and fsynced before the
+//                                master lists it
+// Rows no listed segment holds read as NaN (floats) or 0 (integers).
 //
-// Use: h5out_open, then per batch h5out_begin_batch + h5out_write, h5out_checkpoint when a
-// checkpoint is due, h5out_close. Functions return 0 or a negative AH_E* code; failed HDF5 or file
-// calls become -AH_EIO with a message naming the file.
+// Every rank writes only what it computes (h5seg_*); rank 0 also keeps the master (h5m_*), fed
+// with the records of closed segments. Functions return 0 or a negative AH_E* code; failed HDF5 or
+// file calls become -AH_EIO with a message naming the file. No function here is collective.
 #ifndef AH_H5OUT_H
 #define AH_H5OUT_H
 
@@ -24,7 +26,6 @@
 #include <stdio.h>
 
 struct ah_error;
-struct h5out;
 
 enum h5out_store { H5OUT_F32, H5OUT_F16, H5OUT_BF16 }; // storage of float activations
 
@@ -36,10 +37,46 @@ struct h5out_dset {
     char axes[TAP_MAX_DIMS][TAP_AXIS_MAX]; // stored_axes; axes[0] is "prompt" or "token"
 };
 
+// Rows [p0, p1) of the prompt datasets and [t0, t1) of the token datasets, held in a segment from
+// its row q (prompt datasets) and qt (token datasets) on.
+struct h5out_run {
+    int64_t p0, p1, t0, t1, q, qt;
+};
+
+// What the master needs to list a closed segment.
+struct h5out_record {
+    char file[64];          // name inside the parts folder
+    int i0, i1;             // the datasets [i0, i1) of the output's list that it holds
+    struct h5out_run *runs; // (n_runs) owned
+    int n_runs;
+};
+void h5out_record_free(struct h5out_record *r);
+
+// ---- segments: every rank ----
+struct h5seg;
+
+// Creates OUT.h5.parts/file holding datasets d[i0, i1) with no rows yet.
+int h5seg_open(struct h5seg **s, const char *out_path, const char *file, enum h5out_store store,
+               int compression, const struct h5out_dset *d, int i0, int i1, struct ah_error *err);
+// Appends prompt rows [p0, p1) and token rows [t0, t1) (one batch) to the segment.
+int h5seg_begin_batch(struct h5seg *s, int64_t p0, int64_t p1, int64_t t0, int64_t t1,
+                      struct ah_error *err);
+// Writes rows [row, row + nrows) (counted over the whole output) of dataset i (i0 <= i < i1) from
+// data: float32 (converted to the storage dtype) or int64, laid out as stored rows. The rows must
+// lie in a batch begun before.
+int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *data,
+                struct ah_error *err);
+// keep: close and fsync, and fill *rec (the caller frees it with h5out_record_free). Not keep:
+// close and forget (a failed batch may be half written). Frees s in all cases.
+int h5seg_close(struct h5seg *s, bool keep, struct h5out_record *rec, struct ah_error *err);
+int64_t h5seg_bytes(const struct h5seg *s); // activation bytes written (storage dtype)
+
+// ---- the master: rank 0 ----
+struct h5master;
+
 struct h5out_params {
     const char *path;
     enum h5out_store store;
-    int compression;          // gzip level, 0 = none
     const char *model_family; // root attribute
     const char *model_config; // JSON text
     const char *job;          // JSON text; --resume requires the same text
@@ -48,34 +85,26 @@ struct h5out_params {
     const int64_t *source_index, *length, *token_offset; // (n_prompts)
     int64_t n_tokens;
     const int64_t *input_ids, *prompt_index, *position; // (n_tokens)
+    int64_t batch_size;                                 // prompts of batch k: [k*B, k*B + B)
     // extra root attributes (documented in the README)
     int64_t max_seq_len, n_skipped_empty, n_truncated;
+    const char *provenance; // JSON text: the ranks and where they ran
 };
 
-// Creates a new output (the caller has removed any old one), or with resume continues the one at
-// p->path: its job and data checksum must match. *done receives the prompts already in, *complete
-// whether the output was finished.
-int h5out_open(struct h5out **h, const struct h5out_params *p, const struct h5out_dset *d, int n,
-               bool resume, int64_t *done, bool *complete, struct ah_error *err);
-
-// Makes prompt rows up to p_end and token rows up to t_end writable (opening a segment if none is).
-int h5out_begin_batch(struct h5out *h, int64_t p_end, int64_t t_end, struct ah_error *err);
-
-// Writes rows [row, row + nrows) of dataset i (prompt or token rows, counted over the whole
-// output) from data: float32 (converted to the storage dtype) or int64, laid out as stored rows.
-int h5out_write(struct h5out *h, int i, int64_t row, int64_t nrows, const void *data,
-                struct ah_error *err);
-
-// Closes the open segment and replaces the master so that it lists it: every row written so far
-// becomes part of the output.
-int h5out_checkpoint(struct h5out *h, struct ah_error *err);
-
-// complete: checkpoint, mark the output complete, close. Not complete: drop any rows since the last
-// checkpoint (a failed batch may be half written) and close. Frees h in all cases.
-int h5out_close(struct h5out *h, bool complete, struct ah_error *err);
-
-int64_t h5out_bytes(const struct h5out *h); // activation bytes written (storage dtype)
-int64_t h5out_done(const struct h5out *h);  // prompts in listed segments
+// Creates a new output (the caller has removed any old one), or with resume takes over the one at
+// p->path: its job and data checksum must match. batch_done (n_batches entries) receives 1 for
+// every batch whose rows of every dataset are in listed segments; segments' rows of other batches
+// are dropped from the listing. *run is the number of this run (0 for a new output).
+int h5m_open(struct h5master **m, const struct h5out_params *p, const struct h5out_dset *d, int n,
+             bool resume, uint8_t *batch_done, int *run, bool *complete, struct ah_error *err);
+// Replaces the provenance JSON text written from the next h5m_write on (borrowed).
+void h5m_set_provenance(struct h5master *m, const char *json);
+// Takes over rec (lists it from the next h5m_write on).
+int h5m_add(struct h5master *m, struct h5out_record *rec);
+// Replaces the master with one that lists every added segment.
+int h5m_write(struct h5master *m, bool complete, struct ah_error *err);
+int64_t h5m_done_prompts(const struct h5master *m); // prompts whose batches are complete
+void h5m_close(struct h5master *m);                 // frees m; the master on disk stays as written
 
 // Removes an output: the master, its temporary and its parts folder (only files harvest names).
 int h5out_remove(const char *path, struct ah_error *err);

@@ -1,6 +1,8 @@
 """Output variants: the token layout equals the prompt layout's valid rows; float16 and bfloat16
 storage equal float32 rounded to nearest even; gzip levels change nothing but the bytes; the token
 layout refuses activations with a key axis; chunks follow prompts and token runs; `inspect`."""
+import os
+
 import h5py
 import numpy as np
 
@@ -26,11 +28,18 @@ L = ref["prompts/length"][:]
 off = ref["prompts/token_offset"][:]
 S = int(ref.attrs["max_seq_len"])
 check(S == 70, f"default max_seq_len is the longest prompt (70), got {S}")
-seg = h5py.File(f"{work}/ref.h5.parts/seg-000000.h5", "r")["activations"]
-check(seg["encoder_1_q"].chunks[1:] == A["encoder_1_q"].shape[1:],
+
+
+def segment_of(master, name):
+    """the segment file (and dataset) behind a virtual dataset of a master file"""
+    v = h5py.File(master, "r")["activations/" + name].virtual_sources()[0]
+    check(v.file_name.startswith(os.path.basename(master) + ".parts/seg-"),
+          f"{name}: a virtual dataset over a segment beside the master ({v.file_name})")
+    return h5py.File(os.path.join(os.path.dirname(master), v.file_name), "r")[v.dset_name]
+
+
+check(segment_of(f"{work}/ref.h5", "encoder_1_q").chunks[1:] == A["encoder_1_q"].shape[1:],
       "prompt layout: a chunk holds whole prompts")
-check(A["encoder_1_q"].is_virtual and A["encoder_1_q"].virtual_sources()[0].file_name ==
-      "ref.h5.parts/seg-000000.h5", "activations are virtual datasets over segments beside the master")
 
 # ---- token layout ----
 token_names = [n for n in A if "mask" not in n and "attn_" not in n and "combined" not in n]
@@ -52,9 +61,8 @@ with h5py.File(f"{work}/tok.h5", "r") as t:
             rows = np.moveaxis(pr, seq - 1, 0)[:L[p]]
             check(np.array_equal(full[off[p]:off[p] + L[p]], rows),
                   f"{name}: token rows of prompt {p} == prompt layout's valid rows")
-    seg = h5py.File(f"{work}/tok.h5.parts/seg-000000.h5", "r")["activations"]
-    check(seg["logits"].chunks[1:] == (8192,) and seg["logits"].chunks[0] > 1,
-          "token layout: chunks are runs of tokens")
+    s = segment_of(f"{work}/tok.h5", "logits")
+    check(s.chunks[1:] == (8192,) and s.chunks[0] > 1, "token layout: chunks are runs of tokens")
 
 bad = run(harvest, "run", job("tokbad", acts=["encoder_0_attn_probs", "encoder_0_q",
                                               "decoder_1_local_mask"], layout="token"))
@@ -100,7 +108,7 @@ for level in (1, 9):
     with h5py.File(f"{work}/gz{level}.h5", "r") as g:
         for name in A:
             d = g["activations/" + name]
-            s = h5py.File(f"{work}/gz{level}.h5.parts/seg-000000.h5", "r")["activations/" + name]
+            s = segment_of(f"{work}/gz{level}.h5", name)
             check(s.compression == "gzip" and s.compression_opts == level, f"gzip {level}: {name} filter")
             check(np.array_equal(d[:], A[name][:], equal_nan=A[name].dtype != np.int64),
                   f"gzip {level}: {name} values unchanged")
@@ -137,7 +145,6 @@ with h5py.File(f"{work}/f16.h5", "r") as h:
             check(err < 5e-5, f"F16 checkpoint: {name} of prompt {p} within 5e-5 of the reference ({err:.1e})")
 
 # ---- the output moves as a whole: master + parts folder, opened from elsewhere ----
-import os
 import shutil
 
 moved = f"{work}/moved"

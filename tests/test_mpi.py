@@ -1,0 +1,163 @@
+"""Many ranks, one output, under a real mpirun (--oversubscribe): np 2 data-parallel, np 2 as two
+pipeline stages, np 4 as 2 stages x 2 replicas and np 3 as three stages each give the np 1 output
+bit for bit (the batches are the same); uneven splits (ranks with nothing to do) work; a world size
+the grid cannot use is refused before any work; SIGTERM to mpirun or to one rank -> exit 3 ->
+--resume -> identical; SIGKILL of one rank -> the job ends within seconds -> --resume -> identical."""
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+from util import args, check, finish, init_model, run, write_job, write_prompts
+
+harvest, work = args()
+init_model(harvest, f"{work}/model", seed=7)
+write_prompts(f"{work}/prompts.jsonl", [(29 * i) % 90 + 1 for i in range(22)] + [0, 3], seed=7)
+ACTS = ["token_embeddings", "*_output", "encoder_1_attn_probs", "decoder_2_q", "decoder_3_attention_mask",
+        "logits"]
+MPIRUN = shutil.which("mpirun")
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+           OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1",
+           OMPI_MCA_btl_vader_backing_directory="/tmp", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+BOOKKEEPING = {"segments", "runs", "provenance"}
+
+
+def job(name, stages=1, data="prompts.jsonl", **out):
+    o = {"path": f"{name}.h5", "checkpoint_seconds": 0}
+    o.update(out)
+    return write_job(f"{work}/{name}.json", data=data, activations=ACTS, batch_size=2, output=o,
+                     parallel={"pipeline_stages": stages})
+
+
+def mpirun(np_, *a, timeout=600):
+    return subprocess.run([MPIRUN, "-np", str(np_), harvest, *a], env=ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def diff(a, b):
+    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
+        for k in set(fa.attrs) - BOOKKEEPING:
+            if k != "job" and not np.array_equal(fa.attrs[k], fb.attrs[k]):
+                return f"attribute {k}"
+        names = []
+        fa.visit(names.append)
+        for n in names:
+            if isinstance(fa[n], h5py.Dataset):
+                x, y = fa[n][:], fb[n][:]
+                if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+                    return n
+    return None
+
+
+p = mpirun(1, "run", job("np1"), "--quiet")
+check(p.returncode == 0, f"np 1: {p.stderr}")
+ref = f"{work}/np1.h5"
+run(harvest, "run", job("singleton"), "--quiet", check=0)  # no mpirun at all
+check(diff(ref, f"{work}/singleton.h5") is None, "a singleton run == mpirun -np 1")
+for name, np_, stages in (("dp2", 2, 1), ("pp2", 2, 2), ("pp2dp2", 4, 2), ("pp3", 3, 3), ("dp3", 3, 1)):
+    t = time.time()
+    p = mpirun(np_, "run", job(name, stages), "--quiet")
+    ok = check(p.returncode == 0, f"{name} (np {np_}, {stages} stages): exit {p.returncode}: {p.stderr[-1500:]}")
+    if ok:
+        d = diff(ref, f"{work}/{name}.h5")
+        check(d is None, f"{name}: differs from np 1 in {d}")
+        with h5py.File(f"{work}/{name}.h5", "r") as f:
+            import json
+            prov = json.loads(f.attrs["provenance"])
+            check(f.attrs["complete"] == 1 and prov["world_size"] == np_ and
+                  prov["pipeline_stages"] == stages and len(prov["ranks"]) == np_,
+                  f"{name}: complete, provenance names every rank")
+        print(f"{name}: np {np_}, {stages} stage(s) == np 1 ({time.time() - t:.1f} s)", flush=True)
+
+# uneven: fewer batches than replicas, and more stages than some ranks have batches
+write_prompts(f"{work}/few.jsonl", [5, 9, 2], seed=8)
+p = mpirun(1, "run", job("few1", data="few.jsonl"), "--quiet")
+for name, np_, stages in (("few_dp4", 4, 1), ("few_pp2dp2", 4, 2)):
+    p = mpirun(np_, "run", job(name, stages, data="few.jsonl"), "--quiet")
+    if check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}"):
+        d = diff(f"{work}/few1.h5", f"{work}/{name}.h5")
+        check(d is None, f"{name}: differs from np 1 in {d}")
+        print(f"{name}: ranks with nothing to do, same output", flush=True)
+
+p = mpirun(3, "run", job("bad_grid", 2))
+check(p.returncode == 1 and "does not divide the 3 ranks" in p.stderr and not os.path.exists(f"{work}/bad_grid.h5"),
+      f"a world size the grid cannot use: {p.returncode} {p.stderr[-500:]}")
+p = mpirun(2, "run", job("bad_stages", 2), "--quiet")
+write_job(f"{work}/bad_stages.json", activations=["encoder_0_q"], output={"path": "bs.h5"},
+          parallel={"pipeline_stages": 2})
+p = mpirun(2, "run", f"{work}/bad_stages.json")
+check(p.returncode == 1 and "2 stages for the 1 blocks" in p.stderr, f"more stages than blocks: {p.stderr[-300:]}")
+
+# ---- interruption: a longer job, so that signals land mid-run ----
+write_prompts(f"{work}/long.jsonl", [(53 * i) % 150 + 40 for i in range(48)], seed=9)
+p = mpirun(1, "run", job("long1", data="long.jsonl"), "--quiet")
+check(p.returncode == 0, f"long np 1: {p.stderr[-500:]}")
+t0 = time.time()
+mpirun(4, "run", job("timing", 2, data="long.jsonl"), "--quiet")
+full = time.time() - t0
+print(f"np 4 (2 x 2) run of the long job: {full:.1f} s", flush=True)
+
+
+def rank_pids():
+    out = subprocess.run(["pgrep", "-f", f"^{harvest} run"], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def wait_no_ranks(label):
+    for _ in range(100):
+        if not rank_pids():
+            return True
+        time.sleep(0.2)
+    check(False, f"{label}: ranks still alive 20 s after the job ended: {rank_pids()}")
+    return False
+
+
+# mpirun forwards SIGUSR1 (and SIGUSR2) to every rank; SIGTERM reaches ranks directly under srun
+for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
+                                 ("term_one_rank", "rank", signal.SIGTERM, 0.35),
+                                 ("kill_rank_early", "rank", signal.SIGKILL, 0.3),
+                                 ("kill_rank_mid", "rank", signal.SIGKILL, 0.45),
+                                 ("kill_rank_late", "rank", signal.SIGKILL, 0.6)):
+    jp = job(label, 2, data="long.jsonl")
+    mp = subprocess.Popen([MPIRUN, "-np", "4", harvest, "run", jp, "--quiet"], env=ENV,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(full * frac)
+    pids = rank_pids()
+    if target == "mpirun":
+        mp.send_signal(sig)
+    elif pids:
+        os.kill(pids[len(pids) // 2], sig)
+    t = time.time()
+    try:
+        _, err = mp.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        mp.kill()
+        check(False, f"{label}: the job did not end within 60 s (a hang)")
+        continue
+    ended = time.time() - t
+    wait_no_ranks(label)
+    if mp.returncode == 0:
+        print(f"{label}: finished before the signal; nothing to resume")
+    elif sig == signal.SIGKILL:
+        check(ended < 20, f"{label}: the job took {ended:.1f} s to end after the kill")
+    else:
+        check(mp.returncode == 3, f"{label}: exit {mp.returncode}, expected 3: {err[-800:]}")
+    with h5py.File(f"{work}/{label}.h5", "r") as f:
+        done = f.attrs["prompts_done"]
+        check(mp.returncode == 0 or f.attrs["complete"] == 0, f"{label}: incomplete after the stop")
+    try:
+        p = mpirun(4, "run", jp, "--resume", "--quiet", timeout=180)
+    except subprocess.TimeoutExpired:
+        check(False, f"{label}: --resume hung; processes: {subprocess.run(['pgrep', '-af', 'harvest'], capture_output=True, text=True).stdout}")
+        subprocess.run(["pkill", "-9", "-f", f"^{harvest} run"])
+        continue
+    if check(p.returncode == 0, f"{label}: --resume exit {p.returncode}: {p.stderr[-800:]}"):
+        d = diff(f"{work}/long1.h5", f"{work}/{label}.h5")
+        check(d is None, f"{label}: the resumed output differs from np 1 in {d}")
+        print(f"{label}: exit {mp.returncode} after {ended:.1f} s with {done} prompts kept; resumed "
+              f"to the same output", flush=True)
+finish()
