@@ -358,7 +358,7 @@ static int seg_begin(struct rank_run *rr, struct ah_error *err) {
                       rr->pl->j.out_dtype == JOB_F16    ? H5OUT_F16
                       : rr->pl->j.out_dtype == JOB_BF16 ? H5OUT_BF16
                                                         : H5OUT_F32,
-                      rr->pl->j.compression, rr->pl->dsets, rr->g->i0, rr->g->i1, err);
+                      rr->pl->j.compression, rr->pl->B, rr->pl->dsets, rr->g->i0, rr->g->i1, err);
 }
 
 // Closes the open segment (if it has rows) and hands its record to rank 0.
@@ -737,9 +737,15 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     rr.g = &g;
     rr.o = o;
     rc = rank_loop(&rr, done, &stopped, err);
-    if (rc < 0 && size > 1) { // a failure mid-run: the others cannot go on without this rank
-        fprintf(stderr, "[rank %d] harvest: %s\n", rank, err->msg[0] ? err->msg : ah_strerror(rc));
-        MPI_Abort(MPI_COMM_WORLD, ah_exit_code(rc));
+    if (rc < 0) { // a failure mid-run
+        if (size > 1) fprintf(stderr, "[rank %d] ", rank);
+        fprintf(stderr, "harvest: %s\n", err->msg[0] ? err->msg : ah_strerror(rc));
+        // the others cannot go on without this rank
+        if (size > 1) MPI_Abort(MPI_COMM_WORLD, ah_exit_code(rc));
+        // HDF5 keeps a file whose close failed (disk full) open, and its shutdown hook in
+        // MPI_Finalize would trip over it: the listed output is intact, so leave at once
+        fflush(NULL);
+        _exit(ah_exit_code(rc));
     }
     if (rc == 0 && size > 1) {
         if (rank == 0) { // every other rank's records, then its end

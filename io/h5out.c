@@ -121,8 +121,12 @@ static char *attr_read_str(hid_t obj, const char *name) {
 }
 
 // Chunk: whole rows while small, several rows up to CHUNK_TARGET; a row above CHUNK_MAX is split
-// along its largest axes. Reading one prompt (or a run of tokens) touches few chunks.
-static void choose_chunk(const struct h5out_dset *d, size_t esize, hsize_t *chunk) {
+// along its largest axes. Reading one prompt (or a run of tokens) touches few chunks. Prompt rows
+// come a batch at a time and a segment holds whole batches, so a chunk holds at most max_rows
+// (the batch size) prompt rows: every batch fills whole chunks, and no segment allocates rows it
+// never gets.
+static void choose_chunk(const struct h5out_dset *d, size_t esize, int64_t max_rows,
+                         hsize_t *chunk) {
     chunk[0] = 1;
     for (int i = 1; i < d->ndim; i++)
         chunk[i] = (hsize_t)(d->dims[i] ? d->dims[i] : 1);
@@ -137,6 +141,7 @@ static void choose_chunk(const struct h5out_dset *d, size_t esize, hsize_t *chun
             int64_t rows = (int64_t)(CHUNK_TARGET / bytes);
             if (rows < 1) rows = 1;
             if (rows > d->dims[0]) rows = d->dims[0] > 0 ? d->dims[0] : 1;
+            if (max_rows > 0 && rows > max_rows) rows = max_rows;
             chunk[0] = (hsize_t)rows;
             return;
         }
@@ -237,7 +242,8 @@ static void seg_free(struct h5seg *s) {
 }
 
 int h5seg_open(struct h5seg **out, const char *out_path, const char *file, enum h5out_store store,
-               int compression, const struct h5out_dset *d, int i0, int i1, struct ah_error *err) {
+               int compression, int64_t batch_rows, const struct h5out_dset *d, int i0, int i1,
+               struct ah_error *err) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // errors are reported through err
     int rc = 0, n = i1 - i0;
     struct h5seg *s = calloc(1, sizeof *s);
@@ -272,7 +278,7 @@ int h5seg_open(struct h5seg **out, const char *out_path, const char *file, enum 
         dims[0] = 0;
         maxd[0] = H5S_UNLIMITED;
         hid_t ft = file_type(s->f16, s->bf16, store, e->desc->dtype);
-        choose_chunk(e, H5Tget_size(ft), chunk);
+        choose_chunk(e, H5Tget_size(ft), by_token(e) ? 0 : batch_rows, chunk);
         size_t chunk_bytes = H5Tget_size(ft);
         for (int k = 0; k < e->ndim; k++)
             chunk_bytes *= chunk[k];
@@ -748,6 +754,27 @@ static int trim_records(struct h5master *m, const uint8_t *done) {
     return 0;
 }
 
+// Removes the segment files of the parts folder that no record lists: rows of a failed or killed
+// run that never became part of the output (they only hold disk space).
+static void remove_unlisted(const struct h5master *m) {
+    char dir[PATH_MAX_], f[PATH_MAX_ + 300];
+    parts_path(m->p.path, NULL, dir, sizeof dir);
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strncmp(e->d_name, "seg-", 4) || l < 8 || strcmp(e->d_name + l - 3, ".h5")) continue;
+        bool listed = false;
+        for (int k = 0; !listed && k < m->n_rec; k++)
+            listed = !strcmp(m->rec[k].file, e->d_name);
+        if (listed) continue;
+        snprintf(f, sizeof f, "%s/%s", dir, e->d_name);
+        unlink(f);
+    }
+    closedir(d);
+}
+
 static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
                         struct ah_error *err) {
     int rc = 0;
@@ -793,6 +820,7 @@ static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
     }
     batches_done(m, batch_done);
     if ((rc = trim_records(m, batch_done)) < 0) goto fail;
+    remove_unlisted(m);
     m->run = (int)runs;
     *complete = c == 1;
 fail:

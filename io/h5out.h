@@ -55,9 +55,11 @@ void h5out_record_free(struct h5out_record *r);
 // ---- segments: every rank ----
 struct h5seg;
 
-// Creates OUT.h5.parts/file holding datasets d[i0, i1) with no rows yet.
+// Creates OUT.h5.parts/file holding datasets d[i0, i1) with no rows yet; prompt rows arrive
+// batch_rows at a time.
 int h5seg_open(struct h5seg **s, const char *out_path, const char *file, enum h5out_store store,
-               int compression, const struct h5out_dset *d, int i0, int i1, struct ah_error *err);
+               int compression, int64_t batch_rows, const struct h5out_dset *d, int i0, int i1,
+               struct ah_error *err);
 // Appends prompt rows [p0, p1) and token rows [t0, t1) (one batch) to the segment.
 int h5seg_begin_batch(struct h5seg *s, int64_t p0, int64_t p1, int64_t t0, int64_t t1,
                       struct ah_error *err);

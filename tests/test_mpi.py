@@ -27,7 +27,7 @@ BOOKKEEPING = {"segments", "runs", "provenance"}
 
 
 def job(name, stages=1, data="prompts.jsonl", **out):
-    o = {"path": f"{name}.h5", "checkpoint_seconds": 0}
+    o = {"path": f"{name}.h5", "checkpoint_seconds": 0, "compression": 4 if name == "pp2dp2" else 0}
     o.update(out)
     return write_job(f"{work}/{name}.json", data=data, activations=ACTS, batch_size=2, output=o,
                      parallel={"pipeline_stages": stages})
