@@ -443,8 +443,7 @@ static int64_t my_batches(const struct plan *pl, const struct grid *g, const uin
 }
 
 // The loop of one rank: receive (unless first stage), compute, write, send (unless last stage).
-static int rank_loop(struct rank_run *rr, const uint8_t *done, bool *stopped,
-                     struct ah_error *err) {
+static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *err) {
     const struct plan *pl = rr->pl;
     const struct grid *g = rr->g;
     const struct encdec_config *c = &pl->m.ed.cfg;
@@ -510,10 +509,7 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, bool *stopped,
         relay_stop(g, &relayed);
         if (first) {
             if (i == n_mine) break;
-            if (stop_seen()) {
-                *stopped = true;
-                break;
-            }
+            if (stop_seen()) break; // the pipeline drains behind the last batch
             k = mine[i];
         } else {
             MPI_Waitall(2, rreq[cur], MPI_STATUSES_IGNORE);
@@ -568,7 +564,6 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, bool *stopped,
         }
         if (g->rank == 0 && (rc = master_poll(rr, err)) < 0) goto done;
     }
-    if (!first && stop_requested) *stopped = true;
     if (!last) { // end of stream
         for (int s = 0; s < 2; s++)
             MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE);
@@ -668,7 +663,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     struct rank_run rr = {0};
     uint8_t *done = NULL;
     char *prov = NULL;
-    bool complete = false, stopped = false;
+    bool complete = false;
 
     // ---- everything the user can get wrong, on every rank, before touching the output ----
     int rc = agree(plan_load(&pl, o->job_path, size, err));
@@ -736,7 +731,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     rr.pl = &pl;
     rr.g = &g;
     rr.o = o;
-    rc = rank_loop(&rr, done, &stopped, err);
+    rc = rank_loop(&rr, done, err);
     if (rc < 0) { // a failure mid-run
         if (size > 1) fprintf(stderr, "[rank %d] ", rank);
         fprintf(stderr, "harvest: %s\n", err->msg[0] ? err->msg : ah_strerror(rc));
@@ -769,7 +764,6 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     }
     MPI_Barrier(MPI_COMM_WORLD);
     drain_stops();
-    (void)stopped; // a stop shows as batches not done
     double mine[2] = {rr.busy, rr.wall},
            *times = rank == 0 ? malloc(sizeof mine * (size_t)size) : NULL;
     MPI_Gather(mine, 2, MPI_DOUBLE, times, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);

@@ -532,7 +532,7 @@ static int master_dset(const struct h5master *m, hid_t loc, const char *name, in
                        int ndim, const int64_t *dims, const void *fill, hid_t *out,
                        struct ah_error *err) {
     int rc = 0;
-    hsize_t vd[TAP_MAX_DIMS], start[TAP_MAX_DIMS] = {0}, count[TAP_MAX_DIMS], sd[TAP_MAX_DIMS];
+    hsize_t vd[TAP_MAX_DIMS], count[TAP_MAX_DIMS], sd[TAP_MAX_DIMS];
     for (int k = 0; k < ndim; k++)
         vd[k] = count[k] = sd[k] = (hsize_t)dims[k];
     hid_t vs = H5Screate_simple(ndim, vd, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
@@ -577,7 +577,6 @@ static int master_dset(const struct h5master *m, hid_t loc, const char *name, in
             ss = H5I_INVALID_HID;
         }
     }
-    (void)start;
     H5Sselect_all(vs);
     CHECK_H5(*out = H5Dcreate2(loc, name, type, vs, H5P_DEFAULT, dcpl, H5P_DEFAULT), m->p.path,
              "create a virtual dataset");

@@ -9,7 +9,7 @@ import sys
 import h5py
 import numpy as np
 
-from util import args, check, finish, init_model, run, write_job, write_prompts
+from util import MPI_ENV, args, check, finish, init_model, run, write_job, write_prompts
 
 harvest, work = args()
 disk = f"{work}/disk"
@@ -22,9 +22,7 @@ try:
     write_prompts(f"{work}/prompts.jsonl", [(41 * i) % 100 + 20 for i in range(24)], seed=10)
     ACTS = ["*_output", "encoder_0_attn_probs"]  # about 40 MB in all
     MPIRUN = shutil.which("mpirun")
-    ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1",
-               OMPI_MCA_btl_vader_backing_directory="/tmp")
+    ENV = MPI_ENV
 
     def job(name, path, stages=1):
         return write_job(f"{work}/{name}.json", activations=ACTS, batch_size=2,

@@ -10,9 +10,8 @@ import subprocess
 import time
 
 import h5py
-import numpy as np
 
-from util import args, check, finish, init_model, run, write_job, write_prompts
+from util import BOOKKEEPING, MPI_ENV, args, check, finish, init_model, output_diff, run, write_job, write_prompts
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=7)
@@ -20,10 +19,7 @@ write_prompts(f"{work}/prompts.jsonl", [(29 * i) % 90 + 1 for i in range(22)] + 
 ACTS = ["token_embeddings", "*_output", "encoder_1_attn_probs", "decoder_2_q", "decoder_3_attention_mask",
         "logits"]
 MPIRUN = shutil.which("mpirun")
-ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1",
-           OMPI_MCA_btl_vader_backing_directory="/tmp", OMPI_MCA_btl_vader_single_copy_mechanism="none")
-BOOKKEEPING = {"segments", "runs", "provenance"}
+ENV = MPI_ENV
 
 
 def job(name, stages=1, data="prompts.jsonl", **out):
@@ -38,19 +34,8 @@ def mpirun(np_, *a, timeout=600):
                           text=True, timeout=timeout)
 
 
-def diff(a, b):
-    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
-        for k in set(fa.attrs) - BOOKKEEPING:
-            if k != "job" and not np.array_equal(fa.attrs[k], fb.attrs[k]):
-                return f"attribute {k}"
-        names = []
-        fa.visit(names.append)
-        for n in names:
-            if isinstance(fa[n], h5py.Dataset):
-                x, y = fa[n][:], fb[n][:]
-                if x.shape != y.shape or not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
-                    return n
-    return None
+def diff(a, b):  # the job text differs between runs (their output paths)
+    return output_diff(a, b, BOOKKEEPING | {"job"})
 
 
 p = mpirun(1, "run", job("np1"), "--quiet")

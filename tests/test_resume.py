@@ -7,9 +7,8 @@ import subprocess
 import time
 
 import h5py
-import numpy as np
 
-from util import args, check, finish, init_model, run, write_job, write_prompts
+from util import args, check, finish, init_model, output_diff, run, write_job, write_prompts
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=5)
@@ -17,28 +16,6 @@ lengths = [(37 * i) % 120 + 8 for i in range(48)]
 write_prompts(f"{work}/prompts.jsonl", lengths, seed=5)
 ACTS = ["*_output", "encoder_1_attn_probs", "decoder_2_q", "logits"]
 env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-
-
-# where the rows are stored and who wrote them; everything else must be equal
-BOOKKEEPING = {"segments", "runs", "provenance"}
-
-
-def same_files(a, b):
-    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
-        if sorted(fa.attrs) != sorted(fb.attrs):
-            return "root attribute names differ"
-        for k in set(fa.attrs) - BOOKKEEPING:
-            if not np.array_equal(fa.attrs[k], fb.attrs[k]):
-                return f"root attribute {k} differs"
-        names = []
-        fa.visit(names.append)
-        for n in names:
-            if isinstance(fa[n], h5py.Dataset):
-                x, y = fa[n][:], fb[n][:]
-                if x.dtype != y.dtype or x.shape != y.shape or \
-                        not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
-                    return f"{n} differs"
-    return None
 
 
 OUTPUT = {"path": "out.h5", "compression": 1, "checkpoint_seconds": 0}
@@ -86,7 +63,7 @@ for sig, frac in cases:
         check("complete: no" in ins, f"{name}: inspect says incomplete")
     r = run(harvest, "run", f"{d}/job.json", "--resume", "--quiet")
     check(r.returncode == 0, f"{name}: --resume exit {r.returncode}: {r.stderr}")
-    diff = same_files(f"{work}/full/out.h5", f"{d}/out.h5")
+    diff = output_diff(f"{work}/full/out.h5", f"{d}/out.h5")
     check(diff is None, f"{name}: resumed output differs from the uninterrupted one: {diff}")
     print(f"{name}: resumed to an identical output", flush=True)
 finish()
