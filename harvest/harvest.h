@@ -8,6 +8,7 @@
 #include "jobs/job.h"
 #include "model/ah.h"
 #include "model/encdec.h"
+#include "model/laguna.h"
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -79,12 +80,25 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
 int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
                       struct ah_error *err);
 
+// Contiguous blocks [0, n) into `parts` stages minimising the most expensive stage; cost[b] is
+// block b's share of the work. cut[s] is the first block of stage s, cut[parts] = n.
+void plan_partition(const double *cost, int n, int parts, int *cut);
+
+// Reads a LagunaForCausalLM config.json (laguna-forward.md section 2, with HF's defaults for
+// absent keys). Errors name config.json and the key: an unknown rope_type, a per-layer list of
+// the wrong length, an option the family does not have.
+int laguna_config_read(const struct modeldir *md, struct laguna_config *c, struct ah_error *err);
+bool model_is_laguna(const struct modeldir *md);
+// Reads the spec model's config.json (checked as model_load checks it).
+int model_config_encdec(const struct modeldir *md, struct encdec_config *c, struct ah_error *err);
+
 // ---- subcommands: return the process exit code ----
 int cmd_run(int argc, char **argv);
 int cmd_activations(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_init_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
 
 // prints "harvest: MSG" and returns the exit code of rc
 int report(int rc, const struct ah_error *err);

@@ -22,6 +22,8 @@ static const char usage_text[] =
     "  run JOB.json [--resume | --overwrite] [--quiet]   harvest activations into HDF5\n"
     "  activations MODEL_DIR [GLOB] [--json]            list the named activations\n"
     "  inspect OUT.h5                                   summarise an output file\n"
+    "  plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] [--expert-parallel E]\n"
+    "                                                   parameters, bytes, weights a rank\n"
     "  init-model --family encdec [--preset NAME] [--seed N] [--dtype f32|f16|bf16]\n"
     "             [--shards N] OUT_DIR                  write a random-weight checkpoint\n"
     "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n";
@@ -35,6 +37,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "activations")) return cmd_activations(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "init-model")) return cmd_init_model(argc - 2, argv + 2);
+    if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (strcmp(cmd, "run") && strcmp(cmd, "bench")) {
         fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
         return 1;

@@ -219,9 +219,7 @@ struct grid {
     int i0, i1; // datasets of this stage (catalogue order follows the blocks)
 };
 
-// Contiguous blocks [0, n) into `parts` stages minimising the most expensive stage; cost[b] is
-// block b's share of the work. cut[s] is the first block of stage s, cut[parts] = n.
-static void partition(const double *cost, int n, int parts, int *cut) {
+void plan_partition(const double *cost, int n, int parts, int *cut) {
     AH_ASSERT(parts >= 1 && parts <= n);
     size_t w = (size_t)n + 1;
     double *best =
@@ -278,7 +276,7 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
     AH_ASSERT(cost && cut);
     for (int b = 0; b < pl->blk_end; b++)
         cost[b] = block + (b == nb - 1 ? head : 0.0);
-    partition(cost, pl->blk_end, g->n_stages, cut);
+    plan_partition(cost, pl->blk_end, g->n_stages, cut);
     g->b0 = cut[g->stage];
     g->b1 = cut[g->stage + 1];
     free(cost);

@@ -1,0 +1,80 @@
+"""`harvest plan` on the four released Laguna config.json files: the exact parameter counts of
+laguna-forward.md section 6, the bytes as published (BF16 + an F32 selection bias a MoE layer), a
+pipeline x expert split whose stages cover the layers; and configs it must refuse, each naming the
+file and key."""
+import json
+import os
+import re
+
+from util import HERE, args, check, finish, init_model, run
+
+harvest, work = args()
+CONF = os.path.join(HERE, "ref", "laguna-configs")
+WANT = {"Laguna-XS-2.1": 33_442_617_088, "Laguna-XS.2": 33_442_617_088,
+        "Laguna-S-2.1": 117_561_977_600, "Laguna-M.1": 225_795_725_568}
+
+
+def number(text, label):
+    m = re.search(label + r": ([\d,]+)", text)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+for name, params in WANT.items():
+    path = os.path.join(CONF, name + ".json")
+    c = json.load(open(path))
+    out = run(harvest, "plan", path, check=0).stdout
+    check(number(out, "parameters") == params, f"{name}: parameters {number(out, 'parameters')}, expected {params:,}")
+    n_moe = c["mlp_layer_types"].count("sparse")
+    want_bytes = 2 * params + 2 * c["num_experts"] * n_moe  # the F32 bias takes 4 bytes, not 2
+    check(number(out, "bytes") == want_bytes, f"{name}: bytes {number(out, 'bytes')}, expected {want_bytes:,}")
+    S, E = 4, 8
+    out = run(harvest, "plan", path, "--pipeline-stages", str(S), "--expert-parallel", str(E), check=0).stdout
+    layers = [tuple(map(int, m)) for m in re.findall(r"stage \d+: layers (\d+)-(\d+)", out)]
+    L = c["num_hidden_layers"]
+    check(len(layers) == S and layers[0][0] == 0 and layers[-1][1] == L - 1 and
+          all(layers[i][1] + 1 == layers[i + 1][0] for i in range(S - 1)),
+          f"{name}: {S} contiguous stages over the {L} layers: {layers}")
+    m = re.search(r"weights a rank at most: [\d.]+ GiB \(([\d,]+) bytes", out)
+    peak = int(m.group(1).replace(",", "")) if m else 0
+    check(peak is not None and want_bytes / (S * E) < peak < want_bytes / S,
+          f"{name}: a rank holds between 1/{S * E} and 1/{S} of the weights ({peak})")
+    print(f"{name}: {params:,} parameters; {S} stages x {E} shards: {peak / 2**30:.2f} GiB a rank at most")
+
+# the spec model plans too
+init_model(harvest, f"{work}/encdec", seed=1)
+out = run(harvest, "plan", f"{work}/encdec", check=0).stdout
+check(number(out, "parameters") == 19_667_712 and number(out, "bytes") == 4 * 19_667_712, f"encdec plan: {out}")
+
+base = json.load(open(os.path.join(CONF, "Laguna-XS-2.1.json")))
+
+
+def bad(label, edit, needles, extra=()):
+    c = json.loads(json.dumps(base))
+    edit(c)
+    path = f"{work}/{label}.json"
+    json.dump(c, open(path, "w"))
+    p = run(harvest, "plan", path, *extra)
+    ok = check(p.returncode == 1, f"{label}: exit {p.returncode}, expected 1")
+    for n in needles:
+        ok &= check(n in p.stderr, f"{label}: message lacks {n!r}: {p.stderr.strip()}")
+    if ok:
+        print(f"ok: {label}: {p.stderr.strip()}")
+
+
+bad("unknown_rope_type", lambda c: c["rope_parameters"]["full_attention"].update(rope_type="longrope"),
+    ["unknown_rope_type.json", "rope_parameters.full_attention.rope_type", "longrope"])
+bad("yarn_without_l0", lambda c: c["rope_parameters"]["full_attention"].pop("original_max_position_embeddings"),
+    ["original_max_position_embeddings"])
+bad("heads_list_length", lambda c: c["num_attention_heads_per_layer"].pop(),
+    ["num_attention_heads_per_layer", "40 integers"])
+bad("heads_not_multiple", lambda c: c["num_attention_heads_per_layer"].__setitem__(3, 60),
+    ["num_attention_heads_per_layer\"[3]", "multiple of num_key_value_heads"])
+bad("layer_type", lambda c: c["layer_types"].__setitem__(5, "local_attention"),
+    ["\"layer_types\"[5]", "sliding_attention"])
+bad("mlp_type", lambda c: c["mlp_layer_types"].__setitem__(2, "moe"), ["\"mlp_layer_types\"[2]"])
+bad("gating", lambda c: c.update(gating="per-channel"), ["\"gating\""])
+bad("score_func", lambda c: c.update(moe_router_score_func="sqrtsoftplus"), ["moe_router_score_func"])
+bad("no_sliding_rope", lambda c: c["rope_parameters"].pop("sliding_attention"),
+    ["rope_parameters.sliding_attention"])
+bad("shards", lambda c: None, ["expert shards"], extra=("--expert-parallel", "3"))
+finish()
