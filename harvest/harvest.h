@@ -89,7 +89,8 @@ void plan_partition(const double *cost, int n, int parts, int *cut);
 // the wrong length, an option the family does not have.
 int laguna_config_read(const struct modeldir *md, struct laguna_config *c, struct ah_error *err);
 bool model_is_laguna(const struct modeldir *md);
-// Reads the spec model's config.json (checked as model_load checks it).
+// Reads the spec model's config.json (checked as model_load checks it); another architecture is
+// an "unknown model family" error.
 int model_config_encdec(const struct modeldir *md, struct encdec_config *c, struct ah_error *err);
 
 // ---- subcommands: return the process exit code ----

@@ -8,6 +8,15 @@
 #include <string.h>
 
 int model_config_encdec(const struct modeldir *md, struct encdec_config *c, struct ah_error *err) {
+    const char *arch = md_config_string(md, "architecture");
+    if (!arch || strcmp(arch, "causal-encoder-decoder"))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: unknown model family (expected \"architecture\": "
+                       "\"causal-encoder-decoder\"%s)",
+                       md->config_path,
+                       model_is_laguna(md) ? "; LagunaForCausalLM can be planned (harvest plan) "
+                                             "but not run yet"
+                                           : "");
     struct {
         const char *key;
         int *dst;
@@ -56,14 +65,6 @@ int model_load(struct model *m, const char *dir, bool weights, struct ah_error *
     struct model_tensor *list = NULL;
     int rc = md_open(&m->md, dir, !weights, err);
     if (rc < 0) return rc;
-    const char *arch = md_config_string(&m->md, "architecture");
-    if (!arch || strcmp(arch, "causal-encoder-decoder")) {
-        rc = ah_fail(err, AH_EINVAL,
-                     "%s: unknown model family (expected \"architecture\": "
-                     "\"causal-encoder-decoder\"; LagunaForCausalLM is not supported yet)",
-                     m->md.config_path);
-        goto fail;
-    }
     m->family = "encdec";
     struct encdec_config c;
     if ((rc = model_config_encdec(&m->md, &c, err)) < 0) goto fail;

@@ -134,7 +134,6 @@ int cmd_plan(int argc, char **argv) {
             encdec_free(&tmp);
             rc = 0;
         }
-        return report(rc, &err);
     }
     md_close(&md);
     return report(rc, &err);

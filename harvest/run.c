@@ -299,16 +299,35 @@ struct rec_header {
     int32_t i0, i1, n_runs;
 };
 
-static void send_record(const struct h5out_record *r) {
+// Record sends are non-blocking: a stage must never wait for rank 0 (which is a first stage, and
+// may itself be waiting for that stage to take a micro-batch). The buffers stay until sent.
+struct pending {
+    MPI_Request req;
+    char *buf;
+};
+
+static void send_record(struct pending **pend, int *n_pend, const struct h5out_record *r) {
     size_t n = sizeof(struct rec_header) + (size_t)r->n_runs * sizeof(struct h5out_run);
     char *buf = malloc(n);
-    AH_ASSERT(buf);
+    struct pending *np = realloc(*pend, ((size_t)*n_pend + 1) * sizeof *np);
+    AH_ASSERT(buf && np);
+    *pend = np;
     struct rec_header h = {{0}, r->i0, r->i1, r->n_runs};
     memcpy(h.file, r->file, sizeof h.file);
     memcpy(buf, &h, sizeof h);
     memcpy(buf + sizeof h, r->runs, (size_t)r->n_runs * sizeof(struct h5out_run));
-    MPI_Send(buf, (int)n, MPI_BYTE, 0, TAG_REC, MPI_COMM_WORLD);
-    free(buf);
+    np[*n_pend].buf = buf;
+    MPI_Isend(buf, (int)n, MPI_BYTE, 0, TAG_REC, MPI_COMM_WORLD, &np[*n_pend].req);
+    (*n_pend)++;
+}
+
+// completes every record send (before the DONE message, so rank 0 has them all)
+static void finish_records(struct pending *pend, int n_pend) {
+    for (int i = 0; i < n_pend; i++) {
+        MPI_Wait(&pend[i].req, MPI_STATUS_IGNORE);
+        free(pend[i].buf);
+    }
+    free(pend);
 }
 
 // rank 0: receives one record message and adds it to the master
@@ -346,7 +365,9 @@ struct rank_run {
     double last_checkpoint;
     bool master_dirty;
     int64_t bytes;
-    double busy, wall; // seconds working (forward, writes, hand-off copies) and in the loop
+    double busy, wall;    // seconds working (forward, writes, hand-off copies) and in the loop
+    struct pending *pend; // record sends in flight (ranks other than 0)
+    int n_pend;
 };
 
 static int seg_begin(struct rank_run *rr, struct ah_error *err) {
@@ -371,7 +392,7 @@ static int seg_finish(struct rank_run *rr, struct ah_error *err) {
         rc = h5m_add(rr->mst, &rec);
         rr->master_dirty = true;
     } else {
-        send_record(&rec);
+        send_record(&rr->pend, &rr->n_pend, &rec);
     }
     h5out_record_free(&rec);
     return rc;
@@ -757,6 +778,9 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
                 }
             }
         } else {
+            finish_records(rr.pend, rr.n_pend);
+            rr.pend = NULL;
+            rr.n_pend = 0;
             MPI_Send(NULL, 0, MPI_CHAR, 0, TAG_DONE, MPI_COMM_WORLD);
         }
     }
