@@ -14,6 +14,8 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
           hdf5-tools libopenblas-dev libcjson-dev python3-numpy python3-h5py)
+# the Slurm tests start a real single-node cluster (slurmctld, slurmd, munge)
+[ "${1:-}" = test ] && PACKAGES+=(slurm-wlm)
 
 install_missing() {
     local missing=()

@@ -684,6 +684,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     char *prov = NULL;
     bool complete = false;
 
+    install_signals(); // a stop asked for during start-up ends at the first batch boundary
     // ---- everything the user can get wrong, on every rank, before touching the output ----
     int rc = agree(plan_load(&pl, o->job_path, size, err));
     if (rc < 0) goto done;
@@ -746,7 +747,6 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     }
 
     // ---- the work ----
-    install_signals();
     rr.pl = &pl;
     rr.g = &g;
     rr.o = o;

@@ -49,4 +49,16 @@ int64_t laguna_bytes(const struct laguna_config *c);
 // experts + shared expert + router); the work a pipeline stage balances on.
 double laguna_layer_flops(const struct laguna_config *c, int i);
 
+// RoPE of one layer type (laguna-forward.md 3.2, 3.3): inv_freq[j] for j < n_rot / 2 in float32
+// as HF computes it, and the factor A that multiplies cos and sin (1 for default RoPE). Returns
+// n_rot = int(head_dim * partial); *low / *high receive YaRN's ramp bounds (0 for default).
+int laguna_rope_inv_freq(const struct laguna_rope *r, int head_dim, float *inv_freq, float *scale,
+                         double *low, double *high);
+
+// The router of one token (laguna-forward.md 4, LagunaTopKRouter): p = sigmoid(z); the k experts
+// with the largest p + bias (bias may be NULL), largest first, ties to the lower index; weights =
+// their unbiased p renormalised to sum 1. The routed scaling factor applies to the routed sum.
+void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
+void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
+
 #endif

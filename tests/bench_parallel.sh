@@ -7,7 +7,12 @@
 #   usage: tests/bench_parallel.sh [HARVEST] [WORKDIR]
 set -euo pipefail
 HARVEST=$(realpath "${1:-build/harvest}")
-WORK=${2:-$(mktemp -d /tmp/harvest-bench-parallel-XXXXXX)}
+if [ -n "${2:-}" ]; then
+    WORK=$2
+else
+    WORK=$(mktemp -d /tmp/harvest-bench-parallel-XXXXXX)
+    trap 'rm -rf "$WORK"' EXIT # its outputs are gigabytes
+fi
 PY=/usr/bin/python3
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl_vader_backing_directory=/tmp

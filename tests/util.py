@@ -15,12 +15,18 @@ sys.path.insert(0, os.path.join(HERE, "ref"))
 SPEC = json.load(open(os.path.join(HERE, "ref", "spec.json")))
 
 
+_work = None
+
+
 def args():
+    """(harvest binary, a fresh scratch folder); finish() removes the folder when all passed."""
+    global _work
     if len(sys.argv) < 3:
         sys.exit(f"usage: {sys.argv[0]} HARVEST_BINARY SCRATCH_DIR")
     harvest, work = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
+    _work = work
     return harvest, work
 
 
@@ -107,6 +113,8 @@ def check(cond, what):
 
 def finish():
     if failures:
-        print(f"{failures} checks failed")
+        print(f"{failures} checks failed (files kept in {_work})")
         sys.exit(1)
     print("all checks passed")
+    if _work:  # outputs run to gigabytes: keep them only for a failure
+        shutil.rmtree(_work, ignore_errors=True)

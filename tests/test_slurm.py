@@ -1,0 +1,160 @@
+"""A real single-node Slurm cluster on loopback (slurmctld, slurmd, munge from Debian): `srun
+--mpi=pmix` runs harvest as data-parallel replicas and as two pipeline stages, each giving the
+singleton output bit for bit; slurm/harvest.sbatch runs a job to completion; a USR1 to the batch
+script stops the harvest (exit 3), the script requeues it, and the restart resumes to the same
+output. Skipped (77) where the Slurm daemons cannot start (the reason is printed)."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+
+import h5py
+
+from util import HERE, args, check, finish, init_model, output_diff, run, write_job, write_prompts, BOOKKEEPING
+
+harvest, work = args()
+if not shutil.which("slurmctld") or not shutil.which("munged"):
+    print("slurm-wlm is not installed: skipped")
+    sys.exit(77)
+host = socket.gethostname().split(".")[0]
+conf = f"{work}/slurm"
+os.makedirs(f"{conf}/state", exist_ok=True)
+os.makedirs(f"{conf}/spool", exist_ok=True)
+node = subprocess.run(["slurmd", "-C"], capture_output=True, text=True).stdout.splitlines()[0]
+node = " ".join(w for w in node.split() if not w.startswith("UpTime")) + " NodeAddr=127.0.0.1"
+open(f"{conf}/slurm.conf", "w").write(f"""ClusterName=harvest
+SlurmctldHost={host}(127.0.0.1)
+SlurmUser=root
+AuthType=auth/munge
+CryptoType=crypto/munge
+StateSaveLocation={conf}/state
+SlurmdSpoolDir={conf}/spool
+SlurmctldPidFile={conf}/slurmctld.pid
+SlurmdPidFile={conf}/slurmd.pid
+SlurmctldLogFile={conf}/slurmctld.log
+SlurmdLogFile={conf}/slurmd.log
+SlurmctldPort=16817
+SlurmdPort=16818
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=pmix
+ReturnToService=2
+MailProg=/bin/true
+KillWait=10
+{node}
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
+""")
+env = dict(os.environ, SLURM_CONF=f"{conf}/slurm.conf", OPENBLAS_NUM_THREADS="1",
+           OMPI_MCA_btl_vader_backing_directory="/tmp", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(list(cmd), env=env, capture_output=True, text=True, **kw)
+
+
+def stop_daemons():
+    for pid_file in ("slurmd.pid", "slurmctld.pid"):
+        try:
+            os.kill(int(open(f"{conf}/{pid_file}").read()), 15)
+        except (OSError, ValueError):
+            pass
+    time.sleep(1)
+
+
+if not os.path.exists("/run/munge/munge.socket.2"):
+    subprocess.run(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"])
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
+started = sh("slurmctld", "-f", f"{conf}/slurm.conf").returncode == 0 and \
+    sh("slurmd", "-f", f"{conf}/slurm.conf").returncode == 0
+for _ in range(100):
+    if started and "idle" in sh("sinfo", "-h", "-N", "-o", "%T").stdout:
+        break
+    time.sleep(0.2)
+else:
+    print("the Slurm daemons did not come up: skipped\n" + sh("sinfo").stdout + sh("sinfo").stderr)
+    stop_daemons()
+    sys.exit(77)
+
+try:
+    init_model(harvest, f"{work}/model", seed=11)
+    write_prompts(f"{work}/prompts.jsonl", [(37 * i) % 120 + 10 for i in range(40)], seed=11)
+    acts = ["token_embeddings", "*_output", "decoder_1_attn_probs", "logits"]
+
+    def job(name, stages=1, ckpt=60, data="prompts.jsonl"):
+        return write_job(f"{work}/{name}.json", data=data, activations=acts, batch_size=2,
+                         output={"path": f"{name}.h5", "checkpoint_seconds": ckpt},
+                         parallel={"pipeline_stages": stages})
+
+    run(harvest, "run", job("single"), "--quiet", check=0)
+    for name, stages in (("srun_dp2", 1), ("srun_pp2", 2)):
+        p = sh("srun", "--mpi=pmix", "-n", "2", harvest, "run", job(name, stages), "--quiet", timeout=300)
+        if check(p.returncode == 0, f"{name}: srun exit {p.returncode}: {p.stderr[-800:]}"):
+            d = output_diff(f"{work}/single.h5", f"{work}/{name}.h5", BOOKKEEPING | {"job"})
+            check(d is None, f"{name}: differs from the singleton run in {d}")
+            with h5py.File(f"{work}/{name}.h5", "r") as f:
+                import json
+                ranks = json.loads(f.attrs["provenance"])["ranks"]
+                check(all("slurm_job_id" in r for r in ranks), f"{name}: Slurm job ids in the provenance")
+            print(f"{name}: srun --mpi=pmix -n 2, {stages} stage(s) == singleton", flush=True)
+
+    # the batch launcher: to completion
+    sbatch = os.path.join(os.path.dirname(HERE), "slurm", "harvest.sbatch")
+    henv = dict(env, HARVEST=harvest)
+
+    def submit(jp, log):
+        out = subprocess.run(["sbatch", "--parsable", "-n", "2", "-o", log, sbatch, jp], env=henv,
+                             capture_output=True, text=True).stdout.strip()
+        return out.split(";")[0]
+
+    def read(path):
+        return open(path).read() if os.path.exists(path) else ""
+
+    def state(jid):
+        return sh("squeue", "-h", "-j", jid, "-o", "%T").stdout.strip()
+
+    def wait_gone(jid, limit=240):
+        t = time.time()
+        while state(jid) and time.time() - t < limit:
+            time.sleep(0.5)
+        return not state(jid)
+
+    jid = submit(job("batch"), f"{work}/batch.log")
+    check(wait_gone(jid), "sbatch: the job ended")
+    log = read(f"{work}/batch.log")
+    check("harvest: exit 0" in log, f"sbatch: the harvest finished: {log[-600:]}")
+    check(output_diff(f"{work}/single.h5", f"{work}/batch.h5", BOOKKEEPING | {"job"}) is None,
+          "sbatch: same output as the singleton run")
+    print("sbatch slurm/harvest.sbatch: completed, same output", flush=True)
+
+    # preemption: USR1 to the batch script -> exit 3 -> requeue -> --resume -> same output
+    write_prompts(f"{work}/long.jsonl", [(53 * i) % 200 + 100 for i in range(96)], seed=12)
+    run(harvest, "run", job("long_single", data="long.jsonl"), "--quiet", check=0)
+    jid = submit(job("preempt", ckpt=0, data="long.jsonl"), f"{work}/preempt.log")
+    t = time.time()
+    while state(jid) != "RUNNING" and time.time() - t < 60:
+        time.sleep(0.2)
+    time.sleep(2.0)
+    sh("scancel", "-b", "-s", "USR1", jid)
+    t = time.time()
+    while "exit 3" not in read(f"{work}/preempt.log") and time.time() - t < 60:
+        time.sleep(0.5)
+    time.sleep(2)
+    sh("scontrol", "release", jid)
+    sh("scontrol", "update", f"JobId={jid}", "StartTime=now")
+    check(wait_gone(jid), "preempt: the requeued job ended")
+    log = read(f"{work}/preempt.log")
+    stopped = "harvest: exit 3 (restart 0)" in log
+    check(stopped and "harvest: exit 0 (restart 1)" in log,
+          f"preempt: stopped (exit 3), requeued, finished on restart 1: {log[-800:]}")
+    check(output_diff(f"{work}/long_single.h5", f"{work}/preempt.h5", BOOKKEEPING | {"job"}) is None,
+          "preempt: the resumed output equals the singleton run")
+    print("preempt: USR1 -> exit 3 -> requeue -> --resume -> same output", flush=True)
+finally:
+    stop_daemons()
+finish()
