@@ -11,7 +11,8 @@ import time
 
 import h5py
 
-from util import BOOKKEEPING, MPI_ENV, args, check, finish, init_model, output_diff, run, write_job, write_prompts
+from util import (BOOKKEEPING, MPI_ENV, args, check, ended, finish, init_model, output_diff, run,
+                  write_job, write_prompts)
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=7)
@@ -117,18 +118,15 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
     elif pids:
         os.kill(pids[len(pids) // 2], sig)
     t = time.time()
-    try:
-        _, err = mp.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        mp.kill()
-        check(False, f"{label}: the job did not end within 60 s (a hang)")
+    err = ended(mp, label)
+    if err is None:
         continue
-    ended = time.time() - t
+    took = time.time() - t
     wait_no_ranks(label)
     if mp.returncode == 0:
         print(f"{label}: finished before the signal; nothing to resume")
     elif sig == signal.SIGKILL:
-        check(ended < 20, f"{label}: the job took {ended:.1f} s to end after the kill")
+        check(took < 20, f"{label}: the job took {took:.1f} s to end after the kill")
     else:
         check(mp.returncode == 3, f"{label}: exit {mp.returncode}, expected 3: {err[-800:]}")
     with h5py.File(f"{work}/{label}.h5", "r") as f:
@@ -143,6 +141,6 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
     if check(p.returncode == 0, f"{label}: --resume exit {p.returncode}: {p.stderr[-800:]}"):
         d = diff(f"{work}/long1.h5", f"{work}/{label}.h5")
         check(d is None, f"{label}: the resumed output differs from np 1 in {d}")
-        print(f"{label}: exit {mp.returncode} after {ended:.1f} s with {done} prompts kept; resumed "
+        print(f"{label}: exit {mp.returncode} after {took:.1f} s with {done} prompts kept; resumed "
               f"to the same output", flush=True)
 finish()

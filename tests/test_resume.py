@@ -8,7 +8,7 @@ import time
 
 import h5py
 
-from util import args, check, finish, init_model, output_diff, run, write_job, write_prompts
+from util import args, check, ended, finish, init_model, output_diff, run, write_job, write_prompts
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=5)
@@ -39,11 +39,8 @@ for sig, frac in cases:
                          stderr=subprocess.PIPE, text=True)
     time.sleep(full_time * frac)
     p.send_signal(sig)
-    try:
-        _, err = p.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        check(False, f"{name}: did not stop within 60 s")
+    err = ended(p, name)
+    if err is None:
         continue
     if p.returncode == 0:
         print(f"{name}: finished before the signal; nothing to resume")

@@ -100,6 +100,18 @@ def output_diff(a, b, ignore=BOOKKEEPING):
     return None
 
 
+def ended(p, label, timeout=60):
+    """The stderr of process p once it has ended, or None (a failed check) if it had not ended
+    within timeout seconds: then it is killed."""
+    try:
+        return p.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        check(False, f"{label}: did not end within {timeout} s (a hang)")
+        return None
+
+
 failures = 0
 
 
