@@ -15,10 +15,11 @@
 
 // ---- a loaded model of any family ----
 struct model {
-    const char *family;   // "encdec"
-    struct modeldir md;   // config (+ weights unless config-only)
-    struct encdec ed;     // family "encdec"
-    struct tap_desc *cat; // (n_cat) catalogue; owned
+    const char *family;      // "encdec"
+    struct modeldir md;      // config (+ weights unless config-only)
+    struct encdec ed;        // family "encdec"
+    struct laguna_config lg; // family "laguna" (configuration only so far)
+    struct tap_desc *cat;    // (n_cat) catalogue; owned
     int n_cat;
     int n_blocks; // blocks of the layer loop
     int max_pos;  // longest prompt the model takes

@@ -12,11 +12,8 @@ int model_config_encdec(const struct modeldir *md, struct encdec_config *c, stru
     if (!arch || strcmp(arch, "causal-encoder-decoder"))
         return ah_fail(err, AH_EINVAL,
                        "%s: unknown model family (expected \"architecture\": "
-                       "\"causal-encoder-decoder\"%s)",
-                       md->config_path,
-                       model_is_laguna(md) ? "; LagunaForCausalLM can be planned (harvest plan) "
-                                             "but not run yet"
-                                           : "");
+                       "\"causal-encoder-decoder\" or \"architectures\": [\"LagunaForCausalLM\"])",
+                       md->config_path);
     struct {
         const char *key;
         int *dst;
@@ -65,6 +62,27 @@ int model_load(struct model *m, const char *dir, bool weights, struct ah_error *
     struct model_tensor *list = NULL;
     int rc = md_open(&m->md, dir, !weights, err);
     if (rc < 0) return rc;
+    if (model_is_laguna(&m->md)) { // listed and planned so far, not run
+        m->family = "laguna";
+        if (weights) {
+            rc = ah_fail(err, AH_EINVAL,
+                         "%s: LagunaForCausalLM can be listed (harvest activations) and planned "
+                         "(harvest plan) but not run yet",
+                         m->md.config_path);
+            goto fail;
+        }
+        if ((rc = laguna_config_read(&m->md, &m->lg, err)) < 0) goto fail;
+        m->n_cat = laguna_n_taps(&m->lg);
+        m->cat = calloc((size_t)m->n_cat, sizeof *m->cat);
+        if (!m->cat) {
+            rc = -AH_ENOMEM;
+            goto fail;
+        }
+        laguna_catalogue(&m->lg, m->cat);
+        m->n_blocks = m->lg.n_layer;
+        m->vocab = m->lg.vocab;
+        return 0;
+    }
     m->family = "encdec";
     struct encdec_config c;
     if ((rc = model_config_encdec(&m->md, &c, err)) < 0) goto fail;
@@ -99,6 +117,7 @@ fail:
 
 void model_free(struct model *m) {
     encdec_free(&m->ed);
+    laguna_config_free(&m->lg);
     md_close(&m->md);
     free(m->cat);
     memset(m, 0, sizeof *m);

@@ -7,6 +7,7 @@
 #include "model/ah.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -147,4 +148,109 @@ void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias,
     for (int j = 0; j < k; j++)
         w[j] = (float)(1.0 / (1.0 + exp(-(double)z[idx[j]])) / sum);
     free(taken);
+}
+
+// ----------------------------------------------------------------------------
+// catalogue (names, layouts and meanings as seeds/laguna-nnterp.txt gives them)
+
+#define BSH "batch,seq,hidden_size"
+static const struct laguna_tap {
+    const char *name, *shape, *meaning;
+    enum tap_dtype dtype;
+    char where; // R root before the blocks, E root after them, B every block, D dense, M mixture
+} laguna_taps[] = {
+    {"input_ids", "batch,seq", "The token ids the model was called with", TAP_I64, 'R'},
+    {"attention_mask", "batch,seq",
+     "The attention mask the model was called with; zeros are padding", TAP_I64, 'R'},
+    {"token_embeddings", BSH,
+     "The embedding module's output; layers[0].input is what enters the first block", TAP_F32, 'R'},
+    {"layer_input", BSH, "The residual stream entering the block", TAP_F32, 'B'},
+    {"attention_norm_output", BSH, "The normed stream entering the attention", TAP_F32, 'B'},
+    {"attention_queries", "batch,num_heads,seq,qk_head_dim", "The queries entering attention",
+     TAP_F32, 'B'},
+    {"attention_keys", "batch,num_kv_heads,seq,qk_head_dim", "The keys entering attention", TAP_F32,
+     'B'},
+    {"attention_values", "batch,num_kv_heads,seq,head_dim", "The values entering attention",
+     TAP_F32, 'B'},
+    {"attention_scores", "batch,num_heads,query,key",
+     "The attention scores entering the softmax, masked", TAP_F32, 'B'},
+    {"attention_probabilities", "batch,num_heads,query,key",
+     "The attention pattern the values are mixed with", TAP_F32, 'B'},
+    {"attention_head_outputs", "batch,seq,num_heads,head_dim",
+     "The per-head outputs before the output projection", TAP_F32, 'B'},
+    {"attention_premix", "batch,seq,num_heads,head_dim",
+     "Every head's output side by side, as the output projection takes it", TAP_F32, 'B'},
+    {"attention_output", BSH, "What the attention adds to the residual stream", TAP_F32, 'B'},
+    {"layer_mid", BSH, "The residual stream after the attention add", TAP_F32, 'B'},
+    {"mlp_norm_output", BSH, "The normed stream entering the MLP", TAP_F32, 'B'},
+    {"mlp_input", BSH, "What the MLP is called with", TAP_F32, 'B'},
+    {"mlp_activation", "batch,seq,intermediate_size", "The activation function's output", TAP_F32,
+     'D'},
+    {"mlp_neurons", "batch,seq,intermediate_size",
+     "What the down projection receives: act(gate)\u00b7up on a gated MLP, the activation itself "
+     "otherwise",
+     TAP_F32, 'D'},
+    {"shared_expert_output", BSH, "The shared expert's output", TAP_F32, 'M'},
+    {"router_logits", "batch,seq,num_experts",
+     "The router's logits, one per expert, before the "
+     "scoring",
+     TAP_F32, 'M'},
+    {"expert_indices", "batch,seq,top_k", "The expert each routing slot sends the token to",
+     TAP_I64, 'M'},
+    {"expert_weights", "batch,seq,top_k", "The weight each selected expert's output is scaled by",
+     TAP_F32, 'M'},
+    {"expert_outputs", "batch,seq,top_k,hidden_size", "Each routing slot's weighted expert output",
+     TAP_F32, 'M'},
+    {"routed_output", BSH, "The routed experts' combined output, times routed_scaling_factor",
+     TAP_F32, 'M'},
+    {"mlp_output", BSH, "What the MLP adds to the residual stream", TAP_F32, 'B'},
+    {"layer_output", BSH,
+     "The residual stream leaving the block, a tensor even when the block returns a tuple", TAP_F32,
+     'B'},
+    {"final_norm_output", BSH, "The residual stream after the final norm, what lm_head reads",
+     TAP_F32, 'E'},
+    {"lm_head_output", "batch,seq,vocab_size",
+     "The head's logits before anything the model does past lm_head (a softcap, a scale)", TAP_F32,
+     'E'},
+    {"logits", "batch,seq,vocab_size",
+     "The logits the model returns, after anything it does past lm_head (a softcap, a scale)",
+     TAP_F32, 'E'},
+    {"next_token_probs", "batch,vocab_size",
+     "The next-token distribution at the last position; derived, read-only", TAP_F32, 'E'},
+};
+#define LAGUNA_N_TAPS ((int)(sizeof laguna_taps / sizeof laguna_taps[0]))
+
+static bool tap_in(const struct laguna_config *c, int layer, char where) {
+    if (layer < 0) return where == 'R';
+    if (layer >= c->n_layer) return where == 'E';
+    return where == 'B' || where == (c->dense[layer] ? 'D' : 'M');
+}
+
+// every (layer, tap) in forward order: roots before (-1), the blocks, roots after (n_layer)
+static int walk(const struct laguna_config *c, struct tap_desc *out) {
+    int n = 0;
+    char name[TAP_NAME_MAX];
+    for (int l = -1; l <= c->n_layer; l++)
+        for (int t = 0; t < LAGUNA_N_TAPS; t++) {
+            const struct laguna_tap *x = &laguna_taps[t];
+            if (!tap_in(c, l, x->where)) continue;
+            if (out) {
+                if (l >= 0 && l < c->n_layer)
+                    snprintf(name, sizeof name, "layers.%d.%s", l, x->name);
+                else
+                    snprintf(name, sizeof name, "%s", x->name);
+                int r = tap_desc_set(&out[n], name, x->dtype, x->shape, x->meaning, l);
+                AH_ASSERT(r == 0);
+            }
+            n++;
+        }
+    return n;
+}
+
+int laguna_n_taps(const struct laguna_config *c) {
+    return walk(c, NULL);
+}
+
+void laguna_catalogue(const struct laguna_config *c, struct tap_desc *out) {
+    walk(c, out);
 }

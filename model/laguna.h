@@ -7,6 +7,8 @@
 #ifndef AH_LAGUNA_H
 #define AH_LAGUNA_H
 
+#include "model/tap.h"
+
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,6 +50,14 @@ int64_t laguna_bytes(const struct laguna_config *c);
 // Multiply-adds x 2 of one token through layer i (attention projections, gate, MLP or the top-k
 // experts + shared expert + router); the work a pipeline stage balances on.
 double laguna_layer_flops(const struct laguna_config *c, int i);
+
+// ---- the activation catalogue: the nnterp values of seeds/laguna-nnterp.txt ----
+// Root values are bare names; block values are `layers.{i}.{value}`. Every block has the residual
+// and attention values; dense blocks add mlp_activation, mlp_neurons, mlp_output, mixture blocks
+// mlp_output and the router/expert values. Catalogue order is forward order.
+int laguna_n_taps(const struct laguna_config *c);
+// Fills out[0..laguna_n_taps): name, dtype, semantic shape (the seed's axis names), meaning, block.
+void laguna_catalogue(const struct laguna_config *c, struct tap_desc *out);
 
 // RoPE of one layer type (laguna-forward.md 3.2, 3.3): inv_freq[j] for j < n_rot / 2 in float32
 // as HF computes it, and the factor A that multiplies cos and sin (1 for default RoPE). Returns

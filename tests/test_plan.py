@@ -1,4 +1,6 @@
-"""`harvest plan` on the four released Laguna config.json files: the exact parameter counts of
+"""`harvest activations` and `harvest plan` on the four released Laguna config.json files: the
+catalogue equals the values of seeds/laguna-nnterp.txt (names, shapes, meanings; dense and mixture
+blocks); the exact parameter counts of
 laguna-forward.md section 6, the bytes as published (BF16 + an F32 selection bias a MoE layer), a
 pipeline x expert split whose stages cover the layers; and configs it must refuse, each naming the
 file and key."""
@@ -77,4 +79,43 @@ bad("score_func", lambda c: c.update(moe_router_score_func="sqrtsoftplus"), ["mo
 bad("no_sliding_rope", lambda c: c["rope_parameters"].pop("sliding_attention"),
     ["rope_parameters.sliding_attention"])
 bad("shards", lambda c: None, ["expert shards"], extra=("--expert-parallel", "3"))
+
+# ---- harvest activations: the catalogue against the seed ----
+seed = {}
+lines = open(os.path.join(HERE, "ref", "laguna-nnterp.txt"), encoding="utf-8").read().splitlines()
+start = next(i for i, l in enumerate(lines) if l.startswith("model LagunaForCausalLM"))
+end = next(i for i, l in enumerate(lines) if l.startswith("Printout"))
+for l in lines[start:end]:
+    m = re.match(r"^(?:⚠︎)?(\w+) (\w+) \[([^\]]*)\] (.*)$", l)
+    if m:
+        seed[m.group(1)] = (m.group(3).split(), m.group(4))
+check(len(seed) >= 30, f"the seed's value table was read ({len(seed)} values)")
+INT64 = {"input_ids", "attention_mask", "expert_indices"}
+for name in WANT:
+    path = os.path.join(CONF, name + ".json")
+    c = json.load(open(path))
+    cat = json.loads(run(harvest, "activations", path, "--json", check=0).stdout)
+    L = c["num_hidden_layers"]
+    dense = [t == "dense" for t in c["mlp_layer_types"]]
+    n_dense = sum(dense)
+    check(len(cat) == 7 + 14 * L + 3 * n_dense + 7 * (L - n_dense), f"{name}: {len(cat)} values")
+    seen = set()
+    for e in cat:
+        value = e["name"].split(".")[-1]
+        seen.add(value)
+        if not check(value in seed, f"{name}: {e['name']} is a value of the seed"):
+            continue
+        axes, meaning = seed[value]
+        check(e["semantic_shape"] == axes, f"{name}: {e['name']} shape {e['semantic_shape']} vs {axes}")
+        check(e["meaning"] == meaning, f"{name}: {e['name']} meaning")
+        check(e["dtype"] == ("int64" if value in INT64 else "float32"), f"{name}: {e['name']} dtype")
+        if e["name"].startswith("layers."):
+            i = int(e["name"].split(".")[1])
+            moe_only = value in ("router_logits", "expert_weights", "expert_indices", "expert_outputs",
+                                 "routed_output", "shared_expert_output")
+            dense_only = value in ("mlp_activation", "mlp_neurons")
+            check(not (moe_only and dense[i]) and not (dense_only and not dense[i]),
+                  f"{name}: {e['name']} belongs to a {'dense' if dense[i] else 'mixture'} block")
+    check(seen == set(seed) - {"input_size"}, f"{name}: every value of the seed: missing {set(seed) - seen - {'input_size'}}")
+    print(f"{name}: harvest activations lists {len(cat)} values, as the seed names them")
 finish()
