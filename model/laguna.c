@@ -254,3 +254,15 @@ int laguna_n_taps(const struct laguna_config *c) {
 void laguna_catalogue(const struct laguna_config *c, struct tap_desc *out) {
     walk(c, out);
 }
+
+int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *axis) {
+    if (!strcmp(axis, "num_heads")) return block >= 0 && block < c->n_layer ? c->n_head[block] : -1;
+    if (!strcmp(axis, "num_kv_heads")) return c->n_kv_head;
+    if (!strcmp(axis, "qk_head_dim") || !strcmp(axis, "head_dim")) return c->head_dim;
+    if (!strcmp(axis, "hidden_size")) return c->hidden;
+    if (!strcmp(axis, "intermediate_size")) return c->dense_ffn;
+    if (!strcmp(axis, "num_experts")) return c->n_expert;
+    if (!strcmp(axis, "top_k")) return c->top_k;
+    if (!strcmp(axis, "vocab_size")) return c->vocab;
+    return -1;
+}

@@ -59,6 +59,10 @@ int laguna_n_taps(const struct laguna_config *c);
 // Fills out[0..laguna_n_taps): name, dtype, semantic shape (the seed's axis names), meaning, block.
 void laguna_catalogue(const struct laguna_config *c, struct tap_desc *out);
 
+// Length of a fixed axis of a value of `block` (-1 / n_layer for root values): num_heads is the
+// block's own query-head count, intermediate_size the dense width. -1 for an unknown axis name.
+int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *axis);
+
 // RoPE of one layer type (laguna-forward.md 3.2, 3.3): inv_freq[j] for j < n_rot / 2 in float32
 // as HF computes it, and the factor A that multiplies cos and sin (1 for default RoPE). Returns
 // n_rot = int(head_dim * partial); *low / *high receive YaRN's ramp bounds (0 for default).

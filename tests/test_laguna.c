@@ -5,6 +5,7 @@
 #include "tests/check.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static struct laguna_rope yarn(double factor, int l0, double beta_fast, double partial) {
     return (struct laguna_rope){LAGUNA_ROPE_YARN,        500000.0,  partial, factor,
@@ -88,7 +89,54 @@ static void test_router_matches_naive_and_identities(void) {
     CHECK(fabsf(w[0] - p0 / (p0 + p3)) < 1e-6f && fabsf(w[1] - p3 / (p0 + p3)) < 1e-6f);
 }
 
+// XS-2.1's shape: 48 query heads on full blocks (every fourth), 64 on sliding ones; one dense block
+static void test_catalogue_axes_are_per_block(void) {
+    enum { L = 8 };
+    int heads[L];
+    bool sliding[L], dense[L];
+    for (int i = 0; i < L; i++) {
+        sliding[i] = i % 4 != 0;
+        heads[i] = sliding[i] ? 64 : 48;
+        dense[i] = i == 0;
+    }
+    struct laguna_config c = {.n_layer = L,
+                              .hidden = 2048,
+                              .vocab = 100352,
+                              .n_kv_head = 8,
+                              .head_dim = 128,
+                              .dense_ffn = 8192,
+                              .expert_ffn = 512,
+                              .shared_ffn = 512,
+                              .n_expert = 256,
+                              .top_k = 8,
+                              .n_head = heads,
+                              .sliding = sliding,
+                              .dense = dense};
+    int n = laguna_n_taps(&c);
+    CHECK_EQ(n, 7 + 14 * L + 3 + 7 * (L - 1));
+    struct tap_desc *d = calloc((size_t)n, sizeof *d);
+    laguna_catalogue(&c, d);
+    int seen_q = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(i == 0 || d[i].block >= d[i - 1].block); // forward order
+        for (int k = 1; k < d[i].ndim; k++) {
+            enum tap_axis_kind kind = tap_axis_kind(d[i].axes[k]);
+            if (kind == TAP_AXIS_FIXED) CHECK(laguna_axis_size(&c, d[i].block, d[i].axes[k]) > 0);
+        }
+        if (strstr(d[i].name, ".attention_queries")) {
+            CHECK_EQ(laguna_axis_size(&c, d[i].block, "num_heads"), d[i].block % 4 ? 64 : 48);
+            seen_q++;
+        }
+    }
+    CHECK_EQ(seen_q, L);
+    CHECK(!strcmp(d[0].name, "input_ids") && d[0].dtype == TAP_I64);
+    CHECK(!strcmp(d[n - 1].name, "next_token_probs"));
+    CHECK_EQ(laguna_axis_size(&c, -1, "num_heads"), -1); // no block, no head count
+    free(d);
+}
+
 int main(void) {
+    test_catalogue_axes_are_per_block();
     test_rope_tables_match_the_spec();
     test_router_matches_naive_and_identities();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
