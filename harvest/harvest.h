@@ -29,7 +29,9 @@ struct model {
 // Loads DIR; with weights false only config.json is read (for `activations`). Errors name the file.
 int model_load(struct model *m, const char *dir, bool weights, struct ah_error *err);
 void model_free(struct model *m); // safe on a zeroed struct
-int64_t model_axis_size(const struct model *m, const char *axis);
+// Length of a fixed axis of a value computed by `block` (tap_desc.block): Laguna's query heads
+// differ from block to block.
+int64_t model_axis_size(const struct model *m, int block, const char *axis);
 
 // ---- collector: tap -> h5out rows ----
 struct collector {

@@ -123,7 +123,8 @@ void model_free(struct model *m) {
     memset(m, 0, sizeof *m);
 }
 
-int64_t model_axis_size(const struct model *m, const char *axis) {
+int64_t model_axis_size(const struct model *m, int block, const char *axis) {
+    if (!strcmp(m->family, "laguna")) return laguna_axis_size(&m->lg, block, axis);
     return encdec_axis_size(&m->ed.cfg, axis);
 }
 

@@ -88,7 +88,7 @@ static int build_dsets(const struct model *m, const uint8_t *want, enum job_layo
             if (layout == JOB_LAYOUT_TOKEN && kind == TAP_AXIS_SEQ) continue;
             int64_t len = kind == TAP_AXIS_SEQ    ? S
                           : kind == TAP_AXIS_SEQ2 ? 2 * S
-                                                  : model_axis_size(m, t->axes[k]);
+                                                  : model_axis_size(m, t->block, t->axes[k]);
             AH_ASSERT(len >= 1);
             strcpy(o->axes[o->ndim], t->axes[k]);
             o->dims[o->ndim++] = len;
