@@ -39,7 +39,6 @@ struct collector {
     const struct h5out_dset *dsets;
     const int *dset_of_id; // (n_cat) dataset index of a catalogue id, or -1
     enum job_layout layout;
-    int64_t S;                // max_seq_len: the padded sequence length of the prompt layout
     int64_t first_prompt;     // global index of prompt 0 of the current batch
     const int64_t *token_row; // (batch) first token row of each prompt of the current batch
     float *buf;               // padded/transposed row; owned

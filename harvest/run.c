@@ -497,7 +497,6 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     rr->col = (struct collector){.dsets = pl->dsets,
                                  .dset_of_id = pl->dset_of_id,
                                  .layout = pl->j.layout,
-                                 .S = pl->S,
                                  .token_row = brow};
     want = calloc((size_t)pl->m.n_cat, 1); // what this stage writes
     if (!want) {

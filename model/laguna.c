@@ -31,7 +31,8 @@ int64_t laguna_layer_params(const struct laguna_config *c, int i, bool experts) 
     return attn_params(c, i) + E * D + E + 3 * D * c->shared_ffn; // router, bias, shared expert
 }
 
-int64_t laguna_outer_params(const struct laguna_config *c) {
+// embed_tokens, lm_head, the final norm
+static int64_t laguna_outer_params(const struct laguna_config *c) {
     return 2 * (int64_t)c->vocab * c->hidden + c->hidden;
 }
 

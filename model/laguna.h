@@ -41,8 +41,6 @@ void laguna_config_free(struct laguna_config *c); // safe on a zeroed struct
 
 // Parameters of layer i without (experts = false) or only (experts = true) its routed experts.
 int64_t laguna_layer_params(const struct laguna_config *c, int i, bool experts);
-// Parameters outside the layers: embed_tokens, lm_head, the final norm.
-int64_t laguna_outer_params(const struct laguna_config *c);
 int64_t laguna_params(const struct laguna_config *c);
 // Bytes as published: BF16, except the F32 selection bias of each MoE layer.
 int64_t laguna_layer_bytes(const struct laguna_config *c, int i, bool experts);

@@ -105,26 +105,6 @@ void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, do
 // ----------------------------------------------------------------------------
 // softmax
 
-void op_softmax_rows(float *x, int rows, int n) {
-    for (int r = 0; r < rows; r++) {
-        float *v = x + (int64_t)r * n;
-        float mx = -INFINITY;
-        for (int i = 0; i < n; i++)
-            mx = v[i] > mx ? v[i] : mx;
-        AH_ASSERT(mx > -INFINITY); // every row has at least one allowed key
-        // blocked (-inf) entries are most of a causal/windowed row: skip their expf
-        float sum = 0.0f;
-        for (int i = 0; i < n; i++) {
-            float e = v[i] == -INFINITY ? 0.0f : expf(v[i] - mx);
-            v[i] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < n; i++)
-            v[i] *= inv;
-    }
-}
-
 void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
     AH_ASSERT(0 <= a0 && a0 <= a1 && a1 <= n && 0 <= b0 && b0 <= b1 && b1 <= n);
     AH_ASSERT(a1 <= b0 || b1 <= a0);

@@ -24,8 +24,8 @@ void op_rope(float *x, const float *cos_t, const float *sin_t, int T, int H, int
              int n_rot, int stride);
 void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, double theta);
 
-// Softmax of each row of x[rows, n] in place; -inf entries become exactly 0.
-void op_softmax_rows(float *x, int rows, int n);
+// Naive softmax of each row of x[rows, n] in place (double sums; -inf entries become 0): the
+// twin that op_softmax_ranges is tested against.
 void op_softmax_rows_ref(float *x, int rows, int n);
 
 // Softmax of one row x[n] over the entries in [a0, a1) and [b0, b1) (disjoint, possibly empty,

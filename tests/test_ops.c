@@ -55,17 +55,21 @@ static void test_rope_matches_naive(void) {
     check_close("rope at position 0", z, z0, 8, 0.0f, 0.0f);
 }
 
-static void test_softmax_matches_naive_and_masks(void) {
+// causal rows as attention makes them: rows sum to 1, blocked keys exactly 0, large scores safe
+static void test_softmax_ranges_causal_rows(void) {
     int rows = 5, n = 9;
     float x[45], y[45];
     check_fill(x, rows * n, 6);
     for (int r = 0; r < rows; r++)
         for (int i = r + 1; i < n; i++)
-            x[r * n + i] = -INFINITY;
-    memcpy(y, x, sizeof x);
-    op_softmax_rows(x, rows, n);
+            y[r * n + i] = -INFINITY;
+    for (int r = 0; r < rows; r++)
+        for (int i = 0; i <= r; i++)
+            y[r * n + i] = x[r * n + i];
+    for (int r = 0; r < rows; r++)
+        op_softmax_ranges(x + r * n, n, 0, r + 1, n, n);
     op_softmax_rows_ref(y, rows, n);
-    check_close("softmax", x, y, rows * n, 1e-7f, 1e-6f);
+    check_close("causal softmax", x, y, rows * n, 1e-7f, 1e-6f);
     for (int r = 0; r < rows; r++) {
         double sum = 0;
         for (int i = 0; i < n; i++)
@@ -74,8 +78,8 @@ static void test_softmax_matches_naive_and_masks(void) {
         for (int i = r + 1; i < n; i++)
             CHECK(x[r * n + i] == 0.0f); // exactly 0
     }
-    float big[3] = {1000.0f, 999.0f, -INFINITY}; // no overflow
-    op_softmax_rows(big, 1, 3);
+    float big[3] = {1000.0f, 999.0f, 5.0f}; // no overflow
+    op_softmax_ranges(big, 3, 0, 2, 3, 3);
     CHECK(isfinite(big[0]) && big[0] > big[1] && big[2] == 0.0f);
 }
 
@@ -115,7 +119,7 @@ int main(void) {
     test_matmul_matches_naive();
     test_rmsnorm_matches_naive();
     test_rope_matches_naive();
-    test_softmax_matches_naive_and_masks();
+    test_softmax_ranges_causal_rows();
     test_softmax_ranges_matches_masked_naive();
     test_swiglu_matches_naive();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
