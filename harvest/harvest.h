@@ -77,6 +77,9 @@ struct run_stats {
 
 // Runs a job (see run.c); stats may be NULL. Returns 0 or a negative AH_E* code.
 int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err);
+// SIGTERM, SIGINT and SIGUSR1 ask a run to stop at the next batch boundary (exit 3). Installed
+// before MPI_Init, which can take seconds (a singleton starts its own orted).
+void harvest_catch_stops(void);
 
 // Writes the spec model with random weights into dir (see initmodel.c).
 int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,

@@ -42,6 +42,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
         return 1;
     }
+    if (!strcmp(cmd, "run")) harvest_catch_stops();
     // REQUIRED: run and bench are MPI programs (mpirun -np N, srun --mpi=pmix, or a singleton)
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {
         fprintf(stderr, "harvest: MPI_Init failed\n");

@@ -34,7 +34,7 @@ static void on_signal(int sig) {
     stop_requested = 1;
 }
 
-static void install_signals(void) {
+void harvest_catch_stops(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal;
@@ -683,7 +683,6 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     char *prov = NULL;
     bool complete = false;
 
-    install_signals(); // a stop asked for during start-up ends at the first batch boundary
     // ---- everything the user can get wrong, on every rank, before touching the output ----
     int rc = agree(plan_load(&pl, o->job_path, size, err));
     if (rc < 0) goto done;

@@ -8,7 +8,8 @@ import time
 
 import h5py
 
-from util import args, check, ended, finish, init_model, output_diff, run, write_job, write_prompts
+from util import (args, check, ended, finish, init_model, output_diff, run, wait_started, write_job,
+                  write_prompts)
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=5)
@@ -23,9 +24,13 @@ os.makedirs(f"{work}/full", exist_ok=True)
 write_job(f"{work}/full/job.json", model="../model", data="../prompts.jsonl", activations=ACTS,
           batch_size=2, output=OUTPUT)
 t0 = time.time()
-run(harvest, "run", f"{work}/full/job.json", "--quiet", check=0)
-full_time = time.time() - t0
-print(f"uninterrupted run: {full_time:.2f} s")
+p = subprocess.Popen([harvest, "run", f"{work}/full/job.json", "--quiet"], env=env,
+                     stderr=subprocess.PIPE, text=True)
+startup = wait_started(f"{work}/full/out.h5", p)
+check(ended(p, "uninterrupted run") is not None and p.returncode == 0 and startup is not None,
+      f"the uninterrupted run: exit {p.returncode}")
+full_time = time.time() - t0 - (startup or 0)
+print(f"uninterrupted run: {startup or 0:.2f} s to the first batch, then {full_time:.2f} s")
 
 cases = [(signal.SIGTERM, 0.25), (signal.SIGINT, 0.5), (signal.SIGUSR1, 0.75),
          (signal.SIGKILL, 0.3), (signal.SIGKILL, 0.7)]
@@ -37,7 +42,8 @@ for sig, frac in cases:
               batch_size=2, output=OUTPUT)
     p = subprocess.Popen([harvest, "run", f"{d}/job.json", "--quiet"], env=env,
                          stderr=subprocess.PIPE, text=True)
-    time.sleep(full_time * frac)
+    if wait_started(f"{d}/out.h5", p) is not None:
+        time.sleep(full_time * frac)
     p.send_signal(sig)
     err = ended(p, name)
     if err is None:

@@ -5,6 +5,7 @@ script stops the harvest (exit 3), the script requeues it, and the restart resum
 output. Skipped (77) where the Slurm daemons cannot start (the reason is printed)."""
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import time
 
 import h5py
 
-from util import HERE, args, check, finish, init_model, output_diff, run, write_job, write_prompts, BOOKKEEPING
+from util import (BOOKKEEPING, HERE, args, check, finish, has_segment, init_model, output_diff, run,
+                  write_job, write_prompts)
 
 harvest, work = args()
 if not shutil.which("slurmctld") or not shutil.which("munged"):
@@ -54,8 +56,8 @@ env = dict(os.environ, SLURM_CONF=f"{conf}/slurm.conf", OPENBLAS_NUM_THREADS="1"
            OMPI_MCA_btl_vader_backing_directory="/tmp", OMPI_MCA_btl_vader_single_copy_mechanism="none")
 
 
-def sh(*cmd, **kw):
-    return subprocess.run(list(cmd), env=env, capture_output=True, text=True, **kw)
+def sh(*cmd, timeout=60, **kw):
+    return subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def stop_daemons():
@@ -67,20 +69,59 @@ def stop_daemons():
     time.sleep(1)
 
 
-if not os.path.exists("/run/munge/munge.socket.2"):
-    subprocess.run(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"])
-    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged"])
-started = sh("slurmctld", "-f", f"{conf}/slurm.conf").returncode == 0 and \
-    sh("slurmd", "-f", f"{conf}/slurm.conf").returncode == 0
-for _ in range(100):
-    if started and "idle" in sh("sinfo", "-h", "-N", "-o", "%T").stdout:
-        break
-    time.sleep(0.2)
-else:
-    print("the Slurm daemons did not come up: skipped\n" + sh("sinfo").stdout + sh("sinfo").stderr)
+def skip(why):
+    logs = "".join(f"--- {n} (end)\n" + open(f"{conf}/{n}").read()[-1500:]
+                   for n in ("slurmctld.log", "slurmd.log") if os.path.exists(f"{conf}/{n}"))
+    print(f"{why}: skipped\n{logs}")
     stop_daemons()
     sys.exit(77)
 
+
+def munge_works():
+    try:
+        return subprocess.run("munge -n | unmunge", shell=True, capture_output=True,
+                              timeout=10).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+# a munge socket may be left over from a daemon that is gone (a fresh container keeps /run)
+if not munge_works():
+    subprocess.run(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"])
+    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--force"], timeout=30)
+    for _ in range(50):
+        if munge_works():
+            break
+        time.sleep(0.2)
+    else:
+        skip("munged does not answer (munge -n | unmunge fails)")
+try:
+    started = sh("slurmctld", "-f", f"{conf}/slurm.conf").returncode == 0 and \
+        sh("slurmd", "-f", f"{conf}/slurm.conf").returncode == 0
+except subprocess.TimeoutExpired:
+    started = False
+t = time.time()
+while started and time.time() - t < 60:
+    try:
+        if "idle" in sh("sinfo", "-h", "-N", "-o", "%T", timeout=15).stdout:
+            break
+    except subprocess.TimeoutExpired:
+        pass
+    time.sleep(0.2)
+else:
+    skip("the Slurm daemons did not come up within 60 s")
+
+
+class Watchdog(Exception):
+    pass
+
+
+def watchdog(*_):
+    raise Watchdog("test_slurm: still running after 600 s; daemon logs in " + conf)
+
+
+signal.signal(signal.SIGALRM, watchdog)
+signal.alarm(600)
 try:
     init_model(harvest, f"{work}/model", seed=11)
     write_prompts(f"{work}/prompts.jsonl", [(37 * i) % 120 + 10 for i in range(40)], seed=11)
@@ -109,7 +150,7 @@ try:
 
     def submit(jp, log):
         out = subprocess.run(["sbatch", "--parsable", "-n", "2", "-o", log, sbatch, jp], env=henv,
-                             capture_output=True, text=True).stdout.strip()
+                             capture_output=True, text=True, timeout=60).stdout.strip()
         return out.split(";")[0]
 
     def read(path):
@@ -137,9 +178,9 @@ try:
     run(harvest, "run", job("long_single", data="long.jsonl"), "--quiet", check=0)
     jid = submit(job("preempt", ckpt=0, data="long.jsonl"), f"{work}/preempt.log")
     t = time.time()
-    while state(jid) != "RUNNING" and time.time() - t < 60:
-        time.sleep(0.2)
-    time.sleep(2.0)
+    while not has_segment(f"{work}/preempt.h5") and time.time() - t < 120:
+        time.sleep(0.1)  # the harvest is past MPI_Init and into its batches
+    time.sleep(1.0)
     sh("scancel", "-b", "-s", "USR1", jid)
     t = time.time()
     while "exit 3" not in read(f"{work}/preempt.log") and time.time() - t < 60:

@@ -8,6 +8,7 @@ import random
 import shutil
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "ref"))
@@ -97,6 +98,24 @@ def output_diff(a, b, ignore=BOOKKEEPING):
                 if x.dtype != y.dtype or x.shape != y.shape or \
                         not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
                     return n
+    return None
+
+
+def has_segment(out):
+    """Whether a run writing out has opened a segment in out's parts folder."""
+    parts = out + ".parts"
+    return os.path.isdir(parts) and any(n.startswith("seg-") for n in os.listdir(parts))
+
+
+def wait_started(out, p, limit=120):
+    """Seconds until the run p has opened a segment in out's parts folder, that is, until it is
+    past MPI_Init (seconds for a singleton) and planning and into its batches; None if p ended or
+    limit seconds passed first. Signals meant to land mid-run are timed from this point."""
+    t0 = time.time()
+    while p.poll() is None and time.time() - t0 < limit:
+        if has_segment(out):
+            return time.time() - t0
+        time.sleep(0.02)
     return None
 
 
