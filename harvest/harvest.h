@@ -15,11 +15,11 @@
 
 // ---- a loaded model of any family ----
 struct model {
-    const char *family;      // "encdec"
-    struct modeldir md;      // config (+ weights unless config-only)
-    struct encdec ed;        // family "encdec"
-    struct laguna_config lg; // family "laguna" (configuration only so far)
-    struct tap_desc *cat;    // (n_cat) catalogue; owned
+    const char *family;   // "encdec" or "laguna"
+    struct modeldir md;   // config (+ weights unless config-only)
+    struct encdec ed;     // family "encdec"
+    struct laguna lg;     // family "laguna" (weights unbound when config-only)
+    struct tap_desc *cat; // (n_cat) catalogue; owned
     int n_cat;
     int n_blocks; // blocks of the layer loop
     int max_pos;  // longest prompt the model takes
@@ -32,6 +32,26 @@ void model_free(struct model *m); // safe on a zeroed struct
 // Length of a fixed axis of a value computed by `block` (tap_desc.block): Laguna's query heads
 // differ from block to block.
 int64_t model_axis_size(const struct model *m, int block, const char *axis);
+
+// ---- the forward pass of either family ----
+struct model_state {
+    struct encdec_state ed;
+    struct laguna_state lg;
+};
+// want (catalogue-indexed) sizes tap-only buffers; NULL = anything may be asked for.
+int model_state_init(const struct model *m, struct model_state *s, int max_T, int64_t max_tokens,
+                     const uint8_t *want);
+void model_state_free(struct model_state *s);
+void model_forward(const struct model *m, struct model_state *s, const struct mbatch *bt,
+                   const struct tap *tp, int blk_begin, int blk_end);
+// What a pipeline stage hands to the next: *n arrays of (tokens, hidden) floats in s.
+void model_handoff(const struct model *m, struct model_state *s, float **arrays, int *n);
+int model_hidden(const struct model *m);
+// FLOPs of a prompt of T tokens through block b (b == n_blocks: the LM head).
+double model_block_flops(const struct model *m, int b, int T);
+// Weight bytes a stage running blocks [b0, b1) touches (embeddings with block 0, the final norm
+// and head with `head`), and the storage they are kept in ("BF16, mapped", "float32").
+int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, const char **kind);
 
 // ---- collector: tap -> h5out rows ----
 struct collector {

@@ -62,25 +62,37 @@ int model_load(struct model *m, const char *dir, bool weights, struct ah_error *
     struct model_tensor *list = NULL;
     int rc = md_open(&m->md, dir, !weights, err);
     if (rc < 0) return rc;
-    if (model_is_laguna(&m->md)) { // listed and planned so far, not run
+    if (model_is_laguna(&m->md)) {
         m->family = "laguna";
-        if (weights) {
-            rc = ah_fail(err, AH_EINVAL,
-                         "%s: LagunaForCausalLM can be listed (harvest activations) and planned "
-                         "(harvest plan) but not run yet",
-                         m->md.config_path);
+        struct laguna_config cfg;
+        struct laguna_tensor *lt = NULL;
+        if ((rc = laguna_config_read(&m->md, &cfg, err)) < 0) goto fail;
+        m->max_pos = 131072;
+        if ((rc = md_config_int(&m->md, "max_position_embeddings", false, &m->max_pos, err)) < 0) {
+            laguna_config_free(&cfg);
             goto fail;
         }
-        if ((rc = laguna_config_read(&m->md, &m->lg, err)) < 0) goto fail;
-        m->n_cat = laguna_n_taps(&m->lg);
+        int n = laguna_init(&m->lg, &cfg, &lt);
+        if (n < 0) {
+            laguna_config_free(&cfg);
+            rc = n;
+            goto fail;
+        }
+        for (int i = 0; weights && i < n && rc == 0; i++)
+            rc = lt[i].bf16
+                     ? md_tensor_bf16(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].bf16, err)
+                     : md_tensor_f32(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].f32, err);
+        free(lt);
+        if (rc < 0) goto fail;
+        m->n_cat = laguna_n_taps(&m->lg.cfg);
         m->cat = calloc((size_t)m->n_cat, sizeof *m->cat);
         if (!m->cat) {
             rc = -AH_ENOMEM;
             goto fail;
         }
-        laguna_catalogue(&m->lg, m->cat);
-        m->n_blocks = m->lg.n_layer;
-        m->vocab = m->lg.vocab;
+        laguna_catalogue(&m->lg.cfg, m->cat);
+        m->n_blocks = m->lg.cfg.n_layer;
+        m->vocab = m->lg.cfg.vocab;
         return 0;
     }
     m->family = "encdec";
@@ -117,15 +129,78 @@ fail:
 
 void model_free(struct model *m) {
     encdec_free(&m->ed);
-    laguna_config_free(&m->lg);
+    laguna_free(&m->lg);
     md_close(&m->md);
     free(m->cat);
     memset(m, 0, sizeof *m);
 }
 
 int64_t model_axis_size(const struct model *m, int block, const char *axis) {
-    if (!strcmp(m->family, "laguna")) return laguna_axis_size(&m->lg, block, axis);
+    if (!strcmp(m->family, "laguna")) return laguna_axis_size(&m->lg.cfg, block, axis);
     return encdec_axis_size(&m->ed.cfg, axis);
+}
+
+static bool is_laguna(const struct model *m) {
+    return !strcmp(m->family, "laguna");
+}
+
+int model_state_init(const struct model *m, struct model_state *s, int max_T, int64_t max_tokens,
+                     const uint8_t *want) {
+    memset(s, 0, sizeof *s);
+    if (is_laguna(m)) return laguna_state_init(&s->lg, &m->lg, max_T, max_tokens, want);
+    return encdec_state_init(&s->ed, &m->ed.cfg, max_T, max_tokens);
+}
+
+void model_state_free(struct model_state *s) {
+    encdec_state_free(&s->ed);
+    laguna_state_free(&s->lg);
+}
+
+void model_forward(const struct model *m, struct model_state *s, const struct mbatch *bt,
+                   const struct tap *tp, int blk_begin, int blk_end) {
+    if (is_laguna(m))
+        laguna_forward(&m->lg, &s->lg, bt, tp, blk_begin, blk_end);
+    else
+        encdec_forward(&m->ed, &s->ed, bt, tp, blk_begin, blk_end);
+}
+
+void model_handoff(const struct model *m, struct model_state *s, float **arrays, int *n) {
+    if (is_laguna(m)) { // the residual stream
+        arrays[0] = s->lg.x;
+        *n = 1;
+    } else { // the residual stream, and encoder_output for the decoder's global keys
+        arrays[0] = s->ed.x;
+        arrays[1] = s->ed.enc_out;
+        *n = 2;
+    }
+}
+
+int model_hidden(const struct model *m) {
+    return is_laguna(m) ? m->lg.cfg.hidden : m->ed.cfg.hidden;
+}
+
+double model_block_flops(const struct model *m, int b, int T) {
+    if (is_laguna(m)) return laguna_block_flops(&m->lg.cfg, b, T);
+    const struct encdec_config *c = &m->ed.cfg;
+    double body = encdec_flops(c, T, false);
+    return b < m->n_blocks ? body / m->n_blocks : encdec_flops(c, T, true) - body;
+}
+
+int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, const char **kind) {
+    if (is_laguna(m)) {
+        const struct laguna_config *c = &m->lg.cfg;
+        int64_t vd = (int64_t)c->vocab * c->hidden, n = 0;
+        for (int i = b0; i < b1; i++)
+            n += laguna_layer_bytes(c, i, false) + laguna_layer_bytes(c, i, true);
+        *kind = "BF16, mapped";
+        return n + (b0 == 0 ? 2 * vd : 0) + (head ? 2 * vd + 2 * c->hidden : 0);
+    }
+    const struct encdec_config *c = &m->ed.cfg;
+    int64_t C = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
+    int64_t block = 2 * C + 6 * C * HD + 3 * C * c->ffn_dim;
+    *kind = "float32";
+    return 4 * ((int64_t)(b1 - b0) * block + (b0 == 0 || head ? (int64_t)c->vocab * C : 0) +
+                (head ? C : 0));
 }
 
 // ----------------------------------------------------------------------------

@@ -158,11 +158,16 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "%s: \"max_seq_len\": %d is longer than the model's "
                        "max_position_embeddings %d",
                        j->path, j->max_seq_len, m->max_pos);
-    if (j->expert_parallel != 1)
+    if (j->expert_parallel != 1 && strcmp(m->family, "laguna"))
         return ah_fail(err, AH_EINVAL,
                        "%s: \"parallel.expert_parallel\": %d, but the %s model has no experts "
                        "(expected 1)",
                        j->path, j->expert_parallel, m->family);
+    if (j->expert_parallel != 1)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.expert_parallel\": %d: expert shards are planned "
+                       "(harvest plan --expert-parallel) but not run yet (expected 1)",
+                       j->path, j->expert_parallel);
     if (world % j->pipeline_stages)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"parallel.pipeline_stages\": %d does not divide the %d ranks "
@@ -258,24 +263,22 @@ static int owner_block(int block, int nb) {
 }
 
 static void grid_make(struct grid *g, const struct plan *pl, int rank, int size) {
-    const struct encdec_config *c = &pl->m.ed.cfg;
     g->rank = rank;
     g->size = size;
     g->n_stages = pl->j.pipeline_stages;
     g->n_replicas = size / g->n_stages;
     g->stage = rank % g->n_stages;
     g->replica = rank / g->n_stages;
-    // every block costs the same; the LM head (if asked for) adds to the last block's cost
+    // blocks cost their FLOPs at the longest prompt; the LM head (if asked for) adds to the last
     int T = (int)pl->S, nb = pl->m.n_blocks;
-    double block = encdec_flops(c, T, false) / nb, head = 0.0;
+    double head = 0.0;
     for (int i = 0; i < pl->n_dsets; i++)
-        if (pl->dsets[i].desc->block == nb)
-            head = encdec_flops(c, T, true) - encdec_flops(c, T, false);
+        if (pl->dsets[i].desc->block == nb) head = model_block_flops(&pl->m, nb, T);
     double *cost = malloc((size_t)pl->blk_end * sizeof *cost);
     int *cut = malloc(((size_t)g->n_stages + 1) * sizeof *cut);
     AH_ASSERT(cost && cut);
     for (int b = 0; b < pl->blk_end; b++)
-        cost[b] = block + (b == nb - 1 ? head : 0.0);
+        cost[b] = model_block_flops(&pl->m, b, T) + (b == nb - 1 ? head : 0.0);
     plan_partition(cost, pl->blk_end, g->n_stages, cut);
     g->b0 = cut[g->stage];
     g->b1 = cut[g->stage + 1];
@@ -465,21 +468,22 @@ static int64_t my_batches(const struct plan *pl, const struct grid *g, const uin
 static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *err) {
     const struct plan *pl = rr->pl;
     const struct grid *g = rr->g;
-    const struct encdec_config *c = &pl->m.ed.cfg;
-    int C = c->hidden, B = pl->B, rc = 0;
+    int C = model_hidden(&pl->m), B = pl->B, rc = 0;
     bool first = g->stage == 0, last = g->stage == g->n_stages - 1, relayed = false;
     int prev = g->rank - 1, next = g->rank + 1;
     int64_t *mine = malloc(((size_t)pl->K + 1) * sizeof *mine);
     int *lens = malloc((size_t)B * sizeof *lens);
     int64_t *boff = malloc((size_t)B * sizeof *boff), *brow = malloc((size_t)B * sizeof *brow);
-    struct encdec_state st = {0};
+    struct model_state st = {0};
     uint8_t *want = NULL;
+    float *hand[2];
+    int n_hand = 0;
     int64_t max_tokens = 1;
     for (int64_t k = 0; k < pl->K; k++) {
         int64_t t = token_at(pl, batch_end(pl, k)) - token_at(pl, batch_first(pl, k));
         max_tokens = t > max_tokens ? t : max_tokens;
     }
-    size_t msg = (size_t)max_tokens * 2 * (size_t)C; // x, then encoder_output
+    size_t msg = (size_t)max_tokens * 2 * (size_t)C; // x, then (encdec) encoder_output
     float *rbuf[2] = {malloc(msg * 4 + 4), malloc(msg * 4 + 4)};
     float *sbuf[2] = {malloc(msg * 4 + 4), malloc(msg * 4 + 4)};
     int64_t rhdr[2], shdr[2];
@@ -491,7 +495,6 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
         rc = -AH_ENOMEM;
         goto done;
     }
-    if ((rc = encdec_state_init(&st, c, (int)pl->S, max_tokens)) < 0) goto done;
     int64_t n_mine = my_batches(pl, g, done, mine);
 
     rr->col = (struct collector){.dsets = pl->dsets,
@@ -505,6 +508,8 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     }
     for (int i = 0; i < pl->m.n_cat; i++)
         want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
+    if ((rc = model_state_init(&pl->m, &st, (int)pl->S, max_tokens, want)) < 0) goto done;
+    model_handoff(&pl->m, &st, hand, &n_hand);
     struct tap tp = {want, collect_take, &rr->col};
 
     struct progress pr;
@@ -547,16 +552,14 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
             brow[b] = pl->ds.off[p0 + b];
         }
         struct mbatch bt = {n, t1 - t0, pl->ds.ids + t0, lens, boff};
-        if (!first) { // the hand-off: x, then encoder_output
-            memcpy(st.x, rbuf[cur], (size_t)bt.n_tokens * C * sizeof(float));
-            memcpy(st.enc_out, rbuf[cur] + bt.n_tokens * C,
-                   (size_t)bt.n_tokens * C * sizeof(float));
-        }
+        size_t hand_n = (size_t)bt.n_tokens * C; // floats of one hand-off array
+        for (int a = 0; !first && a < n_hand; a++)
+            memcpy(hand[a], rbuf[cur] + a * hand_n, hand_n * sizeof(float));
         if (!rr->seg && g->i1 > g->i0 && (rc = seg_begin(rr, err)) < 0) goto done;
         if (rr->seg && (rc = h5seg_begin_batch(rr->seg, p0, p1, t0, t1, err)) < 0) goto done;
         rr->col.seg = rr->seg;
         rr->col.first_prompt = p0;
-        encdec_forward(&pl->m.ed, &st, &bt, &tp, g->b0, g->b1);
+        model_forward(&pl->m, &st, &bt, &tp, g->b0, g->b1);
         if ((rc = rr->col.rc) < 0) {
             *err = rr->col.err;
             goto done;
@@ -564,12 +567,12 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
         if (!last) {
             int s = (int)(i % 2);
             MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE); // the buffer's previous message is out
-            memcpy(sbuf[s], st.x, (size_t)bt.n_tokens * C * sizeof(float));
-            memcpy(sbuf[s] + bt.n_tokens * C, st.enc_out, (size_t)bt.n_tokens * C * sizeof(float));
+            for (int a = 0; a < n_hand; a++)
+                memcpy(sbuf[s] + a * hand_n, hand[a], hand_n * sizeof(float));
             shdr[s] = k;
             MPI_Isend(&shdr[s], 1, MPI_INT64_T, next, TAG_HDR, MPI_COMM_WORLD, &sreq[s][0]);
-            MPI_Isend(sbuf[s], (int)(bt.n_tokens * 2 * C), MPI_FLOAT, next, TAG_DATA,
-                      MPI_COMM_WORLD, &sreq[s][1]);
+            MPI_Isend(sbuf[s], (int)(n_hand * hand_n), MPI_FLOAT, next, TAG_DATA, MPI_COMM_WORLD,
+                      &sreq[s][1]);
         }
         rr->busy += now_seconds() - t_busy;
         if (!first) cur = 1 - cur;
@@ -601,7 +604,7 @@ done:
         rr->seg = NULL;
     }
     collector_free(&rr->col);
-    encdec_state_free(&st);
+    model_state_free(&st);
     for (int s = 0; s < 2; s++) {
         free(rbuf[s]);
         free(sbuf[s]);
@@ -687,6 +690,12 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     int rc = agree(plan_load(&pl, o->job_path, size, err));
     if (rc < 0) goto done;
     grid_make(&g, &pl, rank, size);
+    if (!o->quiet && g.replica == 0) { // what this stage holds: the pages it touches
+        const char *kind;
+        int64_t wb = model_stage_bytes(&pl.m, g.b0, g.b1, g.b1 == pl.m.n_blocks, &kind);
+        fprintf(stderr, "harvest: rank %d: stage %d of %d, blocks %d-%d: weights %.1f MB (%s)\n",
+                rank, g.stage, g.n_stages, g.b0, g.b1 - 1, (double)wb / 1e6, kind);
+    }
     prov = provenance(&g);
     done = calloc((size_t)pl.K + 1, 1);
     if (!done) rc = -AH_ENOMEM;

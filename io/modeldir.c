@@ -189,12 +189,15 @@ static int find(const struct modeldir *md, const char *name, const struct st_ten
                    md->n_files ? md->files[0].path : md->dir, name);
 }
 
-int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
-                  const float **out, struct ah_error *err) {
+// find(), then the shape check
+static int locate(const struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const struct st_tensor **tp, const char **filep, struct ah_error *err) {
     const struct st_tensor *t = NULL;
     const char *file = NULL;
     int rc = find(md, name, &t, &file, err);
     if (rc < 0) return rc;
+    *tp = t;
+    *filep = file;
     int same = t->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
         same = t->shape[i] == shape[i];
@@ -209,6 +212,49 @@ int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t
         return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": shape [%s], expected [%s]", file, name,
                        got, want);
     }
+    return 0;
+}
+
+// a buffer the modeldir frees at md_close
+static void *own(struct modeldir *md, size_t bytes) {
+    if (md->n_owned == md->cap_owned) {
+        int cap = md->cap_owned * 2 + 16;
+        void **o = realloc(md->owned, (size_t)cap * sizeof *o);
+        if (!o) return NULL;
+        md->owned = o;
+        md->cap_owned = cap;
+    }
+    void *buf = malloc(bytes + 1);
+    if (buf) md->owned[md->n_owned++] = buf;
+    return buf;
+}
+
+int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                   const uint16_t **out, struct ah_error *err) {
+    const struct st_tensor *t;
+    const char *file;
+    int rc = locate(md, name, ndim, shape, &t, &file, err);
+    if (rc < 0) return rc;
+    if (t->dtype != ST_BF16)
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected BF16", file, name,
+                       st_dtype_name(t->dtype));
+    if ((uintptr_t)t->data % 2 == 0) {
+        *out = t->data;
+        return 0;
+    }
+    uint16_t *buf = own(md, t->nbytes);
+    if (!buf) return -AH_ENOMEM;
+    memcpy(buf, t->data, t->nbytes);
+    *out = buf;
+    return 0;
+}
+
+int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const float **out, struct ah_error *err) {
+    const struct st_tensor *t;
+    const char *file;
+    int rc = locate(md, name, ndim, shape, &t, &file, err);
+    if (rc < 0) return rc;
     if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
         return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected F32, F16 or BF16",
                        file, name, st_dtype_name(t->dtype));
@@ -217,16 +263,8 @@ int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t
         *out = t->data;
         return 0;
     }
-    if (md->n_owned == md->cap_owned) {
-        int cap = md->cap_owned * 2 + 16;
-        float **o = realloc(md->owned, (size_t)cap * sizeof *o);
-        if (!o) return -AH_ENOMEM;
-        md->owned = o;
-        md->cap_owned = cap;
-    }
-    float *buf = malloc(n * sizeof(float) + 1);
+    float *buf = own(md, n * sizeof(float));
     if (!buf) return -AH_ENOMEM;
-    md->owned[md->n_owned++] = buf;
     const unsigned char *src = t->data;
     for (size_t i = 0; i < n; i++) {
         uint16_t h;

@@ -23,7 +23,7 @@ struct modeldir {
     char *index_path;      // owned, or NULL
     struct st_file *files; // (n_files) owned
     int n_files;
-    float **owned; // (n_owned) widened tensors
+    void **owned; // (n_owned) widened or realigned tensors
     int n_owned, cap_owned;
 };
 
@@ -43,5 +43,10 @@ const char *md_config_string(const struct modeldir *md, const char *key);
 // Finds `name`, checks ndim/shape, and returns a float32 view. Errors name the file and tensor.
 int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const float **out, struct ah_error *err);
+
+// The same for a BF16 tensor kept as it is: borrowed from the mapping (copied only if misaligned).
+// Another dtype is an error naming the file, the tensor and its dtype.
+int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                   const uint16_t **out, struct ah_error *err);
 
 #endif

@@ -214,32 +214,6 @@ void encdec_state_free(struct encdec_state *s) {
 // ----------------------------------------------------------------------------
 // tap helpers: views of one prompt
 
-// (1, T, width) rows of a token-major buffer
-static void emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
-                      int width) {
-    if (!tap_wants(tp, id)) return;
-    for (int b = 0; b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * width, TAP_F32, 3, {1, bt->len[b], width}};
-        tp->take(tp->u, id, b, &v);
-    }
-}
-
-// (1, H, T, D) heads of a token-major (N, H*D) buffer: transposed into scratch (tap-only work)
-static void emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
-                       int H, int D, float *scratch) {
-    if (!tap_wants(tp, id)) return;
-    for (int b = 0; b < bt->n; b++) {
-        int T = bt->len[b];
-        const float *src = buf + bt->off[b] * H * D;
-        for (int h = 0; h < H; h++)
-            for (int t = 0; t < T; t++)
-                memcpy(scratch + ((int64_t)h * T + t) * D, src + (int64_t)t * H * D + h * D,
-                       (size_t)D * sizeof(float));
-        struct tview v = {scratch, TAP_F32, 4, {1, H, T, D}};
-        tp->take(tp->u, id, b, &v);
-    }
-}
-
 // (1, H, 2T, D): global rows followed by local rows of each head (tap-only work)
 static void emit_combined(const struct tap *tp, int id, int b, const float *g, const float *l,
                           int T, int H, int D, float *scratch) {
@@ -368,11 +342,11 @@ static void block_forward(const struct encdec *m, struct encdec_state *s, const 
     int F = c->ffn_dim;
     int base = encdec_tap_id_block(c, dec, l, 0);
 
-    emit_rows(tp, base + ED_INPUT, bt, s->x, C);
+    tap_emit_rows(tp, base + ED_INPUT, bt, s->x, C);
 
     // attention rmsnorm
     op_rmsnorm(s->xn, s->x, w->norm1, N, C, c->eps); // (N, C)
-    emit_rows(tp, base + ED_NORM1, bt, s->xn, C);
+    tap_emit_rows(tp, base + ED_NORM1, bt, s->xn, C);
 
     // projections: queries and local K/V from norm1, global K/V from norm1 or encoder_output
     const float *gsrc = dec ? s->enc_out : s->xn;
@@ -381,9 +355,9 @@ static void block_forward(const struct encdec *m, struct encdec_state *s, const 
     op_matmul(s->vg, gsrc, w->wvg, N, C, HD);  // (N, HD)
     op_matmul(s->kl, s->xn, w->wkl, N, C, HD); // (N, HD)
     op_matmul(s->vl, s->xn, w->wvl, N, C, HD); // (N, HD)
-    emit_heads(tp, base + ED_Q_PRE_ROPE, bt, s->q, H, D, s->scratch);
-    emit_heads(tp, base + ED_GK_PRE_ROPE, bt, s->kg, H, D, s->scratch);
-    emit_heads(tp, base + ED_LK_PRE_ROPE, bt, s->kl, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_Q_PRE_ROPE, bt, s->q, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_GK_PRE_ROPE, bt, s->kg, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_LK_PRE_ROPE, bt, s->kl, H, D, s->scratch);
 
     // rope on q and both key kinds, positions 0..T-1 of each prompt
     for (int b = 0; b < bt->n; b++) {
@@ -392,11 +366,11 @@ static void block_forward(const struct encdec *m, struct encdec_state *s, const 
         op_rope(s->kg + o, s->cos_t, s->sin_t, bt->len[b], H, D, D, HD);
         op_rope(s->kl + o, s->cos_t, s->sin_t, bt->len[b], H, D, D, HD);
     }
-    emit_heads(tp, base + ED_Q, bt, s->q, H, D, s->scratch);
-    emit_heads(tp, base + ED_GK, bt, s->kg, H, D, s->scratch);
-    emit_heads(tp, base + ED_GV, bt, s->vg, H, D, s->scratch);
-    emit_heads(tp, base + ED_LK, bt, s->kl, H, D, s->scratch);
-    emit_heads(tp, base + ED_LV, bt, s->vl, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_Q, bt, s->q, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_GK, bt, s->kg, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_GV, bt, s->vg, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_LK, bt, s->kl, H, D, s->scratch);
+    tap_emit_heads(tp, base + ED_LV, bt, s->vl, H, D, s->scratch);
 
     // attention, one prompt at a time
     for (int b = 0; b < bt->n; b++) {
@@ -407,27 +381,27 @@ static void block_forward(const struct encdec *m, struct encdec_state *s, const 
 
     // output projection and residual
     op_matmul(s->ao, s->y, w->wo, N, HD, C); // (N, C)
-    emit_rows(tp, base + ED_ATTN_OUTPUT, bt, s->ao, C);
+    tap_emit_rows(tp, base + ED_ATTN_OUTPUT, bt, s->ao, C);
     op_add(s->x, s->x, s->ao, (int64_t)N * C);
-    emit_rows(tp, base + ED_AFTER_ATTN_RESIDUAL, bt, s->x, C);
+    tap_emit_rows(tp, base + ED_AFTER_ATTN_RESIDUAL, bt, s->x, C);
 
     // ffn rmsnorm
     op_rmsnorm(s->xn, s->x, w->norm2, N, C, c->eps);
-    emit_rows(tp, base + ED_NORM2, bt, s->xn, C);
+    tap_emit_rows(tp, base + ED_NORM2, bt, s->xn, C);
 
     // swiglu ffn
     op_matmul(s->gate, s->xn, w->wgate, N, C, F); // (N, F)
-    emit_rows(tp, base + ED_FFN_GATE, bt, s->gate, F);
+    tap_emit_rows(tp, base + ED_FFN_GATE, bt, s->gate, F);
     op_matmul(s->up, s->xn, w->wup, N, C, F); // (N, F)
-    emit_rows(tp, base + ED_FFN_UP, bt, s->up, F);
+    tap_emit_rows(tp, base + ED_FFN_UP, bt, s->up, F);
     op_swiglu(s->act, s->gate, s->up, (int64_t)N * F);
-    emit_rows(tp, base + ED_FFN_ACTIVATION, bt, s->act, F);
+    tap_emit_rows(tp, base + ED_FFN_ACTIVATION, bt, s->act, F);
     op_matmul(s->fo, s->act, w->wdown, N, F, C); // (N, C)
-    emit_rows(tp, base + ED_FFN_OUTPUT, bt, s->fo, C);
+    tap_emit_rows(tp, base + ED_FFN_OUTPUT, bt, s->fo, C);
 
     // residual
     op_add(s->x, s->x, s->fo, (int64_t)N * C);
-    emit_rows(tp, base + ED_OUTPUT, bt, s->x, C);
+    tap_emit_rows(tp, base + ED_OUTPUT, bt, s->x, C);
 }
 
 void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct mbatch *bt,
@@ -440,7 +414,7 @@ void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct
 
     if (blk_begin == 0) {
         embed(m, s->x, bt); // (N, C)
-        emit_rows(tp, ED_TOKEN_EMBEDDINGS, bt, s->x, C);
+        tap_emit_rows(tp, ED_TOKEN_EMBEDDINGS, bt, s->x, C);
     }
     for (int blk = blk_begin; blk < blk_end; blk++) {
         bool dec = blk >= ne;
@@ -448,19 +422,19 @@ void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct
         block_forward(m, s, bt, tp, dec, dec ? blk - ne : blk);
         if (blk == ne - 1) {
             // encoder final norm: encoder_output is the decoder's global K/V source
-            emit_rows(tp, encdec_id_enc_pre_final_norm(c), bt, s->x, C);
+            tap_emit_rows(tp, encdec_id_enc_pre_final_norm(c), bt, s->x, C);
             op_rmsnorm(s->enc_out, s->x, m->enc_norm, (int)bt->n_tokens, C, c->eps);
-            emit_rows(tp, encdec_id_enc_output(c), bt, s->enc_out, C);
+            tap_emit_rows(tp, encdec_id_enc_output(c), bt, s->enc_out, C);
         }
     }
     if (blk_end < nb || blk_begin > blk_end) return;
 
     // final norm and tied LM head, only if asked for
-    emit_rows(tp, encdec_id_dec_output(c), bt, s->x, C);
+    tap_emit_rows(tp, encdec_id_dec_output(c), bt, s->x, C);
     int ih = encdec_id_final_hidden(c), il = encdec_id_logits(c);
     if (!tap_wants(tp, ih) && !tap_wants(tp, il)) return;
     op_rmsnorm(s->xn, s->x, m->dec_norm, (int)bt->n_tokens, C, c->eps);
-    emit_rows(tp, ih, bt, s->xn, C);
+    tap_emit_rows(tp, ih, bt, s->xn, C);
     if (!tap_wants(tp, il)) return;
     for (int b = 0; b < bt->n; b++) {
         int T = bt->len[b];

@@ -5,6 +5,9 @@
 #include "model/laguna.h"
 
 #include "model/ah.h"
+#include "model/ops.h"
+
+#include <cblas.h> // defines: cblas_sgemm
 
 #include <math.h>
 #include <stdio.h>
@@ -106,7 +109,7 @@ static float sigmoidf_(float z) {
 }
 
 void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int E, int k) {
-    AH_ASSERT(k >= 1 && k <= E);
+    AH_ASSERT(k >= 1 && k <= E && k <= 64);
     float sel[64]; // biased scores of the k chosen so far, descending
     for (int j = 0; j < k; j++)
         idx[j] = -1;
@@ -155,71 +158,124 @@ void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias,
 // catalogue (names, layouts and meanings as seeds/laguna-nnterp.txt gives them)
 
 #define BSH "batch,seq,hidden_size"
+enum laguna_tap_kind {
+    LG_INPUT_IDS,
+    LG_ATTENTION_MASK,
+    LG_TOKEN_EMBEDDINGS,
+    LG_LAYER_INPUT,
+    LG_ATTENTION_NORM_OUTPUT,
+    LG_ATTENTION_QUERIES,
+    LG_ATTENTION_KEYS,
+    LG_ATTENTION_VALUES,
+    LG_ATTENTION_SCORES,
+    LG_ATTENTION_PROBABILITIES,
+    LG_ATTENTION_HEAD_OUTPUTS,
+    LG_ATTENTION_PREMIX,
+    LG_ATTENTION_OUTPUT,
+    LG_LAYER_MID,
+    LG_MLP_NORM_OUTPUT,
+    LG_MLP_INPUT,
+    LG_MLP_ACTIVATION,
+    LG_MLP_NEURONS,
+    LG_SHARED_EXPERT_OUTPUT,
+    LG_ROUTER_LOGITS,
+    LG_EXPERT_INDICES,
+    LG_EXPERT_WEIGHTS,
+    LG_EXPERT_OUTPUTS,
+    LG_ROUTED_OUTPUT,
+    LG_MLP_OUTPUT,
+    LG_LAYER_OUTPUT,
+    LG_FINAL_NORM_OUTPUT,
+    LG_LM_HEAD_OUTPUT,
+    LG_LOGITS,
+    LG_NEXT_TOKEN_PROBS,
+    LG_N_TAPS
+};
+
 static const struct laguna_tap {
     const char *name, *shape, *meaning;
     enum tap_dtype dtype;
     char where; // R root before the blocks, E root after them, B every block, D dense, M mixture
-} laguna_taps[] = {
-    {"input_ids", "batch,seq", "The token ids the model was called with", TAP_I64, 'R'},
-    {"attention_mask", "batch,seq",
-     "The attention mask the model was called with; zeros are padding", TAP_I64, 'R'},
-    {"token_embeddings", BSH,
-     "The embedding module's output; layers[0].input is what enters the first block", TAP_F32, 'R'},
-    {"layer_input", BSH, "The residual stream entering the block", TAP_F32, 'B'},
-    {"attention_norm_output", BSH, "The normed stream entering the attention", TAP_F32, 'B'},
-    {"attention_queries", "batch,num_heads,seq,qk_head_dim", "The queries entering attention",
-     TAP_F32, 'B'},
-    {"attention_keys", "batch,num_kv_heads,seq,qk_head_dim", "The keys entering attention", TAP_F32,
-     'B'},
-    {"attention_values", "batch,num_kv_heads,seq,head_dim", "The values entering attention",
-     TAP_F32, 'B'},
-    {"attention_scores", "batch,num_heads,query,key",
-     "The attention scores entering the softmax, masked", TAP_F32, 'B'},
-    {"attention_probabilities", "batch,num_heads,query,key",
-     "The attention pattern the values are mixed with", TAP_F32, 'B'},
-    {"attention_head_outputs", "batch,seq,num_heads,head_dim",
-     "The per-head outputs before the output projection", TAP_F32, 'B'},
-    {"attention_premix", "batch,seq,num_heads,head_dim",
-     "Every head's output side by side, as the output projection takes it", TAP_F32, 'B'},
-    {"attention_output", BSH, "What the attention adds to the residual stream", TAP_F32, 'B'},
-    {"layer_mid", BSH, "The residual stream after the attention add", TAP_F32, 'B'},
-    {"mlp_norm_output", BSH, "The normed stream entering the MLP", TAP_F32, 'B'},
-    {"mlp_input", BSH, "What the MLP is called with", TAP_F32, 'B'},
-    {"mlp_activation", "batch,seq,intermediate_size", "The activation function's output", TAP_F32,
-     'D'},
-    {"mlp_neurons", "batch,seq,intermediate_size",
-     "What the down projection receives: act(gate)\u00b7up on a gated MLP, the activation itself "
-     "otherwise",
-     TAP_F32, 'D'},
-    {"shared_expert_output", BSH, "The shared expert's output", TAP_F32, 'M'},
-    {"router_logits", "batch,seq,num_experts",
-     "The router's logits, one per expert, before the "
-     "scoring",
-     TAP_F32, 'M'},
-    {"expert_indices", "batch,seq,top_k", "The expert each routing slot sends the token to",
-     TAP_I64, 'M'},
-    {"expert_weights", "batch,seq,top_k", "The weight each selected expert's output is scaled by",
-     TAP_F32, 'M'},
-    {"expert_outputs", "batch,seq,top_k,hidden_size", "Each routing slot's weighted expert output",
-     TAP_F32, 'M'},
-    {"routed_output", BSH, "The routed experts' combined output, times routed_scaling_factor",
-     TAP_F32, 'M'},
-    {"mlp_output", BSH, "What the MLP adds to the residual stream", TAP_F32, 'B'},
-    {"layer_output", BSH,
-     "The residual stream leaving the block, a tensor even when the block returns a tuple", TAP_F32,
-     'B'},
-    {"final_norm_output", BSH, "The residual stream after the final norm, what lm_head reads",
-     TAP_F32, 'E'},
-    {"lm_head_output", "batch,seq,vocab_size",
-     "The head's logits before anything the model does past lm_head (a softcap, a scale)", TAP_F32,
-     'E'},
-    {"logits", "batch,seq,vocab_size",
-     "The logits the model returns, after anything it does past lm_head (a softcap, a scale)",
-     TAP_F32, 'E'},
-    {"next_token_probs", "batch,vocab_size",
-     "The next-token distribution at the last position; derived, read-only", TAP_F32, 'E'},
+} laguna_taps[LG_N_TAPS] = {
+    [LG_INPUT_IDS] = {"input_ids", "batch,seq", "The token ids the model was called with", TAP_I64,
+                      'R'},
+    [LG_ATTENTION_MASK] = {"attention_mask", "batch,seq",
+                           "The attention mask the model was called with; zeros are padding",
+                           TAP_I64, 'R'},
+    [LG_TOKEN_EMBEDDINGS] =
+        {"token_embeddings", BSH,
+         "The embedding module's output; layers[0].input is what enters the first block", TAP_F32,
+         'R'},
+    [LG_LAYER_INPUT] = {"layer_input", BSH, "The residual stream entering the block", TAP_F32, 'B'},
+    [LG_ATTENTION_NORM_OUTPUT] = {"attention_norm_output", BSH,
+                                  "The normed stream entering the attention", TAP_F32, 'B'},
+    [LG_ATTENTION_QUERIES] = {"attention_queries", "batch,num_heads,seq,qk_head_dim",
+                              "The queries entering attention", TAP_F32, 'B'},
+    [LG_ATTENTION_KEYS] = {"attention_keys", "batch,num_kv_heads,seq,qk_head_dim",
+                           "The keys entering attention", TAP_F32, 'B'},
+    [LG_ATTENTION_VALUES] = {"attention_values", "batch,num_kv_heads,seq,head_dim",
+                             "The values entering attention", TAP_F32, 'B'},
+    [LG_ATTENTION_SCORES] = {"attention_scores", "batch,num_heads,query,key",
+                             "The attention scores entering the softmax, masked", TAP_F32, 'B'},
+    [LG_ATTENTION_PROBABILITIES] = {"attention_probabilities", "batch,num_heads,query,key",
+                                    "The attention pattern the values are mixed with", TAP_F32,
+                                    'B'},
+    [LG_ATTENTION_HEAD_OUTPUTS] = {"attention_head_outputs", "batch,seq,num_heads,head_dim",
+                                   "The per-head outputs before the output projection", TAP_F32,
+                                   'B'},
+    [LG_ATTENTION_PREMIX] = {"attention_premix", "batch,seq,num_heads,head_dim",
+                             "Every head's output side by side, as the output projection takes it",
+                             TAP_F32, 'B'},
+    [LG_ATTENTION_OUTPUT] = {"attention_output", BSH,
+                             "What the attention adds to the residual stream", TAP_F32, 'B'},
+    [LG_LAYER_MID] = {"layer_mid", BSH, "The residual stream after the attention add", TAP_F32,
+                      'B'},
+    [LG_MLP_NORM_OUTPUT] = {"mlp_norm_output", BSH, "The normed stream entering the MLP", TAP_F32,
+                            'B'},
+    [LG_MLP_INPUT] = {"mlp_input", BSH, "What the MLP is called with", TAP_F32, 'B'},
+    [LG_MLP_ACTIVATION] = {"mlp_activation", "batch,seq,intermediate_size",
+                           "The activation function's output", TAP_F32, 'D'},
+    [LG_MLP_NEURONS] = {"mlp_neurons", "batch,seq,intermediate_size",
+                        "What the down projection receives: act(gate)\u00b7up on a gated MLP, the "
+                        "activation itself "
+                        "otherwise",
+                        TAP_F32, 'D'},
+    [LG_SHARED_EXPERT_OUTPUT] = {"shared_expert_output", BSH, "The shared expert's output", TAP_F32,
+                                 'M'},
+    [LG_ROUTER_LOGITS] = {"router_logits", "batch,seq,num_experts",
+                          "The router's logits, one per expert, before the "
+                          "scoring",
+                          TAP_F32, 'M'},
+    [LG_EXPERT_INDICES] = {"expert_indices", "batch,seq,top_k",
+                           "The expert each routing slot sends the token to", TAP_I64, 'M'},
+    [LG_EXPERT_WEIGHTS] = {"expert_weights", "batch,seq,top_k",
+                           "The weight each selected expert's output is scaled by", TAP_F32, 'M'},
+    [LG_EXPERT_OUTPUTS] = {"expert_outputs", "batch,seq,top_k,hidden_size",
+                           "Each routing slot's weighted expert output", TAP_F32, 'M'},
+    [LG_ROUTED_OUTPUT] = {"routed_output", BSH,
+                          "The routed experts' combined output, times routed_scaling_factor",
+                          TAP_F32, 'M'},
+    [LG_MLP_OUTPUT] = {"mlp_output", BSH, "What the MLP adds to the residual stream", TAP_F32, 'B'},
+    [LG_LAYER_OUTPUT] =
+        {"layer_output", BSH,
+         "The residual stream leaving the block, a tensor even when the block returns a tuple",
+         TAP_F32, 'B'},
+    [LG_FINAL_NORM_OUTPUT] = {"final_norm_output", BSH,
+                              "The residual stream after the final norm, what lm_head reads",
+                              TAP_F32, 'E'},
+    [LG_LM_HEAD_OUTPUT] =
+        {"lm_head_output", "batch,seq,vocab_size",
+         "The head's logits before anything the model does past lm_head (a softcap, a scale)",
+         TAP_F32, 'E'},
+    [LG_LOGITS] =
+        {"logits", "batch,seq,vocab_size",
+         "The logits the model returns, after anything it does past lm_head (a softcap, a scale)",
+         TAP_F32, 'E'},
+    [LG_NEXT_TOKEN_PROBS] = {"next_token_probs", "batch,vocab_size",
+                             "The next-token distribution at the last position; derived, read-only",
+                             TAP_F32, 'E'},
 };
-#define LAGUNA_N_TAPS ((int)(sizeof laguna_taps / sizeof laguna_taps[0]))
+#define LAGUNA_N_TAPS LG_N_TAPS
 
 static bool tap_in(const struct laguna_config *c, int layer, char where) {
     if (layer < 0) return where == 'R';
@@ -266,4 +322,492 @@ int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *a
     if (!strcmp(axis, "top_k")) return c->top_k;
     if (!strcmp(axis, "vocab_size")) return c->vocab;
     return -1;
+}
+
+// ----------------------------------------------------------------------------
+// weights
+
+// "model.layers.{layer}.{leaf}", or leaf alone for layer -1
+static void add(struct laguna_tensor *t, int *n, const uint16_t **bf16, const float **f32,
+                int64_t d0, int64_t d1, int layer, const char *leaf) {
+    struct laguna_tensor *e = &t[(*n)++];
+    if (layer >= 0)
+        snprintf(e->name, sizeof e->name, "model.layers.%d.%s", layer, leaf);
+    else
+        snprintf(e->name, sizeof e->name, "%s", leaf);
+    e->ndim = d1 ? 2 : 1;
+    e->shape[0] = d0;
+    e->shape[1] = d1;
+    e->bf16 = bf16;
+    e->f32 = f32;
+}
+
+int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor **list) {
+    memset(m, 0, sizeof *m);
+    m->cfg = *c;
+    memset(c, 0, sizeof *c);
+    c = &m->cfg;
+    int L = c->n_layer, E = c->n_expert, n_moe = 0;
+    for (int i = 0; i < L; i++)
+        n_moe += !c->dense[i];
+    int64_t D = c->hidden, Dh = c->head_dim, KVD = (int64_t)c->n_kv_head * Dh;
+    m->blk = calloc((size_t)L, sizeof *m->blk);
+    m->experts = calloc(3 * (size_t)E * (size_t)n_moe + 1, sizeof *m->experts);
+    m->id = malloc((size_t)(L + 2) * LG_N_TAPS * sizeof *m->id);
+    struct laguna_tensor *t = calloc(3 + 16 * (size_t)L + 3 * (size_t)E * n_moe, sizeof *t);
+    if (!m->blk || !m->experts || !m->id || !t) {
+        free(t);
+        laguna_free(m);
+        return -AH_ENOMEM;
+    }
+    // catalogue ids by (layer + 1, kind): forward order, as walk() numbers them
+    int id = 0;
+    for (int l = -1; l <= L; l++)
+        for (int k = 0; k < LG_N_TAPS; k++)
+            m->id[(l + 1) * LG_N_TAPS + k] = tap_in(c, l, laguna_taps[k].where) ? id++ : -1;
+
+    int n = 0;
+    add(t, &n, &m->embed, NULL, c->vocab, D, -1, "model.embed_tokens.weight");
+    for (int i = 0, moe = 0; i < L; i++) {
+        struct laguna_block_w *w = &m->blk[i];
+        int64_t HD = (int64_t)c->n_head[i] * Dh, G = c->gate_per_element ? HD : c->n_head[i];
+#define BF(dst, d0, d1, leaf) add(t, &n, dst, NULL, d0, d1, i, leaf)
+#define FV(dst, d0, leaf)     add(t, &n, NULL, dst, d0, 0, i, leaf)
+        FV(&w->attn_norm, D, "input_layernorm.weight");
+        FV(&w->mlp_norm, D, "post_attention_layernorm.weight");
+        BF(&w->wq, HD, D, "self_attn.q_proj.weight");
+        BF(&w->wk, KVD, D, "self_attn.k_proj.weight");
+        BF(&w->wv, KVD, D, "self_attn.v_proj.weight");
+        BF(&w->wo, D, HD, "self_attn.o_proj.weight");
+        FV(&w->q_norm, Dh, "self_attn.q_norm.weight");
+        FV(&w->k_norm, Dh, "self_attn.k_norm.weight");
+        BF(&w->wg, G, D, "self_attn.g_proj.weight");
+        if (c->dense[i]) {
+            BF(&w->gate, c->dense_ffn, D, "mlp.gate_proj.weight");
+            BF(&w->up, c->dense_ffn, D, "mlp.up_proj.weight");
+            BF(&w->down, D, c->dense_ffn, "mlp.down_proj.weight");
+            continue;
+        }
+        BF(&w->router, E, D, "mlp.gate.weight");
+        FV(&w->bias, E, "mlp.experts.e_score_correction_bias");
+        BF(&w->sg, c->shared_ffn, D, "mlp.shared_expert.gate_proj.weight");
+        BF(&w->su, c->shared_ffn, D, "mlp.shared_expert.up_proj.weight");
+        BF(&w->sd, D, c->shared_ffn, "mlp.shared_expert.down_proj.weight");
+        w->eg = m->experts + (size_t)3 * E * moe;
+        w->eu = w->eg + E;
+        w->ed = w->eu + E;
+        moe++;
+        for (int e = 0; e < E; e++) {
+            char leaf[64];
+            snprintf(leaf, sizeof leaf, "mlp.experts.%d.gate_proj.weight", e);
+            BF(&w->eg[e], c->expert_ffn, D, leaf);
+            snprintf(leaf, sizeof leaf, "mlp.experts.%d.up_proj.weight", e);
+            BF(&w->eu[e], c->expert_ffn, D, leaf);
+            snprintf(leaf, sizeof leaf, "mlp.experts.%d.down_proj.weight", e);
+            BF(&w->ed[e], D, c->expert_ffn, leaf);
+        }
+#undef BF
+#undef FV
+    }
+    add(t, &n, NULL, &m->norm, D, 0, -1, "model.norm.weight");
+    add(t, &n, &m->lm_head, NULL, c->vocab, D, -1, "lm_head.weight");
+    *list = t;
+    return n;
+}
+
+void laguna_free(struct laguna *m) {
+    laguna_config_free(&m->cfg);
+    free(m->blk);
+    free(m->experts);
+    free(m->id);
+    memset(m, 0, sizeof *m);
+}
+
+static int max_heads(const struct laguna_config *c) {
+    int h = 1;
+    for (int i = 0; i < c->n_layer; i++)
+        h = c->n_head[i] > h ? c->n_head[i] : h;
+    return h;
+}
+
+static bool wants_kind(const struct laguna *m, const uint8_t *want, int kind) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        int id = m->id[(l + 1) * LG_N_TAPS + kind];
+        if (id >= 0 && (!want || want[id])) return true;
+    }
+    return false;
+}
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) {
+    int64_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+// cos and sin of every position times A (laguna-forward.md 3.4): float32 angles as HF forms them
+static int rope_tables(float *cos_t, float *sin_t, const struct laguna_rope *r, int head_dim,
+                       int T) {
+    float inv[1024], A;
+    double lo, hi;
+    AH_ASSERT(head_dim / 2 <= 1024);
+    int rot = laguna_rope_inv_freq(r, head_dim, inv, &A, &lo, &hi), half = rot / 2;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < half; j++) {
+            float ang = (float)t * inv[j];
+            cos_t[(int64_t)t * half + j] = (float)cos((double)ang) * A;
+            sin_t[(int64_t)t * half + j] = (float)sin((double)ang) * A;
+        }
+    return rot;
+}
+
+int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T, int64_t max_tokens,
+                      const uint8_t *want) {
+    const struct laguna_config *c = &m->cfg;
+    memset(s, 0, sizeof *s);
+    int64_t N = max_tokens, T = max_T, D = c->hidden, Dh = c->head_dim, H = max_heads(c);
+    int64_t HD = H * Dh, KVD = (int64_t)c->n_kv_head * Dh, E = c->n_expert, k = c->top_k;
+    int64_t F = c->dense_ffn > c->shared_ffn ? c->dense_ffn : c->shared_ffn, Ie = c->expert_ffn;
+    s->keep_scores =
+        wants_kind(m, want, LG_ATTENTION_SCORES) || wants_kind(m, want, LG_ATTENTION_PROBABILITIES);
+    s->keep_experts = wants_kind(m, want, LG_EXPERT_OUTPUTS);
+    int64_t tile = max3(OP_TILE, max3(D, HD, F), Ie);
+    struct {
+        void **p;
+        int64_t n; // 4-byte elements
+    } f[] = {
+        {(void **)&s->x, N * D},
+        {(void **)&s->xn, N * D},
+        {(void **)&s->q, N * HD},
+        {(void **)&s->k, N * KVD},
+        {(void **)&s->v, N * KVD},
+        {(void **)&s->o, N * HD},
+        {(void **)&s->g, N * HD},
+        {(void **)&s->a, N * D},
+        {(void **)&s->m, N * D},
+        {(void **)&s->f_gate, N * F},
+        {(void **)&s->f_up, N * F},
+        {(void **)&s->z, N * E + E},
+        {(void **)&s->w, N * k},
+        {(void **)&s->eo, s->keep_experts ? N * k * D : 0},
+        {(void **)&s->routed, N * D},
+        {(void **)&s->xe, N * D},
+        {(void **)&s->ge, N * Ie},
+        {(void **)&s->ue, N * Ie},
+        {(void **)&s->ye, N * D},
+        {(void **)&s->att, (s->keep_scores ? H : 1) * T * T},
+        {(void **)&s->logits, T * c->vocab + c->vocab},
+        {(void **)&s->scratch, HD * T},
+        {(void **)&s->tile, tile},
+        {(void **)&s->cos_f, T * Dh / 2},
+        {(void **)&s->sin_f, T * Dh / 2},
+        {(void **)&s->cos_s, T * Dh / 2},
+        {(void **)&s->sin_s, T * Dh / 2},
+        {(void **)&s->idx, 2 * N * k},
+        {(void **)&s->ones, 2 * T},
+        {(void **)&s->order, N * k},
+        {(void **)&s->start, 2 * E + 1},
+    };
+    size_t nf = sizeof f / sizeof f[0];
+    int64_t total = 0;
+    for (size_t i = 0; i < nf; i++)
+        total += (f[i].n + 15) / 16 * 16; // 64-byte aligned pieces
+    s->arena = aligned_alloc(64, (size_t)total * 4 + 64);
+    if (!s->arena) return -AH_ENOMEM;
+    float *p = s->arena;
+    for (size_t i = 0; i < nf; i++) {
+        *f[i].p = p;
+        p += (f[i].n + 15) / 16 * 16;
+    }
+    for (int64_t t = 0; t < T; t++)
+        s->ones[t] = 1;
+    bool any_full = false, any_sliding = false; // a type no layer has is not configured
+    for (int i = 0; i < c->n_layer; i++) {
+        any_full |= !c->sliding[i];
+        any_sliding |= c->sliding[i];
+    }
+    if (any_full) s->rot_f = rope_tables(s->cos_f, s->sin_f, &c->rope_full, c->head_dim, max_T);
+    if (any_sliding)
+        s->rot_s = rope_tables(s->cos_s, s->sin_s, &c->rope_sliding, c->head_dim, max_T);
+    s->max_T = max_T;
+    s->max_tokens = max_tokens;
+    return 0;
+}
+
+void laguna_state_free(struct laguna_state *s) {
+    free(s->arena);
+    memset(s, 0, sizeof *s);
+}
+
+// ----------------------------------------------------------------------------
+// forward
+
+#define ID(m, layer, kind) ((m)->id[((layer) + 1) * LG_N_TAPS + (kind)])
+
+static float silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+
+// torch.nn.functional.softplus: log1p(exp(x)), x itself above 20
+static float softplus(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+
+static void mm(struct laguna_state *s, float *out, const float *in, const uint16_t *w, int64_t M,
+               int64_t K, int64_t N) {
+    op_matmul_bf16(out, in, w, (int)M, (int)K, (int)N, s->tile);
+}
+
+// (1, T, H, Dh) view of each prompt's rows of a token-major (N, H*Dh) buffer
+static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
+                             const float *buf, int H, int Dh) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview v = {buf + bt->off[b] * H * Dh, TAP_F32, 4, {1, bt->len[b], H, Dh}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
+// One prompt's attention for layer l: q (T, H*Dh), k and v (T, KV*Dh) rows -> o (T, H*Dh) head
+// outputs. Query head h reads KV head h / (H / KV). Allowed keys: j <= i, and i - j < W on
+// sliding layers. Scores for all heads are kept only if a tap wants them.
+static void attention(const struct laguna *m, struct laguna_state *s, const struct tap *tp, int l,
+                      int b, int T, const float *q, const float *k, const float *v, float *o) {
+    const struct laguna_config *c = &m->cfg;
+    int H = c->n_head[l], Dh = c->head_dim, HD = H * Dh, KVD = c->n_kv_head * Dh;
+    int rep = H / c->n_kv_head, W = c->sliding[l] ? c->sliding_window : T;
+    int id_s = ID(m, l, LG_ATTENTION_SCORES), id_p = ID(m, l, LG_ATTENTION_PROBABILITIES);
+    bool keep = tap_wants(tp, id_s) || tap_wants(tp, id_p);
+    AH_ASSERT(!keep || s->keep_scores);
+    float scale = 1.0f / sqrtf((float)Dh);
+    int64_t TT = (int64_t)T * T;
+    for (int h0 = 0; h0 < H; h0 += keep ? H : 1) {
+        int h1 = keep ? H : h0 + 1;
+        for (int h = h0; h < h1; h++) // scores, (T, T) a head
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, Dh, scale, q + h * Dh, HD,
+                        k + (h / rep) * Dh, KVD, 0.0f, s->att + (h - h0) * TT, T);
+        if (tap_wants(tp, id_s)) { // blocked keys are -inf in the view (the softmax skips them)
+            for (int64_t r = 0; r < (int64_t)H * T; r++) {
+                float *row = s->att + r * T;
+                int i = (int)(r % T);
+                for (int j = 0; j < T; j++)
+                    if (j > i || i - j >= W) row[j] = -INFINITY;
+            }
+            struct tview vs = {s->att, TAP_F32, 4, {1, H, T, T}};
+            tp->take(tp->u, id_s, b, &vs);
+        }
+        for (int64_t r = 0; r < (int64_t)(h1 - h0) * T; r++) {
+            int i = (int)(r % T), lo = i - W + 1 > 0 ? i - W + 1 : 0;
+            op_softmax_ranges(s->att + r * T, T, lo, i + 1, 0, 0);
+        }
+        if (tap_wants(tp, id_p)) {
+            struct tview vp = {s->att, TAP_F32, 4, {1, H, T, T}};
+            tp->take(tp->u, id_p, b, &vp);
+        }
+        for (int h = h0; h < h1; h++) // o_h = P_h v_{h / rep}
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, Dh, T, 1.0f,
+                        s->att + (h - h0) * TT, T, v + (h / rep) * Dh, KVD, 0.0f, o + h * Dh, HD);
+    }
+}
+
+// The mixture of experts of layer l on the normed stream xn; leaves the MLP output in s->m.
+static void moe(const struct laguna *m, struct laguna_state *s, const struct mbatch *bt,
+                const struct tap *tp, int l) {
+    const struct laguna_config *c = &m->cfg;
+    const struct laguna_block_w *w = &m->blk[l];
+    int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k, Ie = c->expert_ffn;
+    int64_t Is = c->shared_ffn;
+
+    // shared expert, on every token
+    mm(s, s->f_gate, s->xn, w->sg, N, D, Is);
+    mm(s, s->f_up, s->xn, w->su, N, D, Is);
+    op_swiglu(s->f_up, s->f_gate, s->f_up, N * Is);
+    mm(s, s->m, s->f_up, w->sd, N, Is, D);
+    tap_emit_rows(tp, ID(m, l, LG_SHARED_EXPERT_OUTPUT), bt, s->m, (int)D);
+
+    // router: logits, then top-k of sigmoid + bias and the renormalised unbiased weights
+    mm(s, s->z, s->xn, w->router, N, D, E);
+    tap_emit_rows(tp, ID(m, l, LG_ROUTER_LOGITS), bt, s->z, (int)E);
+    float *zc = s->z + N * E; // (E) capped logits of one token
+    for (int64_t t = 0; t < N; t++) {
+        const float *zt = s->z + t * E;
+        if (c->router_softcap > 0) {
+            for (int64_t e = 0; e < E; e++)
+                zc[e] = (float)(tanh((double)zt[e] / c->router_softcap) * c->router_softcap);
+            zt = zc;
+        }
+        laguna_route(s->idx + t * k, s->w + t * k, zt, w->bias, (int)E, (int)k);
+    }
+    int id_i = ID(m, l, LG_EXPERT_INDICES);
+    for (int b = 0; tap_wants(tp, id_i) && b < bt->n; b++) {
+        struct tview v = {s->idx + bt->off[b] * k, TAP_I64, 3, {1, bt->len[b], k}};
+        tp->take(tp->u, id_i, b, &v);
+    }
+    tap_emit_rows(tp, ID(m, l, LG_EXPERT_WEIGHTS), bt, s->w, (int)k);
+
+    // slots grouped by expert (token order within an expert)
+    memset(s->start, 0, (size_t)(E + 1) * sizeof *s->start);
+    for (int64_t i = 0; i < N * k; i++)
+        s->start[s->idx[i] + 1]++;
+    for (int64_t e = 0; e < E; e++)
+        s->start[e + 1] += s->start[e];
+    int *fill = s->start + E + 1; // (E) next free place of each expert
+    memcpy(fill, s->start, (size_t)E * sizeof *fill);
+    for (int64_t i = 0; i < N * k; i++)
+        s->order[fill[s->idx[i]]++] = (int)i;
+
+    // each expert on its tokens; the weighted outputs add up in expert order
+    int id_o = ID(m, l, LG_EXPERT_OUTPUTS);
+    bool keep = tap_wants(tp, id_o);
+    AH_ASSERT(!keep || s->keep_experts);
+    memset(s->routed, 0, (size_t)(N * D) * sizeof(float));
+    for (int64_t e = 0; e < E; e++) {
+        int64_t r0 = s->start[e], n = s->start[e + 1] - r0;
+        if (n == 0) continue;
+        for (int64_t r = 0; r < n; r++)
+            memcpy(s->xe + r * D, s->xn + (s->order[r0 + r] / k) * D, (size_t)D * sizeof(float));
+        mm(s, s->ge, s->xe, w->eg[e], n, D, Ie);
+        mm(s, s->ue, s->xe, w->eu[e], n, D, Ie);
+        op_swiglu(s->ue, s->ge, s->ue, n * Ie);
+        mm(s, s->ye, s->ue, w->ed[e], n, Ie, D);
+        for (int64_t r = 0; r < n; r++) {
+            int64_t slot = s->order[r0 + r];
+            float ww = s->w[slot], *dst = s->routed + (slot / k) * D;
+            const float *y = s->ye + r * D;
+            for (int64_t d = 0; d < D; d++)
+                dst[d] += ww * y[d];
+            if (keep)
+                for (int64_t d = 0; d < D; d++)
+                    s->eo[slot * D + d] = ww * y[d];
+        }
+    }
+    for (int b = 0; keep && b < bt->n; b++) {
+        struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
+        tp->take(tp->u, id_o, b, &v);
+    }
+    float scale = (float)c->routed_scaling;
+    for (int64_t i = 0; i < N * D; i++)
+        s->routed[i] *= scale;
+    tap_emit_rows(tp, ID(m, l, LG_ROUTED_OUTPUT), bt, s->routed, (int)D);
+    op_add(s->m, s->routed, s->m, N * D);
+}
+
+static void block_forward(const struct laguna *m, struct laguna_state *s, const struct mbatch *bt,
+                          const struct tap *tp, int l) {
+    const struct laguna_config *c = &m->cfg;
+    const struct laguna_block_w *w = &m->blk[l];
+    int64_t N = bt->n_tokens, D = c->hidden, Dh = c->head_dim, H = c->n_head[l], HD = H * Dh;
+    int64_t KV = c->n_kv_head, KVD = KV * Dh, G = c->gate_per_element ? HD : H;
+    float eps = (float)c->eps;
+
+    tap_emit_rows(tp, ID(m, l, LG_LAYER_INPUT), bt, s->x, (int)D);
+    op_rmsnorm(s->xn, s->x, w->attn_norm, (int)N, (int)D, eps);
+    tap_emit_rows(tp, ID(m, l, LG_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
+
+    // projections; q and k normed per head, then RoPE of the layer's type on each prompt
+    mm(s, s->q, s->xn, w->wq, N, D, HD);
+    mm(s, s->k, s->xn, w->wk, N, D, KVD);
+    mm(s, s->v, s->xn, w->wv, N, D, KVD);
+    op_rmsnorm(s->q, s->q, w->q_norm, (int)(N * H), (int)Dh, eps);
+    op_rmsnorm(s->k, s->k, w->k_norm, (int)(N * KV), (int)Dh, eps);
+    bool sl = c->sliding[l];
+    for (int b = 0; b < bt->n; b++) {
+        const float *ct = sl ? s->cos_s : s->cos_f, *st = sl ? s->sin_s : s->sin_f;
+        int rot = sl ? s->rot_s : s->rot_f;
+        op_rope(s->q + bt->off[b] * HD, ct, st, bt->len[b], (int)H, (int)Dh, rot, (int)HD);
+        op_rope(s->k + bt->off[b] * KVD, ct, st, bt->len[b], (int)KV, (int)Dh, rot, (int)KVD);
+    }
+    tap_emit_heads(tp, ID(m, l, LG_ATTENTION_QUERIES), bt, s->q, (int)H, (int)Dh, s->scratch);
+    tap_emit_heads(tp, ID(m, l, LG_ATTENTION_KEYS), bt, s->k, (int)KV, (int)Dh, s->scratch);
+    tap_emit_heads(tp, ID(m, l, LG_ATTENTION_VALUES), bt, s->v, (int)KV, (int)Dh, s->scratch);
+
+    for (int b = 0; b < bt->n; b++)
+        attention(m, s, tp, l, b, bt->len[b], s->q + bt->off[b] * HD, s->k + bt->off[b] * KVD,
+                  s->v + bt->off[b] * KVD, s->o + bt->off[b] * HD);
+    emit_token_heads(tp, ID(m, l, LG_ATTENTION_HEAD_OUTPUTS), bt, s->o, (int)H, (int)Dh);
+
+    // the softplus gate, one a head or one a channel, then the output projection
+    mm(s, s->g, s->xn, w->wg, N, D, G);
+    for (int64_t i = 0; i < N * G; i++)
+        s->g[i] = softplus(s->g[i]);
+    for (int64_t i = 0; i < N * HD; i++)
+        s->o[i] *= s->g[G == HD ? i : i / Dh];
+    emit_token_heads(tp, ID(m, l, LG_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
+    mm(s, s->a, s->o, w->wo, N, HD, D);
+    tap_emit_rows(tp, ID(m, l, LG_ATTENTION_OUTPUT), bt, s->a, (int)D);
+    op_add(s->x, s->x, s->a, N * D);
+    tap_emit_rows(tp, ID(m, l, LG_LAYER_MID), bt, s->x, (int)D);
+
+    op_rmsnorm(s->xn, s->x, w->mlp_norm, (int)N, (int)D, eps);
+    tap_emit_rows(tp, ID(m, l, LG_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
+    tap_emit_rows(tp, ID(m, l, LG_MLP_INPUT), bt, s->xn, (int)D);
+    if (c->dense[l]) { // SwiGLU
+        int64_t Id = c->dense_ffn;
+        mm(s, s->f_gate, s->xn, w->gate, N, D, Id);
+        mm(s, s->f_up, s->xn, w->up, N, D, Id);
+        for (int64_t i = 0; i < N * Id; i++)
+            s->f_gate[i] = silu(s->f_gate[i]);
+        tap_emit_rows(tp, ID(m, l, LG_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
+        for (int64_t i = 0; i < N * Id; i++)
+            s->f_up[i] *= s->f_gate[i];
+        tap_emit_rows(tp, ID(m, l, LG_MLP_NEURONS), bt, s->f_up, (int)Id);
+        mm(s, s->m, s->f_up, w->down, N, Id, D);
+    } else {
+        moe(m, s, bt, tp, l);
+    }
+    tap_emit_rows(tp, ID(m, l, LG_MLP_OUTPUT), bt, s->m, (int)D);
+    op_add(s->x, s->x, s->m, N * D);
+    tap_emit_rows(tp, ID(m, l, LG_LAYER_OUTPUT), bt, s->x, (int)D);
+}
+
+void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct mbatch *bt,
+                    const struct tap *tp, int blk_begin, int blk_end) {
+    const struct laguna_config *c = &m->cfg;
+    int L = c->n_layer;
+    int64_t D = c->hidden, V = c->vocab;
+    AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= L);
+    for (int b = 0; b < bt->n; b++)
+        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+
+    if (blk_begin == 0) {
+        int id_ids = ID(m, -1, LG_INPUT_IDS), id_mask = ID(m, -1, LG_ATTENTION_MASK);
+        for (int b = 0; b < bt->n; b++) {
+            struct tview vi = {bt->ids + bt->off[b], TAP_I64, 2, {1, bt->len[b]}};
+            tap_emit(tp, id_ids, b, &vi);
+            struct tview vm = {s->ones, TAP_I64, 2, {1, bt->len[b]}};
+            tap_emit(tp, id_mask, b, &vm);
+        }
+        for (int64_t i = 0; i < bt->n_tokens; i++)
+            for (int64_t d = 0; d < D; d++)
+                s->x[i * D + d] = op_bf16(m->embed[bt->ids[i] * D + d]);
+        tap_emit_rows(tp, ID(m, -1, LG_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
+    }
+    for (int l = blk_begin; l < blk_end; l++)
+        block_forward(m, s, bt, tp, l);
+    if (blk_end < L || blk_begin > blk_end) return;
+
+    // final norm and the untied head, only if asked for
+    int id_n = ID(m, L, LG_FINAL_NORM_OUTPUT), id_h = ID(m, L, LG_LM_HEAD_OUTPUT);
+    int id_l = ID(m, L, LG_LOGITS), id_p = ID(m, L, LG_NEXT_TOKEN_PROBS);
+    bool head = tap_wants(tp, id_h) || tap_wants(tp, id_l) || tap_wants(tp, id_p);
+    if (!head && !tap_wants(tp, id_n)) return;
+    op_rmsnorm(s->xn, s->x, m->norm, (int)bt->n_tokens, (int)D, (float)c->eps);
+    tap_emit_rows(tp, id_n, bt, s->xn, (int)D);
+    for (int b = 0; head && b < bt->n; b++) {
+        int T = bt->len[b];
+        mm(s, s->logits, s->xn + bt->off[b] * D, m->lm_head, T, D, V); // (T, V)
+        struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
+        tap_emit(tp, id_h, b, &v);
+        tap_emit(tp, id_l, b, &v); // no softcap, no scale: the same values
+        if (!tap_wants(tp, id_p)) continue;
+        float *p = s->logits + (int64_t)T * V;
+        memcpy(p, s->logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
+        op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
+        struct tview vp = {p, TAP_F32, 2, {1, V}};
+        tp->take(tp->u, id_p, b, &vp);
+    }
+}
+
+double laguna_block_flops(const struct laguna_config *c, int i, int T) {
+    if (i >= c->n_layer) return 2.0 * T * c->hidden * (double)c->vocab;
+    double att = 2.0 * 2.0 * c->n_head[i] * c->head_dim * (double)T * T; // scores, P v
+    return T * laguna_layer_flops(c, i) + att;
 }

@@ -1,12 +1,13 @@
 // laguna.h - the Laguna family (LagunaForCausalLM, poolside): its configuration, as
-// shared/docs/laguna-forward.md sections 2 and 3 define it, and its parameter and byte counts.
-// The forward pass and the activation catalogue are not written yet; the planner uses this much.
+// shared/docs/laguna-forward.md sections 2 and 3 define it, its parameter and byte counts, the
+// nnterp activation catalogue and the forward pass (section 4) in float32 over BF16 weights.
 //
 // L = layers, D = hidden, H_i = query heads of layer i, KV = key/value heads, Dh = head_dim,
 // E = routed experts, I_d / I_e / I_s = dense / expert / shared-expert widths
 #ifndef AH_LAGUNA_H
 #define AH_LAGUNA_H
 
+#include "model/batch.h"
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -72,5 +73,72 @@ int laguna_rope_inv_freq(const struct laguna_rope *r, int head_dim, float *inv_f
 // their unbiased p renormalised to sum 1. The routed scaling factor applies to the routed sum.
 void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
 void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
+
+// ---- weights: BF16 matrices borrowed from the mapping, small vectors widened to float32 ----
+struct laguna_block_w {
+    const float *attn_norm, *mlp_norm, *q_norm, *k_norm; // (D), (D), (Dh), (Dh)
+    const uint16_t *wq, *wk, *wv, *wo, *wg; // (H_i Dh, D) (KV Dh, D) x2 (D, H_i Dh) (G_i, D)
+    const uint16_t *gate, *up, *down;       // dense: (I_d, D) x2, (D, I_d)
+    const uint16_t *router;                 // mixture: (E, D)
+    const float *bias;                      // mixture: (E) selection bias
+    const uint16_t **eg, **eu, **ed;        // (E) experts: (I_e, D) x2, (D, I_e)
+    const uint16_t *sg, *su, *sd;           // shared expert: (I_s, D) x2, (D, I_s)
+};
+
+struct laguna {
+    struct laguna_config cfg;        // owned (the per-layer arrays move in)
+    const uint16_t *embed, *lm_head; // (V, D)
+    const float *norm;               // (D)
+    struct laguna_block_w *blk;      // (n_layer) owned
+    const uint16_t **experts;        // (3 E n_moe) owned: the blocks' eg/eu/ed point here
+    int *id;                         // ((n_layer + 2) x taps) catalogue id, -1 if absent
+};
+
+// A checkpoint tensor and where its view goes: a BF16 matrix (bf16) or a vector of any float
+// dtype widened to float32 (f32).
+struct laguna_tensor {
+    char name[96];
+    int ndim;
+    int64_t shape[2];
+    const uint16_t **bf16;
+    const float **f32;
+};
+
+// Takes c (the caller's struct is zeroed), allocates m's arrays and returns in *list (caller
+// frees) the tensors to bind, in the published names of laguna-forward.md 5.1. Returns the
+// count or a negative AH_E* code.
+int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor **list);
+void laguna_free(struct laguna *m); // safe on a zeroed struct
+
+// ---- run state: one arena ----
+struct laguna_state {
+    int max_T;
+    int64_t max_tokens;
+    bool keep_scores, keep_experts; // (H, T, T) scores per prompt; (N, k, D) expert outputs
+    float *x, *xn, *q, *k, *v, *o, *g, *a, *m; // residual, normed, heads, gate, attn/mlp out
+    float *f_gate, *f_up;                      // (N, max(I_d, I_s))
+    float *z, *w, *eo, *routed;                // router logits, weights, expert outputs, sum
+    int64_t *idx;                              // (N, k) chosen experts
+    int *order, *start;       // (N k) slots grouped by expert; (E + 1) offsets, then (E) cursors
+    float *xe, *ge, *ue, *ye; // one expert's tokens: (N, D) (N, I_e) x2 (N, D)
+    float *att, *logits, *scratch, *tile;
+    float *cos_f, *sin_f, *cos_s, *sin_s; // (max_T, n_rot / 2) full / sliding, times A
+    int rot_f, rot_s;
+    int64_t *ones; // (max_T) the attention mask
+    void *arena;
+};
+
+// want (catalogue-indexed, NULL = everything) sizes the tap-only buffers.
+int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T, int64_t max_tokens,
+                      const uint8_t *want);
+void laguna_state_free(struct laguna_state *s); // safe on a zeroed struct
+
+// Runs blocks [blk_begin, blk_end) on the batch, emitting wanted taps. blk_begin == 0 embeds the
+// tokens; blk_end == n_layer runs the final norm and the head if their taps are wanted.
+void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct mbatch *bt,
+                    const struct tap *tp, int blk_begin, int blk_end);
+
+// FLOPs of a prompt of T tokens through block i (i == n_layer: the LM head).
+double laguna_block_flops(const struct laguna_config *c, int i, int T);
 
 #endif

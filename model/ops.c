@@ -16,6 +16,21 @@ void op_matmul(float *out, const float *in, const float *w, int M, int K, int N)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, in, K, w, K, 0.0f, out, N);
 }
 
+void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                    float *tile) {
+    AH_ASSERT(M >= 0 && K > 0 && N > 0);
+    if (M == 0) return;
+    int rows = OP_TILE / K > 0 ? OP_TILE / K : 1;
+    for (int n0 = 0; n0 < N; n0 += rows) {
+        int nr = N - n0 < rows ? N - n0 : rows;
+        const uint16_t *src = w16 + (int64_t)n0 * K;
+        for (int64_t i = 0; i < (int64_t)nr * K; i++)
+            tile[i] = op_bf16(src[i]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nr, K, 1.0f, in, K, tile, K, 0.0f,
+                    out + n0, N);
+    }
+}
+
 void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N) {
     for (int m = 0; m < M; m++) {
         for (int n = 0; n < N; n++) {

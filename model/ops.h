@@ -11,6 +11,19 @@
 void op_matmul(float *out, const float *in, const float *w, int M, int K, int N);
 void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N);
 
+// BF16 weights stay BF16 in memory: w16[N,K] is widened OP_TILE floats at a time into `tile`
+// (at least max(OP_TILE, K) floats) and multiplied in float32: out[M,N] = in[M,K] . w16^T.
+#define OP_TILE (1 << 16)
+void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                    float *tile);
+static inline float op_bf16(uint16_t h) {
+    union {
+        uint32_t u;
+        float f;
+    } v = {(uint32_t)h << 16};
+    return v.f;
+}
+
 // out[t,:] = in[t,:] / sqrt(mean(in[t,:]^2) + eps) * w; out may equal in
 void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float eps);
 void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, float eps);

@@ -56,3 +56,27 @@ size_t tap_dtype_size(enum tap_dtype t) {
 bool tap_glob_match(const char *pattern, const char *name) {
     return fnmatch(pattern, name, 0) == 0;
 }
+
+void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
+                   int width) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview v = {buf + bt->off[b] * width, TAP_F32, 3, {1, bt->len[b], width}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
+void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf, int H,
+                    int D, float *scratch) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        int T = bt->len[b];
+        const float *src = buf + bt->off[b] * H * D;
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                memcpy(scratch + ((int64_t)h * T + t) * D, src + (int64_t)t * H * D + h * D,
+                       (size_t)D * sizeof(float));
+        struct tview v = {scratch, TAP_F32, 4, {1, H, T, D}};
+        tp->take(tp->u, id, b, &v);
+    }
+}

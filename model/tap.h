@@ -9,6 +9,8 @@
 #ifndef AH_TAP_H
 #define AH_TAP_H
 
+#include "model/batch.h"
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,12 +46,19 @@ struct tap {
 };
 
 static inline bool tap_wants(const struct tap *tp, int id) {
-    return tp && tp->want[id];
+    return tp && id >= 0 && tp->want[id];
 }
 
 static inline void tap_emit(const struct tap *tp, int id, int b, const struct tview *v) {
     if (tap_wants(tp, id)) tp->take(tp->u, id, b, v);
 }
+
+// Views of each prompt of a packed batch: (1, T, width) rows of a token-major (N, width) buffer;
+// (1, H, T, D) heads of a token-major (N, H*D) buffer, transposed into scratch (H*T*D floats).
+void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
+                   int width);
+void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf, int H,
+                    int D, float *scratch);
 
 // Fills d from a comma-separated shape ("batch,head,sequence,head_dim"). Returns 0 or -1 if the
 // shape has too many axes or an axis name is too long.

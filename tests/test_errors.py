@@ -146,6 +146,59 @@ expect("missing_shard", 1, ["model.safetensors.index.json", "model-00002-of-0000
        job_fields={"model": "lostshard"})
 run(harvest, "run", write_job(f"{work}/shardok.json", model="sharded", output={"path": "sh.h5"}), "--quiet", check=0)
 
+# ---- Laguna checkpoints (sharded BF16 + index, as published) ----
+lg = f"{work}/laguna"
+if not os.path.exists(f"{lg}/config.json"):
+    run(harvest, "init-model", "--family", "laguna", "--preset", "XS-2.1", "--seed", "3", lg, check=0)
+write_prompts(f"{work}/lg_prompts.jsonl", [5, 9], seed=3, vocab=512)
+ok = run(harvest, "run", write_job(f"{work}/lg_ok.json", model="laguna", data="lg_prompts.jsonl",
+                                    output={"path": "lg.h5"}), "--quiet")
+check(ok.returncode == 0, f"the unchanged laguna checkpoint runs: {ok.stderr}")
+
+
+def laguna_variant(name, tensor=None, edit=None, config=None):
+    """A copy of the laguna checkpoint: edit(header entry, header) on the shard holding tensor,
+    or config(dict) on its config.json."""
+    d = f"{work}/{name}"
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.copytree(lg, d)
+    if tensor:
+        index = json.load(open(f"{d}/model.safetensors.index.json"))
+        shard = f"{d}/{index['weight_map'][tensor]}"
+        h, data = read_st(shard)
+        edit(h[tensor], h)
+        write_st(shard, h, data)
+    if config:
+        config_edit(config)(d)
+    return name
+
+
+def lg_expect(label, needles, model):
+    expect(label, 1, needles, job_fields={"model": model, "data": "lg_prompts.jsonl"})
+
+
+lg_expect("laguna_expert_not_in_shard", ["\"model.layers.2.mlp.experts.5.up_proj.weight\" in", "which lacks it"],
+          laguna_variant("lg_noexpert", "model.layers.2.mlp.experts.5.up_proj.weight",
+                         lambda e, h: h.pop("model.layers.2.mlp.experts.5.up_proj.weight")))
+d = laguna_variant("lg_noexpert2", "model.layers.4.mlp.experts.15.down_proj.weight",
+                   lambda e, h: h.pop("model.layers.4.mlp.experts.15.down_proj.weight"))
+ix = json.load(open(f"{work}/{d}/model.safetensors.index.json"))
+ix["weight_map"].pop("model.layers.4.mlp.experts.15.down_proj.weight")
+json.dump(ix, open(f"{work}/{d}/model.safetensors.index.json", "w"))
+lg_expect("laguna_missing_expert", ["missing tensor \"model.layers.4.mlp.experts.15.down_proj.weight\""], d)
+lg_expect("laguna_wrong_shape", ["\"model.layers.1.self_attn.q_proj.weight\": shape [64, 128], expected [128, 64]"],
+          laguna_variant("lg_shape", "model.layers.1.self_attn.q_proj.weight",
+                         lambda e, h: e.update(shape=e["shape"][::-1])))
+lg_expect("laguna_wrong_dtype", ["\"model.layers.3.mlp.gate.weight\": dtype F16, expected BF16"],
+          laguna_variant("lg_dtype", "model.layers.3.mlp.gate.weight", lambda e, h: e.update(dtype="F16")))
+lg_expect("laguna_rope_type", ["config.json: \"rope_parameters.full_attention.rope_type\": \"longrope\""],
+          laguna_variant("lg_rope", config=lambda c: c["rope_parameters"]["full_attention"].update(rope_type="longrope")))
+d = laguna_variant("lg_lostshard")
+os.remove(f"{work}/{d}/model-00002-of-00003.safetensors")
+lg_expect("laguna_missing_shard", ["model-00002-of-00003.safetensors"], d)
+expect("laguna_expert_parallel", 1, ["\"parallel.expert_parallel\": 2"],
+       job_fields={"model": "laguna", "data": "lg_prompts.jsonl", "parallel": {"expert_parallel": 2}})
+
 # ---- data ----
 write_prompts(f"{work}/range.jsonl", [3, 3], seed=1)
 with open(f"{work}/range.jsonl", "a") as f:

@@ -59,6 +59,19 @@ for name, np_, stages in (("dp2", 2, 1), ("pp2", 2, 2), ("pp2dp2", 4, 2), ("pp3"
                   f"{name}: complete, provenance names every rank")
         print(f"{name}: np {np_}, {stages} stage(s) == np 1 ({time.time() - t:.1f} s)", flush=True)
 
+# Laguna (the M.1 preset: dense and mixture blocks): stages hand over the residual stream alone
+run(harvest, "init-model", "--family", "laguna", "--preset", "M.1", "--seed", "7", f"{work}/laguna", check=0)
+write_prompts(f"{work}/lg.jsonl", [(13 * i) % 30 + 1 for i in range(9)], seed=7, vocab=512)
+for name, np_, stages in (("lg1", 1, 1), ("lg_pp2dp2", 4, 2), ("lg_pp3", 3, 3)):
+    write_job(f"{work}/{name}.json", model="laguna", data="lg.jsonl", batch_size=2,
+              activations=["layers.*.layer_output", "layers.*.expert_*", "layers.2.attention_probabilities", "logits"],
+              output={"path": f"{name}.h5"}, parallel={"pipeline_stages": stages})
+    p = mpirun(np_, "run", f"{work}/{name}.json", "--quiet")
+    if check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}") and name != "lg1":
+        d = diff(f"{work}/lg1.h5", f"{work}/{name}.h5")
+        check(d is None, f"{name}: differs from np 1 in {d}")
+        print(f"laguna {name}: np {np_}, {stages} stage(s) == np 1", flush=True)
+
 # uneven: fewer batches than replicas, and more stages than some ranks have batches
 write_prompts(f"{work}/few.jsonl", [5, 9, 2], seed=8)
 p = mpirun(1, "run", job("few1", data="few.jsonl"), "--quiet")

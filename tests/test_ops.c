@@ -2,6 +2,7 @@
 #include "model/ops.h"
 #include "tests/check.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,6 +21,31 @@ static void test_matmul_matches_naive(void) {
         check_close("matmul", a, b, M * N, 1e-5f, 1e-5f);
         free(in), free(w), free(a), free(b);
     }
+}
+
+// BF16 weights widened tile by tile: equal to the float32 matmul of the widened matrix, across
+// tile edges (K = 700 gives 93 rows a tile; N = 250 makes three tiles, the last partial)
+static void test_matmul_bf16_tiles(void) {
+    int M = 5, K = 700, N = 250;
+    float *in = malloc(sizeof(float) * (size_t)(M * K)),
+          *wf = malloc(sizeof(float) * (size_t)(N * K));
+    uint16_t *w16 = malloc(sizeof(uint16_t) * (size_t)(N * K));
+    float *a = malloc(sizeof(float) * (size_t)(M * N)),
+          *b = malloc(sizeof(float) * (size_t)(M * N));
+    float *tile = malloc(sizeof(float) * OP_TILE);
+    check_fill(in, M * K, 7);
+    check_fill(wf, N * K, 8);
+    for (int i = 0; i < N * K; i++) { // truncate to bf16: the top 16 bits
+        uint32_t u;
+        memcpy(&u, &wf[i], 4);
+        w16[i] = (uint16_t)(u >> 16);
+        wf[i] = op_bf16(w16[i]);
+    }
+    op_matmul_bf16(a, in, w16, M, K, N, tile);
+    op_matmul_ref(b, in, wf, M, K, N);
+    check_close("matmul_bf16", a, b, M * N, 1e-5f, 1e-5f);
+    CHECK(op_bf16(0x3f80) == 1.0f && op_bf16(0xc000) == -2.0f);
+    free(in), free(wf), free(w16), free(a), free(b), free(tile);
 }
 
 static void test_rmsnorm_matches_naive(void) {
@@ -117,6 +143,7 @@ static void test_swiglu_matches_naive(void) {
 
 int main(void) {
     test_matmul_matches_naive();
+    test_matmul_bf16_tiles();
     test_rmsnorm_matches_naive();
     test_rope_matches_naive();
     test_softmax_ranges_causal_rows();
