@@ -38,6 +38,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "init-model")) return cmd_init_model(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (strcmp(cmd, "run") && strcmp(cmd, "bench")) {
         fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
         return 1;

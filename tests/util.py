@@ -134,6 +134,30 @@ def ended(p, label, timeout=60):
 failures = 0
 
 
+def compare_row(name, got, c, want, rtol):
+    """A stored row against its reference: got[c] (c: the prompt's corner, slices) holds want
+    (int64 exactly; floats within rtol of the tensor's scale, -inf exactly where want has it), the
+    rest is padding (0 for integers, NaN for floats). Returns the relative error."""
+    import numpy as np
+    g = got[c]
+    if not check(g.shape == want.shape, f"{name}: corner shape {g.shape} vs {want.shape}"):
+        return 0.0
+    pad = np.ones(got.shape, bool)
+    pad[c] = False
+    if got.dtype == np.int64:
+        check(np.array_equal(g, want), f"{name}: int64 values exact")
+        check(not got[pad].any(), f"{name}: integer padding is 0")
+        return 0.0
+    check(np.isnan(got[pad]).all(), f"{name}: float padding is NaN")
+    inf = np.isneginf(want)
+    check(np.array_equal(np.isneginf(g), inf), f"{name}: -inf exactly where blocked")
+    fin = ~inf
+    scale = np.abs(want[fin]).max() if fin.any() else 1.0
+    err = np.abs(g[fin] - want[fin]).max() / max(scale, 1e-30)
+    check(err <= rtol, f"{name}: relative error {err:.2e} > {rtol}")
+    return err
+
+
 def check(cond, what):
     global failures
     if not cond:

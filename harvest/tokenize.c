@@ -1,0 +1,144 @@
+// tokenize.c - `harvest tokenize`: text in (JSON Lines, plain text a prompt per line or per file,
+// gzip'd or not, globs), JSON Lines of token ids out; --decode turns ids back into text.
+#define _POSIX_C_SOURCE 200809L // defines: glob
+#include "harvest/harvest.h"
+
+#include "io/textin.h"
+#include "io/tokenizer.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: harvest tokenize MODEL_DIR_OR_TOKENIZER_JSON FILE_OR_GLOB... [--field NAME] "
+            "[--per-file] [--no-special] [--decode] [-o OUT.jsonl] [--quiet]\n"
+            "  FILE: .jsonl/.json (the \"text\" field, or --field), else plain text a prompt a "
+            "line (--per-file: a prompt a file); .gz is read as gzip\n");
+    return 1;
+}
+
+struct tk {
+    struct tokenizer *tok;
+    FILE *out;
+    bool special, decode;
+    struct tok_ids ids;
+    int64_t prompts, bytes;
+    struct ah_error err;
+};
+
+static int emit_ids(void *u, const char *text, size_t len, const char *where) {
+    struct tk *k = u;
+    (void)where;
+    k->ids.n = 0;
+    int rc = tok_encode(k->tok, text, len, k->special, &k->ids);
+    if (rc < 0) return rc;
+    fputs("{\"input_ids\": [", k->out);
+    for (size_t i = 0; i < k->ids.n; i++)
+        fprintf(k->out, i ? ", %lld" : "%lld", (long long)k->ids.v[i]);
+    fputs("]}\n", k->out);
+    k->prompts++;
+    k->bytes += (int64_t)len;
+    return 0;
+}
+
+// --decode: a JSON line with "input_ids" -> {"text": ...}
+static int emit_text(void *u, const char *line, size_t len, const char *where) {
+    struct tk *k = u;
+    cJSON *j = cJSON_ParseWithLength(line, len);
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "input_ids"), *e;
+    if (!cJSON_IsArray(a)) {
+        cJSON_Delete(j);
+        return ah_fail(&k->err, AH_EINVAL, "%s: expected {\"input_ids\": [...]}", where);
+    }
+    k->ids.n = 0;
+    int rc = 0;
+    cJSON_ArrayForEach(e, a) {
+        if (k->ids.n == k->ids.cap) {
+            size_t cap = k->ids.cap ? 2 * k->ids.cap : 64;
+            int64_t *v = realloc(k->ids.v, cap * sizeof *v);
+            if (!v) {
+                rc = -AH_ENOMEM;
+                break;
+            }
+            k->ids.v = v;
+            k->ids.cap = cap;
+        }
+        k->ids.v[k->ids.n++] = (int64_t)e->valuedouble;
+    }
+    cJSON_Delete(j);
+    char *text = NULL;
+    size_t tl = 0;
+    if (rc == 0) rc = tok_decode(k->tok, k->ids.v, k->ids.n, false, &text, &tl, &k->err);
+    if (rc < 0) {
+        snprintf(k->err.msg + strlen(k->err.msg), sizeof k->err.msg - strlen(k->err.msg), " (%s)",
+                 where);
+        return rc;
+    }
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "text", text);
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    free(text);
+    if (!s) return -AH_ENOMEM;
+    fprintf(k->out, "%s\n", s);
+    free(s);
+    k->prompts++;
+    return 0;
+}
+
+int cmd_tokenize(int argc, char **argv) {
+    const char *tokpath = NULL, *outpath = NULL, *field = "text";
+    bool per_file = false, quiet = false;
+    struct tk k = {.special = true};
+    const char **inputs = calloc((size_t)argc + 1, sizeof *inputs);
+    int n_in = 0;
+    if (!inputs) return 2;
+    for (int i = 0; i < argc; i++) {
+        bool more = i + 1 < argc;
+        if (!strcmp(argv[i], "--field") && more)
+            field = argv[++i];
+        else if (!strcmp(argv[i], "-o") && more)
+            outpath = argv[++i];
+        else if (!strcmp(argv[i], "--per-file"))
+            per_file = true;
+        else if (!strcmp(argv[i], "--no-special"))
+            k.special = false;
+        else if (!strcmp(argv[i], "--decode"))
+            k.decode = true;
+        else if (!strcmp(argv[i], "--quiet"))
+            quiet = true;
+        else if (argv[i][0] == '-' && argv[i][1])
+            return free(inputs), usage();
+        else if (!tokpath)
+            tokpath = argv[i];
+        else
+            inputs[n_in++] = argv[i];
+    }
+    if (!tokpath || n_in == 0) return free(inputs), usage();
+    int rc = tok_load(&k.tok, tokpath, &k.err);
+    k.out = stdout;
+    if (rc == 0 && outpath && !(k.out = fopen(outpath, "w")))
+        rc = ah_fail(&k.err, AH_EIO, "%s: cannot write", outpath);
+    double t0 = now_seconds();
+    struct text_source src = {
+        .field = k.decode ? NULL : field,
+        .per_file = per_file,
+        .raw_lines = k.decode,
+    };
+    for (int i = 0; rc == 0 && i < n_in; i++)
+        rc = text_read(&src, inputs[i], k.decode ? emit_text : emit_ids, &k, &k.err);
+    double dt = now_seconds() - t0;
+    if (k.out && k.out != stdout && fclose(k.out) != 0 && rc == 0)
+        rc = ah_fail(&k.err, AH_EIO, "%s: cannot write", outpath);
+    if (rc == 0 && !quiet && !k.decode)
+        fprintf(stderr, "harvest: tokenized %lld prompts, %.2f MB of text in %.2f s (%.1f MB/s)\n",
+                (long long)k.prompts, (double)k.bytes / 1e6, dt,
+                dt > 0 ? (double)k.bytes / 1e6 / dt : 0.0);
+    tok_free(k.tok);
+    tok_ids_free(&k.ids);
+    free(inputs);
+    return report(rc, &k.err);
+}

@@ -1,0 +1,1401 @@
+// tokenizer.c - Hugging Face tokenizer.json, byte-level BPE (see tokenizer.h).
+//
+// The pipeline of one text: WHATWG UTF-8 decoding -> added tokens cut out (a byte trie) ->
+// per section: normalizer -> pre-tokenizer (a list of pieces) -> BPE per piece (cached) ->
+// post-processor. Pieces live in growable byte buffers owned by the tokenizer and reused.
+#define _POSIX_C_SOURCE 200809L
+#include "io/tokenizer.h"
+
+#include "model/ah.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
+#include <pcre2.h>
+#include <utf8proc.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+// ----------------------------------------------------------------------------
+// small containers
+
+struct buf {
+    char *p;
+    size_t n, cap;
+};
+
+static int buf_reserve(struct buf *b, size_t more) {
+    if (b->n + more <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) return -AH_ENOMEM;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+static int buf_put(struct buf *b, const void *s, size_t n) {
+    if (buf_reserve(b, n + 1) < 0) return -AH_ENOMEM;
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    return 0;
+}
+
+static int ids_push(struct tok_ids *ids, int64_t id) {
+    if (ids->n == ids->cap) {
+        size_t cap = ids->cap ? ids->cap * 2 : 64;
+        int64_t *v = realloc(ids->v, cap * sizeof *v);
+        if (!v) return -AH_ENOMEM;
+        ids->v = v;
+        ids->cap = cap;
+    }
+    ids->v[ids->n++] = id;
+    return 0;
+}
+
+void tok_ids_free(struct tok_ids *ids) {
+    free(ids->v);
+    memset(ids, 0, sizeof *ids);
+}
+
+// pieces of text: (offset, length) into one byte buffer
+struct piece {
+    size_t off, len;
+};
+struct pieces {
+    struct piece *v;
+    size_t n, cap;
+    struct buf b;
+};
+
+static void pieces_clear(struct pieces *p) {
+    p->n = 0;
+    p->b.n = 0;
+}
+
+static int pieces_add(struct pieces *p, const char *s, size_t n) {
+    if (n == 0) return 0;
+    if (p->n == p->cap) {
+        size_t cap = p->cap ? p->cap * 2 : 64;
+        struct piece *v = realloc(p->v, cap * sizeof *v);
+        if (!v) return -AH_ENOMEM;
+        p->v = v;
+        p->cap = cap;
+    }
+    size_t off = p->b.n;
+    if (buf_put(&p->b, s, n) < 0) return -AH_ENOMEM;
+    p->v[p->n++] = (struct piece){off, n};
+    return 0;
+}
+
+static void pieces_free(struct pieces *p) {
+    free(p->v);
+    free(p->b.p);
+    memset(p, 0, sizeof *p);
+}
+
+static uint64_t hash_bytes(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t hash_u64(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    return x;
+}
+
+// ----------------------------------------------------------------------------
+// UTF-8
+
+size_t tok_utf8_sanitize(const char *s, size_t n, char *out) {
+    static const char rep[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
+    const unsigned char *u = (const unsigned char *)s;
+    size_t o = 0, start = 0;
+    int need = 0, seen = 0;
+    unsigned lower = 0x80, upper = 0xBF;
+    for (size_t i = 0; i < n; i++) {
+        unsigned b = u[i];
+        if (need == 0) {
+            start = i;
+            if (b < 0x80) {
+                out[o++] = (char)b;
+            } else if (b >= 0xC2 && b <= 0xDF) {
+                need = 1;
+            } else if (b >= 0xE0 && b <= 0xEF) {
+                lower = b == 0xE0 ? 0xA0 : 0x80;
+                upper = b == 0xED ? 0x9F : 0xBF;
+                need = 2;
+            } else if (b >= 0xF0 && b <= 0xF4) {
+                lower = b == 0xF0 ? 0x90 : 0x80;
+                upper = b == 0xF4 ? 0x8F : 0xBF;
+                need = 3;
+            } else {
+                memcpy(out + o, rep, 3), o += 3;
+            }
+            continue;
+        }
+        if (b < lower || b > upper) { // the subpart so far is invalid; b starts over
+            need = seen = 0;
+            lower = 0x80, upper = 0xBF;
+            memcpy(out + o, rep, 3), o += 3;
+            i--;
+            continue;
+        }
+        lower = 0x80, upper = 0xBF;
+        if (++seen == need) {
+            memcpy(out + o, s + start, (size_t)need + 1);
+            o += (size_t)need + 1;
+            need = seen = 0;
+        }
+    }
+    if (need) memcpy(out + o, rep, 3), o += 3;
+    return o;
+}
+
+// the code point at s (n > 0 bytes left) and its length; a bad sequence is one U+FFFD byte
+static int32_t utf8_next(const char *s, size_t n, size_t *len) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t k = u[0] < 0x80   ? 1
+               : u[0] < 0xC2 ? 0
+               : u[0] < 0xE0 ? 2
+               : u[0] < 0xF0 ? 3
+               : u[0] < 0xF5 ? 4
+                             : 0;
+    int32_t cp = k == 1 ? u[0] : k == 2 ? u[0] & 0x1F : k == 3 ? u[0] & 0x0F : u[0] & 0x07;
+    for (size_t i = 1; i < k; i++) {
+        if (i >= n || (u[i] & 0xC0) != 0x80) k = 0;
+        if (k) cp = cp << 6 | (u[i] & 0x3F);
+    }
+    *len = k ? k : 1;
+    return k ? cp : 0xFFFD;
+}
+
+static size_t utf8_put(char *out, int32_t cp) {
+    return (size_t)utf8proc_encode_char(cp, (utf8proc_uint8_t *)out);
+}
+
+// JavaScript's \s: WhiteSpace and LineTerminator
+static bool js_space(int32_t c) {
+    return (c >= 9 && c <= 13) || c == 32 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000 || c == 0xFEFF;
+}
+#define JS_SPACE_CLASS                                                                          \
+    "\\t\\n\\x0B\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}" \
+    "\\x{3000}\\x{FEFF}"
+
+// ----------------------------------------------------------------------------
+// regexes: PCRE2 with JavaScript's \s, \d, \w (transformers.js compiles these with the u flag)
+
+static const char *const ASCII_CONTRACTIONS[2] = {
+    "(?i:'s|'t|'re|'ve|'m|'ll|'d)",
+    "(?:'([sS]|[tT]|[rR][eE]|[vV][eE]|[mM]|[lL][lL]|[dD]))"}; // as transformers.js rewrites it
+
+static int regex_translate(const char *src, struct buf *out) {
+    const char *hit = strstr(src, ASCII_CONTRACTIONS[0]);
+    bool in_class = false;
+    for (const char *p = src; *p; p++) {
+        if (p == hit) {
+            if (buf_put(out, ASCII_CONTRACTIONS[1], strlen(ASCII_CONTRACTIONS[1])) < 0)
+                return -AH_ENOMEM;
+            p += strlen(ASCII_CONTRACTIONS[0]) - 1;
+            continue;
+        }
+        const char *rep = NULL;
+        if (*p == '\\' && p[1]) {
+            char c = p[1];
+            if (c == 's') rep = in_class ? JS_SPACE_CLASS : "[" JS_SPACE_CLASS "]";
+            if (c == 'S' && !in_class) rep = "[^" JS_SPACE_CLASS "]";
+            if (c == 'd') rep = in_class ? "0-9" : "[0-9]";
+            if (c == 'D' && !in_class) rep = "[^0-9]";
+            if (c == 'w') rep = in_class ? "A-Za-z0-9_" : "[A-Za-z0-9_]";
+            if (c == 'W' && !in_class) rep = "[^A-Za-z0-9_]";
+            if (rep) {
+                if (buf_put(out, rep, strlen(rep)) < 0) return -AH_ENOMEM;
+            } else if (buf_put(out, p, 2) < 0) {
+                return -AH_ENOMEM;
+            }
+            p++;
+            continue;
+        }
+        if (*p == '[' && !in_class) {
+            in_class = true;
+            if (buf_put(out, p, 1) < 0) return -AH_ENOMEM;
+            if (p[1] == '^') { // "[^" and "[]" or "[^]": a leading ] is literal
+                if (buf_put(out, ++p, 1) < 0) return -AH_ENOMEM;
+            }
+            if (p[1] == ']' && buf_put(out, ++p, 1) < 0) return -AH_ENOMEM;
+            continue;
+        }
+        if (*p == ']' && in_class) in_class = false;
+        if (buf_put(out, p, 1) < 0) return -AH_ENOMEM;
+    }
+    return buf_put(out, "", 1); // NUL
+}
+
+static int regex_compile(pcre2_code **re, const char *pattern, const char *where, const char *path,
+                         struct ah_error *err) {
+    struct buf b = {0};
+    if (regex_translate(pattern, &b) < 0) return -AH_ENOMEM;
+    int code;
+    PCRE2_SIZE at;
+    *re = pcre2_compile((PCRE2_SPTR)b.p, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_NO_UTF_CHECK,
+                        &code, &at, NULL);
+    free(b.p);
+    if (!*re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(code, msg, sizeof msg);
+        return ah_fail(err, AH_EFORMAT, "%s: %s: regex %s: %s at offset %zu", path, where, pattern,
+                       (const char *)msg, (size_t)at);
+    }
+    pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE); // falls back to the interpreter if unavailable
+    return 0;
+}
+
+// a string pattern: every ASCII punctuation character escaped
+static int regex_literal(pcre2_code **re, const char *s, const char *where, const char *path,
+                         struct ah_error *err) {
+    struct buf b = {0};
+    int rc = 0;
+    for (const char *p = s; rc == 0 && *p; p++) {
+        unsigned char c = (unsigned char)*p;
+        bool punct = c < 0x80 &&
+                     !((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'));
+        if (punct) rc = buf_put(&b, "\\", 1);
+        if (rc == 0) rc = buf_put(&b, p, 1);
+    }
+    if (rc == 0) rc = buf_put(&b, "", 1);
+    if (rc < 0) {
+        free(b.p);
+        return -AH_ENOMEM;
+    }
+    int code;
+    PCRE2_SIZE at;
+    *re = pcre2_compile((PCRE2_SPTR)b.p, b.n - 1, PCRE2_UTF, &code, &at, NULL);
+    free(b.p);
+    if (!*re) return ah_fail(err, AH_EFORMAT, "%s: %s: bad string pattern", path, where);
+    return 0;
+}
+
+// match spans of re in s[0..n), JavaScript's matchAll: an empty match moves on by a code point
+struct span {
+    size_t a, b;
+    bool match;
+};
+struct spans {
+    struct span *v;
+    size_t n, cap;
+};
+
+static int spans_add(struct spans *sp, size_t a, size_t b, bool match) {
+    if (sp->n == sp->cap) {
+        size_t cap = sp->cap ? sp->cap * 2 : 64;
+        struct span *v = realloc(sp->v, cap * sizeof *v);
+        if (!v) return -AH_ENOMEM;
+        sp->v = v;
+        sp->cap = cap;
+    }
+    sp->v[sp->n++] = (struct span){a, b, match};
+    return 0;
+}
+
+// spans covering s: gaps (match false) and matches (match true), in order, none empty
+static int regex_spans(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n,
+                       struct spans *sp) {
+    sp->n = 0;
+    size_t at = 0, prev = 0;
+    while (at <= n) {
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
+        if (rc < 0) break; // no match (or a resource limit: the rest is a gap)
+        PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+        size_t a = ov[0], b = ov[1];
+        if (a > prev && spans_add(sp, prev, a, false) < 0) return -AH_ENOMEM;
+        if (b > a && spans_add(sp, a, b, true) < 0) return -AH_ENOMEM;
+        prev = b;
+        if (b > a) {
+            at = b;
+        } else { // empty: advance one code point
+            if (a >= n) break;
+            size_t len;
+            utf8_next(s + a, n - a, &len);
+            at = a + len;
+        }
+    }
+    if (n > prev && spans_add(sp, prev, n, false) < 0) return -AH_ENOMEM;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the tokenizer
+
+enum norm_kind { N_SEQ, N_NFC, N_NFD, N_NFKC, N_NFKD, N_LOWER, N_REPLACE, N_PREPEND, N_STRIP };
+struct norm {
+    enum norm_kind k;
+    struct norm *kids;
+    int n_kids;
+    pcre2_code *re;   // Replace
+    char *content;    // Replace, Prepend
+    bool left, right; // Strip
+};
+
+enum split_behavior { B_REMOVED, B_ISOLATED, B_MERGED_PREV, B_MERGED_NEXT, B_CONTIGUOUS };
+enum pre_kind { P_SEQ, P_SPLIT, P_BYTELEVEL, P_DIGITS };
+struct pre {
+    enum pre_kind k;
+    struct pre *kids;
+    int n_kids;
+    pcre2_code *re; // Split; ByteLevel with use_regex; Digits
+    enum split_behavior behavior;
+    bool invert, add_prefix_space, matches_only;
+};
+
+struct post { // ids around the sequence (TemplateProcessing's single, Bert/Roberta cls/sep)
+    int64_t *before, *after;
+    int n_before, n_after;
+};
+
+struct added {
+    char *content;
+    size_t len;
+    int64_t id;
+    bool lstrip, rstrip, special;
+};
+
+struct trie_node {
+    int32_t child, sibling, token; // first child, next sibling, added token index or -1
+    unsigned char byte;
+};
+
+struct vocab_entry {
+    uint32_t off, len;
+    int64_t id; // -1: empty slot
+};
+
+struct merge_entry {
+    uint64_t key; // left id << 32 | right id; 0 with rank -1: empty
+    int32_t rank, result;
+};
+
+struct cache_entry {
+    uint64_t hash;
+    uint32_t key_off, key_len, ids_off, ids_len; // into cache_keys / cache_ids
+    bool used;
+};
+
+struct tokenizer {
+    char *path;
+    struct buf str; // token strings
+    struct vocab_entry *vocab;
+    size_t vocab_cap;
+    uint32_t *id_off, *id_len; // (n_ids) token string of an id; id_len UINT32_MAX: none
+    int64_t n_ids;
+    bool *is_special, *is_added; // (n_ids)
+    struct merge_entry *merges;
+    size_t merges_cap;
+    int32_t char_id[1024]; // id of a one-character token for code points < 1024, -1 if none
+    int64_t unk_id;        // -1 if none
+    bool ignore_merges, byte_fallback, byte_level_decoder;
+    int64_t byte_id[256]; // <0xXX> tokens for byte_fallback, -1 if absent
+    struct added *added;
+    int n_added;
+    struct trie_node *trie;
+    int n_trie, cap_trie;
+    int32_t trie_first[256]; // the root's child for each first byte, -1 if none
+    struct norm *norm;       // NULL: none
+    struct pre *pre;         // NULL: the whole section is one piece
+    struct post post;        // applied when special tokens are asked for
+    int32_t byte_char[256];  // ByteLevel: byte -> code point
+    int16_t char_byte[324];  // and back, -1 where no byte maps
+    // per-call scratch
+    pcre2_match_data *md;
+    struct spans spans;
+    struct pieces pa, pb, pc;
+    struct buf nb, nb2;
+    int32_t *sym, *prev, *next;
+    size_t cap_sym;
+    struct heap_item *heap;
+    size_t cap_heap;
+    struct cache_entry *cache;
+    size_t cache_cap, cache_n;
+    struct buf cache_keys;
+    struct tok_ids cache_ids;
+};
+
+static void bytes_to_unicode(int32_t *map) {
+    bool direct[256] = {false};
+    for (int b = '!'; b <= '~'; b++)
+        direct[b] = true;
+    for (int b = 0xA1; b <= 0xAC; b++)
+        direct[b] = true;
+    for (int b = 0xAE; b <= 0xFF; b++)
+        direct[b] = true;
+    int n = 0;
+    for (int b = 0; b < 256; b++)
+        map[b] = direct[b] ? b : 256 + n++;
+}
+
+// ---- vocabulary: string -> id ----
+
+static struct vocab_entry *vocab_slot(const struct tokenizer *t, const char *s, size_t n) {
+    size_t mask = t->vocab_cap - 1, i = hash_bytes(s, n) & mask;
+    for (;; i = (i + 1) & mask) {
+        struct vocab_entry *e = &t->vocab[i];
+        if (e->id < 0 || (e->len == n && !memcmp(t->str.p + e->off, s, n))) return e;
+    }
+}
+
+static int64_t vocab_get(const struct tokenizer *t, const char *s, size_t n) {
+    if (n <= 2 && n > 0) { // one short character: the table
+        size_t len;
+        int32_t cp = utf8_next(s, n, &len);
+        if (len == n && cp < 1024) return t->char_id[cp];
+    }
+    return vocab_slot(t, s, n)->id;
+}
+
+static int vocab_set(struct tokenizer *t, const char *s, size_t n, int64_t id) {
+    struct vocab_entry *e = vocab_slot(t, s, n);
+    if (e->id < 0) {
+        e->off = (uint32_t)t->str.n;
+        e->len = (uint32_t)n;
+        if (buf_put(&t->str, s, n) < 0) return -AH_ENOMEM;
+    }
+    e->id = id;
+    if (id >= 0 && id < t->n_ids) {
+        t->id_off[id] = e->off;
+        t->id_len[id] = e->len;
+    }
+    size_t len;
+    int32_t cp = n ? utf8_next(s, n, &len) : 0;
+    if (n && len == n && cp < 1024) t->char_id[cp] = (int32_t)id;
+    return 0;
+}
+
+// ---- merges: (left id, right id) -> (rank, result id) ----
+
+static struct merge_entry *merge_slot(const struct tokenizer *t, uint64_t key) {
+    size_t mask = t->merges_cap - 1, i = hash_u64(key) & mask;
+    for (;; i = (i + 1) & mask) {
+        struct merge_entry *e = &t->merges[i];
+        if (e->rank < 0 || e->key == key) return e;
+    }
+}
+
+// ---- loading ----
+
+static size_t pow2_at_least(size_t n) {
+    size_t c = 16;
+    while (c < n)
+        c *= 2;
+    return c;
+}
+
+static const char *jstr(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static bool jbool(const cJSON *o, const char *key, bool dflt) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+static int load_norm(struct tokenizer *t, const cJSON *j, struct norm *n, struct ah_error *err) {
+    const char *type = jstr(j, "type");
+    static const struct {
+        const char *name;
+        enum norm_kind k;
+    } kinds[] = {{"Sequence", N_SEQ},    {"NFC", N_NFC},         {"NFD", N_NFD},
+                 {"NFKC", N_NFKC},       {"NFKD", N_NFKD},       {"Lowercase", N_LOWER},
+                 {"Replace", N_REPLACE}, {"Prepend", N_PREPEND}, {"Strip", N_STRIP}};
+    size_t i = 0;
+    while (i < sizeof kinds / sizeof kinds[0] && (!type || strcmp(type, kinds[i].name)))
+        i++;
+    if (i == sizeof kinds / sizeof kinds[0])
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: \"normalizer\": type \"%s\" is not supported (expected Sequence, "
+                       "NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend or Strip)",
+                       t->path, type ? type : "?");
+    n->k = kinds[i].k;
+    if (n->k == N_SEQ) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "normalizers"), *e;
+        n->n_kids = cJSON_GetArraySize(list);
+        n->kids = calloc((size_t)n->n_kids + 1, sizeof *n->kids);
+        if (!n->kids) return -AH_ENOMEM;
+        int k = 0, rc;
+        cJSON_ArrayForEach(e, list) {
+            if ((rc = load_norm(t, e, &n->kids[k++], err)) < 0) return rc;
+        }
+    } else if (n->k == N_REPLACE || n->k == N_PREPEND) {
+        const char *c = jstr(j, n->k == N_PREPEND ? "prepend" : "content");
+        n->content = strdup(c ? c : "");
+        if (!n->content) return -AH_ENOMEM;
+        if (n->k == N_REPLACE) {
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+            const char *rx = jstr(p, "Regex"), *lit = jstr(p, "String");
+            if (rx) return regex_compile(&n->re, rx, "normalizer Replace", t->path, err);
+            if (lit) return regex_literal(&n->re, lit, "normalizer Replace", t->path, err);
+            return ah_fail(err, AH_EFORMAT, "%s: normalizer Replace: expected a pattern", t->path);
+        }
+    } else if (n->k == N_STRIP) {
+        n->left = jbool(j, "strip_left", true);
+        n->right = jbool(j, "strip_right", true);
+    }
+    return 0;
+}
+
+static int load_pre(struct tokenizer *t, const cJSON *j, struct pre *p, bool nested,
+                    struct ah_error *err) {
+    const char *type = jstr(j, "type");
+    if (type && !strcmp(type, "Sequence") && !nested) {
+        p->k = P_SEQ;
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "pretokenizers"), *e;
+        p->n_kids = cJSON_GetArraySize(list);
+        p->kids = calloc((size_t)p->n_kids + 1, sizeof *p->kids);
+        if (!p->kids) return -AH_ENOMEM;
+        int k = 0, rc;
+        cJSON_ArrayForEach(e, list) {
+            if ((rc = load_pre(t, e, &p->kids[k++], true, err)) < 0) return rc;
+        }
+        return 0;
+    }
+    if (type && !strcmp(type, "Split")) {
+        p->k = P_SPLIT;
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+        const char *rx = jstr(pat, "Regex"), *lit = jstr(pat, "String"), *bh = jstr(j, "behavior");
+        static const char *const names[] = {"Removed", "Isolated", "MergedWithPrevious",
+                                            "MergedWithNext", "Contiguous"};
+        int b = 0;
+        while (b < 5 && (!bh || strcmp(bh, names[b])))
+            b++;
+        if (b == 5)
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: pre_tokenizer Split: behavior \"%s\" is not one of Removed, "
+                           "Isolated, MergedWithPrevious, MergedWithNext, Contiguous",
+                           t->path, bh ? bh : "?");
+        p->behavior = (enum split_behavior)b;
+        p->invert = jbool(j, "invert", false);
+        if (rx) return regex_compile(&p->re, rx, "pre_tokenizer Split", t->path, err);
+        if (lit) return regex_literal(&p->re, lit, "pre_tokenizer Split", t->path, err);
+        return ah_fail(err, AH_EFORMAT, "%s: pre_tokenizer Split: expected a pattern", t->path);
+    }
+    if (type && !strcmp(type, "ByteLevel")) {
+        p->k = P_BYTELEVEL;
+        p->add_prefix_space = jbool(j, "add_prefix_space", false);
+        p->matches_only = true;
+        if (!jbool(j, "use_regex", true)) return 0;
+        return regex_compile(&p->re,
+                             "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
+                             "\\s+(?!\\S)|\\s+",
+                             "pre_tokenizer ByteLevel", t->path, err);
+    }
+    if (type && !strcmp(type, "Digits")) {
+        p->k = P_DIGITS;
+        p->matches_only = true;
+        return regex_compile(&p->re,
+                             jbool(j, "individual_digits", false) ? "[^\\d]+|\\d" : "[^\\d]+|\\d+",
+                             "pre_tokenizer Digits", t->path, err);
+    }
+    return ah_fail(err, AH_EFORMAT,
+                   "%s: \"pre_tokenizer\": type \"%s\" is not supported (expected Sequence, "
+                   "Split, ByteLevel or Digits%s)",
+                   t->path, type ? type : "?", nested ? "; Sequences do not nest" : "");
+}
+
+// ids of a special-token name: the post-processor's special_tokens table, else the vocabulary
+static int special_ids(struct tokenizer *t, const cJSON *table, const char *name, int64_t **v,
+                       int *n, struct ah_error *err) {
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(table, name),
+                                                      "ids"),
+                *x;
+    int64_t id = name ? vocab_get(t, name, strlen(name)) : -1;
+    int k = e ? cJSON_GetArraySize(e) : 1;
+    int64_t *nv = realloc(*v, ((size_t)*n + (size_t)k) * sizeof *nv);
+    if (!nv) return -AH_ENOMEM;
+    *v = nv;
+    if (e) {
+        cJSON_ArrayForEach(x, e) nv[(*n)++] = (int64_t)x->valuedouble;
+        return 0;
+    }
+    if (id < 0)
+        return ah_fail(err, AH_EFORMAT, "%s: post_processor: special token \"%s\" is unknown",
+                       t->path, name ? name : "?");
+    nv[(*n)++] = id;
+    return 0;
+}
+
+static int load_post(struct tokenizer *t, const cJSON *j, struct ah_error *err) {
+    const char *type = jstr(j, "type");
+    if (!type || !strcmp(type, "ByteLevel")) return 0;
+    if (!strcmp(type, "Sequence")) {
+        const cJSON *e;
+        int rc;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "processors")) {
+            if ((rc = load_post(t, e, err)) < 0) return rc;
+        }
+        return 0;
+    }
+    struct post *p = &t->post;
+    if (!strcmp(type, "TemplateProcessing")) {
+        const cJSON *table = cJSON_GetObjectItemCaseSensitive(j, "special_tokens"), *it;
+        bool seen_a = false;
+        int rc;
+        cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(j, "single")) {
+            const cJSON *sp = cJSON_GetObjectItemCaseSensitive(it, "SpecialToken");
+            if (!sp) {
+                seen_a = true;
+                continue;
+            }
+            if ((rc = special_ids(t, table, jstr(sp, "id"), seen_a ? &p->after : &p->before,
+                                  seen_a ? &p->n_after : &p->n_before, err)) < 0)
+                return rc;
+        }
+        return 0;
+    }
+    if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
+        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(j, "cls");
+        const cJSON *sep = cJSON_GetObjectItemCaseSensitive(j, "sep");
+        int rc = special_ids(
+            t, NULL, cJSON_GetArrayItem(cls, 0) ? cJSON_GetArrayItem(cls, 0)->valuestring : NULL,
+            &p->before, &p->n_before, err);
+        if (rc == 0)
+            rc = special_ids(t, NULL,
+                             cJSON_GetArrayItem(sep, 0) ? cJSON_GetArrayItem(sep, 0)->valuestring
+                                                        : NULL,
+                             &p->after, &p->n_after, err);
+        return rc;
+    }
+    return ah_fail(err, AH_EFORMAT,
+                   "%s: \"post_processor\": type \"%s\" is not supported (expected "
+                   "TemplateProcessing, ByteLevel, BertProcessing, RobertaProcessing or Sequence)",
+                   t->path, type);
+}
+
+static int trie_add(struct tokenizer *t, const char *s, size_t n, int token) {
+    int node = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        int k = t->trie[node].child;
+        while (k >= 0 && t->trie[k].byte != c)
+            k = t->trie[k].sibling;
+        if (k < 0) {
+            if (t->n_trie == t->cap_trie) {
+                int cap = t->cap_trie * 2;
+                struct trie_node *v = realloc(t->trie, (size_t)cap * sizeof *v);
+                if (!v) return -AH_ENOMEM;
+                t->trie = v;
+                t->cap_trie = cap;
+            }
+            k = t->n_trie++;
+            t->trie[k] = (struct trie_node){-1, t->trie[node].child, -1, c};
+            t->trie[node].child = k;
+        }
+        node = k;
+    }
+    t->trie[node].token = token;
+    return 0;
+}
+
+static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_list,
+                      struct ah_error *err) {
+    const char *type = jstr(m, "type");
+    if (!type || strcmp(type, "BPE"))
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: \"model.type\": \"%s\" is not supported (expected BPE)", t->path,
+                       type ? type : "?");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab"), *e;
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: \"model\": expected \"vocab\" (an object) and "
+                       "\"merges\" (a list)",
+                       t->path);
+    const char *sfx = jstr(m, "continuing_subword_prefix"), *eow = jstr(m, "end_of_word_suffix");
+    if ((sfx && *sfx) || (eow && *eow))
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: \"model\": continuing_subword_prefix / end_of_word_suffix are not "
+                       "supported",
+                       t->path);
+    int64_t max_id = -1, n_vocab = 0;
+    cJSON_ArrayForEach(e, vocab) {
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9)
+            return ah_fail(err, AH_EFORMAT, "%s: \"model.vocab\": \"%s\": expected an id", t->path,
+                           e->string);
+        max_id = (int64_t)e->valuedouble > max_id ? (int64_t)e->valuedouble : max_id;
+        n_vocab++;
+    }
+    cJSON_ArrayForEach(e, added_list) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        if (!cJSON_IsNumber(id) || !jstr(e, "content") || id->valuedouble < 0 ||
+            id->valuedouble > 1e9)
+            return ah_fail(err, AH_EFORMAT, "%s: \"added_tokens\": expected {\"id\", \"content\"}",
+                           t->path);
+        max_id = (int64_t)id->valuedouble > max_id ? (int64_t)id->valuedouble : max_id;
+        n_vocab++;
+    }
+    t->n_ids = max_id + 1;
+    t->vocab_cap = pow2_at_least((size_t)n_vocab * 2 + 16);
+    t->vocab = malloc(t->vocab_cap * sizeof *t->vocab);
+    t->id_off = calloc((size_t)t->n_ids + 1, sizeof *t->id_off);
+    t->id_len = malloc(((size_t)t->n_ids + 1) * sizeof *t->id_len);
+    t->is_special = calloc((size_t)t->n_ids + 1, 1);
+    t->is_added = calloc((size_t)t->n_ids + 1, 1);
+    t->added = calloc((size_t)cJSON_GetArraySize(added_list) + 1, sizeof *t->added);
+    t->cap_trie = 64;
+    t->trie = malloc((size_t)t->cap_trie * sizeof *t->trie);
+    if (!t->vocab || !t->id_off || !t->id_len || !t->is_special || !t->is_added || !t->added ||
+        !t->trie)
+        return -AH_ENOMEM;
+    for (size_t i = 0; i < t->vocab_cap; i++)
+        t->vocab[i].id = -1;
+    for (int64_t i = 0; i <= t->n_ids; i++)
+        t->id_len[i] = UINT32_MAX;
+    for (int i = 0; i < 1024; i++)
+        t->char_id[i] = -1;
+    t->trie[0] = (struct trie_node){-1, -1, -1, 0};
+    t->n_trie = 1;
+    int rc;
+    cJSON_ArrayForEach(e, vocab) {
+        if ((rc = vocab_set(t, e->string, strlen(e->string), (int64_t)e->valuedouble)) < 0)
+            return rc;
+    }
+    cJSON_ArrayForEach(e, added_list) { // added tokens join the vocabulary, as in transformers.js
+        struct added *a = &t->added[t->n_added];
+        a->content = strdup(jstr(e, "content"));
+        if (!a->content) return -AH_ENOMEM;
+        a->len = strlen(a->content);
+        a->id = (int64_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
+        a->lstrip = jbool(e, "lstrip", false);
+        a->rstrip = jbool(e, "rstrip", false);
+        a->special = jbool(e, "special", false);
+        t->is_added[a->id] = true;
+        t->is_special[a->id] = a->special;
+        if ((rc = vocab_set(t, a->content, a->len, a->id)) < 0) return rc;
+        if (a->len && (rc = trie_add(t, a->content, a->len, t->n_added)) < 0) return rc;
+        t->n_added++;
+    }
+    // merges: "a b" strings or [a, b] pairs
+    int n_merges = cJSON_GetArraySize(merges), rank = 0;
+    t->merges_cap = pow2_at_least((size_t)n_merges * 2 + 16);
+    t->merges = malloc(t->merges_cap * sizeof *t->merges);
+    struct buf pair = {0};
+    if (!t->merges) return -AH_ENOMEM;
+    for (size_t i = 0; i < t->merges_cap; i++)
+        t->merges[i] = (struct merge_entry){0, -1, -1};
+    cJSON_ArrayForEach(e, merges) {
+        const char *a, *b;
+        size_t la, lb;
+        if (cJSON_IsString(e)) {
+            const char *sp = strchr(e->valuestring, ' ');
+            if (!sp) {
+                free(pair.p);
+                return ah_fail(err, AH_EFORMAT, "%s: \"model.merges\"[%d]: \"%s\" is not \"a b\"",
+                               t->path, rank, e->valuestring);
+            }
+            a = e->valuestring, la = (size_t)(sp - a), b = sp + 1, lb = strlen(b);
+        } else if (cJSON_GetArraySize(e) == 2 && cJSON_IsString(cJSON_GetArrayItem(e, 0)) &&
+                   cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+            a = cJSON_GetArrayItem(e, 0)->valuestring, la = strlen(a);
+            b = cJSON_GetArrayItem(e, 1)->valuestring, lb = strlen(b);
+        } else {
+            free(pair.p);
+            return ah_fail(err, AH_EFORMAT, "%s: \"model.merges\"[%d]: expected \"a b\" or [a, b]",
+                           t->path, rank);
+        }
+        pair.n = 0;
+        if (buf_put(&pair, a, la) < 0 || buf_put(&pair, b, lb) < 0) {
+            free(pair.p);
+            return -AH_ENOMEM;
+        }
+        int64_t ia = vocab_get(t, a, la), ib = vocab_get(t, b, lb),
+                ir = vocab_get(t, pair.p, pair.n);
+        rank++;
+        if (ia < 0 || ib < 0 || ir < 0) continue; // can never apply
+        struct merge_entry *m2 = merge_slot(t, (uint64_t)ia << 32 | (uint64_t)ib);
+        if (m2->rank >= 0) continue; // the first rank of a pair wins
+        *m2 = (struct merge_entry){(uint64_t)ia << 32 | (uint64_t)ib, rank - 1, (int32_t)ir};
+    }
+    free(pair.p);
+    const char *unk = jstr(m, "unk_token");
+    t->unk_id = unk ? vocab_get(t, unk, strlen(unk)) : -1;
+    t->ignore_merges = jbool(m, "ignore_merges", false);
+    t->byte_fallback = jbool(m, "byte_fallback", false);
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        t->byte_id[b] = vocab_get(t, name, 6);
+    }
+    return 0;
+}
+
+static void norm_free(struct norm *n) {
+    for (int i = 0; i < n->n_kids; i++)
+        norm_free(&n->kids[i]);
+    free(n->kids);
+    free(n->content);
+    pcre2_code_free(n->re);
+}
+
+static void pre_free(struct pre *p) {
+    for (int i = 0; i < p->n_kids; i++)
+        pre_free(&p->kids[i]);
+    free(p->kids);
+    pcre2_code_free(p->re);
+}
+
+void tok_free(struct tokenizer *t) {
+    if (!t) return;
+    free(t->path);
+    free(t->str.p);
+    free(t->vocab);
+    free(t->id_off);
+    free(t->id_len);
+    free(t->is_special);
+    free(t->is_added);
+    free(t->merges);
+    for (int i = 0; i < t->n_added; i++)
+        free(t->added[i].content);
+    free(t->added);
+    free(t->trie);
+    if (t->norm) norm_free(t->norm);
+    free(t->norm);
+    if (t->pre) pre_free(t->pre);
+    free(t->pre);
+    free(t->post.before);
+    free(t->post.after);
+    pcre2_match_data_free(t->md);
+    free(t->spans.v);
+    pieces_free(&t->pa);
+    pieces_free(&t->pb);
+    pieces_free(&t->pc);
+    free(t->nb.p);
+    free(t->nb2.p);
+    free(t->sym);
+    free(t->prev);
+    free(t->next);
+    free(t->heap);
+    free(t->cache);
+    free(t->cache_keys.p);
+    tok_ids_free(&t->cache_ids);
+    free(t);
+}
+
+int tok_load(struct tokenizer **out, const char *path, struct ah_error *err) {
+    *out = NULL;
+    struct tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return -AH_ENOMEM;
+    struct stat st;
+    size_t pl = strlen(path) + 32;
+    t->path = malloc(pl);
+    if (!t->path) {
+        free(t);
+        return -AH_ENOMEM;
+    }
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(t->path, pl, "%s/tokenizer.json", path);
+    else
+        snprintf(t->path, pl, "%s", path);
+    char *text = NULL;
+    int rc = ah_read_file(t->path, &text, err);
+    cJSON *j = rc == 0 ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (rc == 0 && !j) rc = ah_fail(err, AH_EFORMAT, "%s: malformed JSON", t->path);
+    if (rc == 0)
+        rc = load_model(t, cJSON_GetObjectItemCaseSensitive(j, "model"),
+                        cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), err);
+    const cJSON *n = cJSON_GetObjectItemCaseSensitive(j, "normalizer");
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pre_tokenizer");
+    if (rc == 0 && cJSON_IsObject(n)) {
+        t->norm = calloc(1, sizeof *t->norm);
+        rc = t->norm ? load_norm(t, n, t->norm, err) : -AH_ENOMEM;
+    }
+    if (rc == 0 && cJSON_IsObject(p)) {
+        t->pre = calloc(1, sizeof *t->pre);
+        rc = t->pre ? load_pre(t, p, t->pre, false, err) : -AH_ENOMEM;
+    }
+    if (rc == 0) rc = load_post(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), err);
+    const char *dec = jstr(cJSON_GetObjectItemCaseSensitive(j, "decoder"), "type");
+    t->byte_level_decoder = dec && !strcmp(dec, "ByteLevel");
+    cJSON_Delete(j);
+    bytes_to_unicode(t->byte_char);
+    for (int i = 0; i < 324; i++)
+        t->char_byte[i] = -1;
+    for (int b = 0; b < 256; b++)
+        t->char_byte[t->byte_char[b]] = (int16_t)b;
+    for (int b = 0; b < 256; b++)
+        t->trie_first[b] = -1;
+    for (int k = t->trie ? t->trie[0].child : -1; k >= 0; k = t->trie[k].sibling)
+        t->trie_first[t->trie[k].byte] = k;
+    t->md = pcre2_match_data_create(4, NULL);
+    t->cache_cap = 1 << 16;
+    t->cache = calloc(t->cache_cap, sizeof *t->cache);
+    if (rc == 0 && (!t->md || !t->cache)) rc = -AH_ENOMEM;
+    if (rc < 0) {
+        tok_free(t);
+        return rc;
+    }
+    *out = t;
+    return 0;
+}
+
+int64_t tok_n_ids(const struct tokenizer *t) {
+    return t->n_ids;
+}
+
+// ----------------------------------------------------------------------------
+// normalizers
+
+static int norm_apply(struct tokenizer *t, const struct norm *n, struct buf *s) {
+    if (n->k == N_SEQ) {
+        for (int i = 0; i < n->n_kids; i++) {
+            int rc = norm_apply(t, &n->kids[i], s);
+            if (rc < 0) return rc;
+        }
+        return 0;
+    }
+    struct buf *o = &t->nb2;
+    o->n = 0;
+    if (n->k >= N_NFC && n->k <= N_NFKD) {
+        static const int opts[] = {UTF8PROC_COMPOSE, UTF8PROC_DECOMPOSE,
+                                   UTF8PROC_COMPOSE | UTF8PROC_COMPAT,
+                                   UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT};
+        utf8proc_uint8_t *res = NULL;
+        utf8proc_ssize_t k =
+            utf8proc_map((const utf8proc_uint8_t *)s->p, (utf8proc_ssize_t)s->n, &res,
+                         (utf8proc_option_t)(UTF8PROC_STABLE | opts[n->k - N_NFC]));
+        if (k < 0) return 0; // not valid UTF-8: cannot happen after sanitizing; leave as is
+        s->n = 0;
+        int rc = buf_put(s, res, (size_t)k);
+        free(res);
+        return rc;
+    }
+    int rc = 0;
+    if (n->k == N_LOWER) {
+        for (size_t i = 0; i < s->n && rc == 0;) {
+            size_t len;
+            char tmp[4];
+            int32_t cp = utf8_next(s->p + i, s->n - i, &len);
+            rc = buf_put(o, tmp, utf8_put(tmp, utf8proc_tolower(cp)));
+            i += len;
+        }
+    } else if (n->k == N_PREPEND) {
+        rc = s->n ? buf_put(o, n->content, strlen(n->content)) : 0;
+        if (rc == 0) rc = buf_put(o, s->p, s->n);
+    } else if (n->k == N_STRIP) {
+        size_t a = 0, b = s->n, len;
+        while (n->left && a < b && js_space(utf8_next(s->p + a, b - a, &len)))
+            a += len;
+        while (n->right && b > a) { // back up one code point
+            size_t c = b - 1;
+            while (c > a && ((unsigned char)s->p[c] & 0xC0) == 0x80)
+                c--;
+            if (!js_space(utf8_next(s->p + c, b - c, &len))) break;
+            b = c;
+        }
+        rc = buf_put(o, s->p + a, b - a);
+    } else { // Replace: every match by content
+        if ((rc = regex_spans(n->re, t->md, s->p, s->n, &t->spans)) < 0) return rc;
+        for (size_t i = 0; i < t->spans.n && rc == 0; i++) {
+            const struct span *sp = &t->spans.v[i];
+            rc = sp->match ? buf_put(o, n->content, strlen(n->content))
+                           : buf_put(o, s->p + sp->a, sp->b - sp->a);
+        }
+    }
+    if (rc < 0) return rc;
+    s->n = 0;
+    return buf_put(s, o->p ? o->p : "", o->n);
+}
+
+// ----------------------------------------------------------------------------
+// pre-tokenizers: in -> out, piece by piece
+
+// HF's split behaviours over the spans of one piece (tokenizers' pattern.rs / normalizer.rs)
+static int split_piece(const struct pre *p, const char *s, const struct spans *sp,
+                       struct pieces *out) {
+    int rc = 0;
+    size_t n = sp->n;
+    if (p->matches_only) { // ByteLevel, Digits: the matches (transformers.js' text.match)
+        for (size_t i = 0; i < n && rc == 0; i++)
+            if (sp->v[i].match) rc = pieces_add(out, s + sp->v[i].a, sp->v[i].b - sp->v[i].a);
+        return rc;
+    }
+    // is_delim: a match, or (inverted) a gap
+    for (size_t i = 0; i < n && rc == 0;) {
+        const struct span *c = &sp->v[i];
+        bool delim = c->match != p->invert;
+        size_t a = c->a, b = c->b, j = i + 1;
+        switch (p->behavior) {
+            case B_REMOVED:
+                if (!delim) rc = pieces_add(out, s + a, b - a);
+                break;
+            case B_ISOLATED:
+                rc = pieces_add(out, s + a, b - a);
+                break;
+            case B_CONTIGUOUS: // runs of equal kind become one
+                while (j < n && (sp->v[j].match != p->invert) == delim)
+                    b = sp->v[j++].b;
+                rc = pieces_add(out, s + a, b - a);
+                break;
+            case B_MERGED_PREV: // a delimiter joins the piece before it (if that one is no
+                                // delimiter)
+                while (j < n && (sp->v[j].match != p->invert) && !(sp->v[j - 1].match != p->invert))
+                    b = sp->v[j++].b;
+                rc = pieces_add(out, s + a, b - a);
+                break;
+            case B_MERGED_NEXT: // a delimiter joins the piece after it (if that one is no
+                                // delimiter)
+                if (delim && j < n && !(sp->v[j].match != p->invert)) b = sp->v[j++].b;
+                rc = pieces_add(out, s + a, b - a);
+                break;
+        }
+        i = j;
+    }
+    return rc;
+}
+
+static int pre_one(struct tokenizer *t, const struct pre *p, const struct pieces *in,
+                   struct pieces *out) {
+    pieces_clear(out);
+    for (size_t i = 0; i < in->n; i++) {
+        const char *s = in->b.p + in->v[i].off;
+        size_t n = in->v[i].len;
+        int rc;
+        if (p->k == P_BYTELEVEL) {
+            struct buf *w = &t->nb2; // prefix space, then the regex, then bytes -> characters
+            w->n = 0;
+            if ((p->add_prefix_space && s[0] != ' ' && buf_put(w, " ", 1) < 0) ||
+                buf_put(w, s, n) < 0)
+                return -AH_ENOMEM;
+            s = w->p, n = w->n;
+            if (p->re) {
+                if ((rc = regex_spans(p->re, t->md, s, n, &t->spans)) < 0) return rc;
+            } else {
+                t->spans.n = 0;
+                if ((rc = spans_add(&t->spans, 0, n, true)) < 0) return rc;
+            }
+            struct buf *m = &t->nb;
+            for (size_t k = 0; k < t->spans.n; k++) {
+                const struct span *sp = &t->spans.v[k];
+                if (!sp->match) continue;
+                m->n = 0;
+                if (buf_reserve(m, 2 * (sp->b - sp->a) + 1) < 0) return -AH_ENOMEM;
+                for (size_t q = sp->a; q < sp->b; q++)
+                    m->n += utf8_put(m->p + m->n, t->byte_char[(unsigned char)s[q]]);
+                if ((rc = pieces_add(out, m->p, m->n)) < 0) return rc;
+            }
+            continue;
+        }
+        if ((rc = regex_spans(p->re, t->md, s, n, &t->spans)) < 0) return rc;
+        if ((rc = split_piece(p, s, &t->spans, out)) < 0) return rc;
+    }
+    return 0;
+}
+
+// the section's pieces end up in t->pb
+static int pre_tokenize(struct tokenizer *t) {
+    const struct pre *p = t->pre;
+    if (!p) return 0;
+    if (p->k != P_SEQ) {
+        int rc = pre_one(t, p, &t->pa, &t->pc);
+        struct pieces tmp = t->pa;
+        t->pa = t->pc;
+        t->pc = tmp;
+        return rc;
+    }
+    for (int k = 0; k < p->n_kids; k++) {
+        int rc = pre_one(t, &p->kids[k], &t->pa, &t->pc);
+        if (rc < 0) return rc;
+        struct pieces tmp = t->pa;
+        t->pa = t->pc;
+        t->pc = tmp;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// BPE
+
+struct heap_item {
+    int32_t rank, left, right, a, b; // merge rank, node positions, their symbols when pushed
+};
+
+static bool heap_less(const struct heap_item *x, const struct heap_item *y) {
+    return x->rank < y->rank || (x->rank == y->rank && x->left < y->left);
+}
+
+static void heap_push(struct heap_item *h, size_t *n, struct heap_item it) {
+    size_t i = (*n)++;
+    while (i > 0 && heap_less(&it, &h[(i - 1) / 2])) {
+        h[i] = h[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    h[i] = it;
+}
+
+static struct heap_item heap_pop(struct heap_item *h, size_t *n) {
+    struct heap_item top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && heap_less(&h[c + 1], &h[c])) c++;
+        if (!heap_less(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n) h[i] = last;
+    return top;
+}
+
+static void push_pair(const struct tokenizer *t, struct heap_item *h, size_t *n, int32_t left,
+                      int32_t right) {
+    int32_t a = t->sym[left], b = t->sym[right];
+    if (a < 0 || b < 0) return;
+    const struct merge_entry *m = merge_slot(t, (uint64_t)a << 32 | (uint64_t)b);
+    if (m->rank >= 0) heap_push(h, n, (struct heap_item){m->rank, left, right, a, b});
+}
+
+// ids of one piece, appended to out
+static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_ids *out) {
+    if (t->ignore_merges) {
+        int64_t id = vocab_get(t, s, n);
+        if (id >= 0) return ids_push(out, id);
+    }
+    // the cache: a hit copies the ids
+    uint64_t h = hash_bytes(s, n);
+    size_t mask = t->cache_cap - 1, slot = h & mask;
+    for (;; slot = (slot + 1) & mask) {
+        struct cache_entry *e = &t->cache[slot];
+        if (!e->used) break;
+        if (e->hash == h && e->key_len == n && !memcmp(t->cache_keys.p + e->key_off, s, n)) {
+            for (uint32_t k = 0; k < e->ids_len; k++)
+                if (ids_push(out, t->cache_ids.v[e->ids_off + k]) < 0) return -AH_ENOMEM;
+            return 0;
+        }
+    }
+    if (n + 1 > t->cap_sym) {
+        size_t cap = pow2_at_least(n + 1);
+        int32_t *a = realloc(t->sym, cap * sizeof *a), *b = NULL, *c = NULL;
+        if (a) t->sym = a;
+        b = a ? realloc(t->prev, cap * sizeof *b) : NULL;
+        if (b) t->prev = b;
+        c = b ? realloc(t->next, cap * sizeof *c) : NULL;
+        if (c) t->next = c;
+        struct heap_item *hp = c ? realloc(t->heap, cap * 3 * sizeof *hp) : NULL;
+        if (!hp) return -AH_ENOMEM;
+        t->heap = hp;
+        t->cap_sym = cap;
+        t->cap_heap = cap * 3;
+    }
+    // symbols: one a character; the character's offset is kept in prev for the fallback
+    int32_t m = 0;
+    int32_t *off = t->prev; // reused below as links once symbols are set
+    for (size_t i = 0; i < n;) {
+        size_t len;
+        utf8_next(s + i, n - i, &len);
+        t->sym[m] = (int32_t)vocab_get(t, s + i, len);
+        off[m] = (int32_t)i;
+        m++;
+        i += len;
+    }
+    off[m] = (int32_t)n;
+    size_t first_out = out->n;
+    // characters with no token: byte fallback or unk, then the rest merge around them
+    int32_t *chr_off = malloc(((size_t)m + 1) * sizeof *chr_off);
+    if (!chr_off) return -AH_ENOMEM;
+    memcpy(chr_off, off, ((size_t)m + 1) * sizeof *chr_off);
+    for (int32_t i = 0; i < m; i++) {
+        t->prev[i] = i - 1;
+        t->next[i] = i + 1 < m ? i + 1 : -1;
+    }
+    size_t nh = 0;
+    for (int32_t i = 0; i + 1 < m; i++)
+        push_pair(t, t->heap, &nh, i, i + 1);
+    while (nh) {
+        struct heap_item it = heap_pop(t->heap, &nh);
+        int32_t l = it.left, r = it.right;
+        if (t->sym[l] != it.a || t->next[l] != r || t->sym[r] != it.b) continue; // stale
+        t->sym[l] = merge_slot(t, (uint64_t)it.a << 32 | (uint64_t)it.b)->result;
+        t->sym[r] = -2; // gone
+        t->next[l] = t->next[r];
+        if (t->next[r] >= 0) t->prev[t->next[r]] = l;
+        if (t->prev[l] >= 0) push_pair(t, t->heap, &nh, t->prev[l], l);
+        if (t->next[l] >= 0) push_pair(t, t->heap, &nh, l, t->next[l]);
+    }
+    int rc = 0;
+    for (int32_t i = m ? 0 : -1; i >= 0 && rc == 0; i = t->next[i]) {
+        if (t->sym[i] >= 0) {
+            rc = ids_push(out, t->sym[i]);
+            continue;
+        }
+        // an unknown character: its bytes as <0xXX> tokens, else unk (transformers.js)
+        const unsigned char *c = (const unsigned char *)s + chr_off[i];
+        size_t len = (size_t)(chr_off[i + 1] - chr_off[i]);
+        bool all = t->byte_fallback;
+        for (size_t k = 0; all && k < len; k++)
+            all = t->byte_id[c[k]] >= 0;
+        for (size_t k = 0; all && k < len && rc == 0; k++)
+            rc = ids_push(out, t->byte_id[c[k]]);
+        if (!all && t->unk_id >= 0) rc = ids_push(out, t->unk_id);
+    }
+    free(chr_off);
+    if (rc < 0) return rc;
+    // remember it (the cache is cleared when it fills up)
+    if (t->cache_n * 2 >= t->cache_cap || t->cache_keys.n + n > (1u << 30)) {
+        memset(t->cache, 0, t->cache_cap * sizeof *t->cache);
+        t->cache_n = 0;
+        t->cache_keys.n = 0;
+        t->cache_ids.n = 0;
+        slot = h & mask;
+    }
+    struct cache_entry e = {h,
+                            (uint32_t)t->cache_keys.n,
+                            (uint32_t)n,
+                            (uint32_t)t->cache_ids.n,
+                            (uint32_t)(out->n - first_out),
+                            true};
+    if (buf_put(&t->cache_keys, s, n) < 0) return -AH_ENOMEM;
+    for (size_t k = first_out; k < out->n; k++)
+        if (ids_push(&t->cache_ids, out->v[k]) < 0) return -AH_ENOMEM;
+    t->cache[slot] = e;
+    t->cache_n++;
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// encode
+
+// one section between added tokens: normalize, pre-tokenize, BPE
+static int encode_section(struct tokenizer *t, const char *s, size_t n, struct tok_ids *out) {
+    if (n == 0) return 0;
+    struct buf *b = &t->nb;
+    b->n = 0;
+    int rc = buf_put(b, s, n);
+    if (rc == 0 && t->norm) rc = norm_apply(t, t->norm, b);
+    if (rc < 0) return rc;
+    if (b->n == 0) return 0;
+    pieces_clear(&t->pa);
+    if ((rc = pieces_add(&t->pa, b->p, b->n)) < 0 || (rc = pre_tokenize(t)) < 0) return rc;
+    for (size_t i = 0; i < t->pa.n && rc == 0; i++)
+        rc = bpe_piece(t, t->pa.b.p + t->pa.v[i].off, t->pa.v[i].len, out);
+    return rc;
+}
+
+// the longest added token at s[0..n), or -1
+static int added_at(const struct tokenizer *t, const char *s, size_t n) {
+    int node = 0, found = -1;
+    for (size_t i = 0; i < n; i++) {
+        int k = i ? t->trie[node].child : t->trie_first[(unsigned char)s[0]];
+        while (i && k >= 0 && t->trie[k].byte != (unsigned char)s[i])
+            k = t->trie[k].sibling;
+        if (k < 0) break;
+        node = k;
+        if (t->trie[k].token >= 0) found = t->trie[k].token;
+    }
+    return found;
+}
+
+static size_t trim_end(const char *s, size_t a, size_t b) {
+    size_t len;
+    while (b > a) {
+        size_t c = b - 1;
+        while (c > a && ((unsigned char)s[c] & 0xC0) == 0x80)
+            c--;
+        if (!js_space(utf8_next(s + c, b - c, &len))) break;
+        b = c;
+    }
+    return b;
+}
+
+static size_t trim_start(const char *s, size_t a, size_t b) {
+    size_t len;
+    while (a < b && js_space(utf8_next(s + a, b - a, &len)))
+        a += len;
+    return a;
+}
+
+int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_special,
+               struct tok_ids *out) {
+    char *s = malloc(3 * len + 1);
+    if (!s) return -AH_ENOMEM;
+    size_t n = tok_utf8_sanitize(text, len, s);
+    int rc = 0;
+    if (add_special)
+        for (int i = 0; i < t->post.n_before && rc == 0; i++)
+            rc = ids_push(out, t->post.before[i]);
+    // sections between added tokens; lstrip/rstrip trim the neighbouring text
+    size_t start = 0, i = 0;
+    bool strip_next = false;
+    while (i <= n && rc == 0) {
+        int a = i < n ? added_at(t, s + i, n - i) : -1;
+        if (a < 0 && i < n) {
+            i++;
+            continue;
+        }
+        size_t b = a >= 0 && t->added[a].lstrip ? trim_end(s, start, i) : i;
+        size_t st = strip_next ? trim_start(s, start, b) : start;
+        rc = encode_section(t, s + st, b - st, out);
+        if (a < 0) break;
+        if (rc == 0) rc = ids_push(out, t->added[a].id);
+        strip_next = t->added[a].rstrip;
+        i += t->added[a].len;
+        start = i;
+    }
+    if (add_special)
+        for (int k = 0; k < t->post.n_after && rc == 0; k++)
+            rc = ids_push(out, t->post.after[k]);
+    free(s);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// decode
+
+int tok_decode(const struct tokenizer *t, const int64_t *ids, size_t n, bool skip_special,
+               char **text, size_t *len, struct ah_error *err) {
+    struct buf raw = {0};
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        int64_t id = ids[i];
+        if (id < 0 || id >= t->n_ids || t->id_len[id] == UINT32_MAX) {
+            rc = ah_fail(err, AH_EINVAL, "token id %lld is not in the vocabulary of %s",
+                         (long long)id, t->path);
+            break;
+        }
+        if (skip_special && t->is_special[id]) continue;
+        const char *s = t->str.p + t->id_off[id];
+        size_t sl = t->id_len[id];
+        if (t->is_added[id] || !t->byte_level_decoder) {
+            rc = buf_put(&raw, s, sl);
+            continue;
+        }
+        for (size_t k = 0; k < sl && rc == 0;) { // characters back to bytes
+            size_t cl;
+            int32_t cp = utf8_next(s + k, sl - k, &cl);
+            if (cp < 324 && t->char_byte[cp] >= 0) {
+                char c = (char)t->char_byte[cp];
+                rc = buf_put(&raw, &c, 1);
+            } else {
+                rc = buf_put(&raw, s + k, cl);
+            }
+            k += cl;
+        }
+    }
+    char *o = rc == 0 ? malloc(3 * raw.n + 1) : NULL;
+    if (rc == 0 && !o) rc = -AH_ENOMEM;
+    if (rc == 0) {
+        *len = tok_utf8_sanitize(raw.p ? raw.p : "", raw.n, o);
+        o[*len] = '\0';
+        *text = o;
+    }
+    free(raw.p);
+    return rc;
+}

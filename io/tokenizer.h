@@ -1,0 +1,54 @@
+// tokenizer.h - Hugging Face `tokenizer.json` for byte-level BPE models, in C.
+//
+// Encoding: added and special tokens are cut out of the raw text first (leftmost, longest; with
+// their lstrip/rstrip), then each other section is normalized (NFC, NFD, NFKC, NFKD, Lowercase,
+// Replace, Prepend, Strip, Sequence), pre-tokenized (Split with a regex or a string and any of its
+// behaviours, ByteLevel, Digits, Sequence), BPE-merged (merges as "a b" strings or [a, b] pairs,
+// ignore_merges, byte_fallback, unk_token), and post-processed (TemplateProcessing, Bert/Roberta,
+// ByteLevel, Sequence) when special tokens are asked for. Regexes run on PCRE2 with JavaScript's
+// meanings of \s, \d and \w (what transformers.js and the tokenizers' JS reference use); Unicode
+// normalization is utf8proc's. Text that is not valid UTF-8 is decoded as WHATWG decoders do
+// (each maximal invalid subpart becomes U+FFFD) before anything else.
+//
+// A tokenizer is read-only after tok_load except for its BPE cache: one per thread.
+#ifndef AH_TOKENIZER_H
+#define AH_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct ah_error;
+struct tokenizer;
+
+// A growable list of token ids.
+struct tok_ids {
+    int64_t *v;
+    size_t n, cap;
+};
+void tok_ids_free(struct tok_ids *ids);
+
+// path: a tokenizer.json, or a folder that holds one. Errors name the file and the JSON field
+// (an unsupported normalizer or pre-tokenizer type, a bad regex with its offset, ...).
+int tok_load(struct tokenizer **out, const char *path, struct ah_error *err);
+void tok_free(struct tokenizer *t); // safe on NULL
+
+// Appends the ids of text[0..len) (any bytes) to out; add_special runs the post-processor (the
+// BOS a model prepends, say). Returns 0 or -AH_ENOMEM.
+int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_special,
+               struct tok_ids *out);
+
+// Text of ids (malloc'd, NUL-terminated, *len bytes): added tokens as their content, the rest
+// through the ByteLevel decoder; skip_special drops special tokens. An id outside the vocabulary
+// is an error naming it.
+int tok_decode(const struct tokenizer *t, const int64_t *ids, size_t n, bool skip_special,
+               char **text, size_t *len, struct ah_error *err);
+
+// One past the largest id the tokenizer can produce.
+int64_t tok_n_ids(const struct tokenizer *t);
+
+// WHATWG UTF-8 decoding of s[0..n) into out (at least 3n bytes): valid sequences are copied, each
+// maximal invalid subpart becomes U+FFFD. Returns the bytes written.
+size_t tok_utf8_sanitize(const char *s, size_t n, char *out);
+
+#endif
