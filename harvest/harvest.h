@@ -5,6 +5,7 @@
 
 #include "io/h5out.h"
 #include "io/modeldir.h"
+#include "io/tokenizer.h"
 #include "jobs/job.h"
 #include "model/ah.h"
 #include "model/encdec.h"
@@ -15,11 +16,12 @@
 
 // ---- a loaded model of any family ----
 struct model {
-    const char *family;   // "encdec" or "laguna"
-    struct modeldir md;   // config (+ weights unless config-only)
-    struct encdec ed;     // family "encdec"
-    struct laguna lg;     // family "laguna" (weights unbound when config-only)
-    struct tap_desc *cat; // (n_cat) catalogue; owned
+    const char *family;    // "encdec" or "laguna"
+    struct modeldir md;    // config (+ weights unless config-only)
+    struct encdec ed;      // family "encdec"
+    struct laguna lg;      // family "laguna" (weights unbound when config-only)
+    struct tokenizer *tok; // the folder's tokenizer.json, if it has one (loaded with weights)
+    struct tap_desc *cat;  // (n_cat) catalogue; owned
     int n_cat;
     int n_blocks; // blocks of the layer loop
     int max_pos;  // longest prompt the model takes

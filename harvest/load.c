@@ -1,4 +1,5 @@
 // load.c - choose a family from config.json and bind its weights from the model folder.
+#define _POSIX_C_SOURCE 200809L // defines: access
 #include "harvest/harvest.h"
 
 #include <cjson/cJSON.h>
@@ -6,6 +7,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int model_config_encdec(const struct modeldir *md, struct encdec_config *c, struct ah_error *err) {
     const char *arch = md_config_string(md, "architecture");
@@ -62,6 +64,9 @@ int model_load(struct model *m, const char *dir, bool weights, struct ah_error *
     struct model_tensor *list = NULL;
     int rc = md_open(&m->md, dir, !weights, err);
     if (rc < 0) return rc;
+    char tp[4200];
+    snprintf(tp, sizeof tp, "%s/tokenizer.json", m->md.dir);
+    if (weights && access(tp, F_OK) == 0 && (rc = tok_load(&m->tok, tp, err)) < 0) goto fail;
     if (model_is_laguna(&m->md)) {
         m->family = "laguna";
         struct laguna_config cfg;
@@ -130,6 +135,7 @@ fail:
 void model_free(struct model *m) {
     encdec_free(&m->ed);
     laguna_free(&m->lg);
+    tok_free(m->tok);
     md_close(&m->md);
     free(m->cat);
     memset(m, 0, sizeof *m);

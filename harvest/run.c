@@ -174,7 +174,8 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "(world size = pipeline_stages x data-parallel replicas)",
                        j->path, j->pipeline_stages, world);
     int64_t cap = j->max_seq_len ? j->max_seq_len : m->max_pos;
-    if ((rc = ds_load(&pl->ds, j->data_path, j->data_field, cap, m->vocab, err)) < 0) return rc;
+    struct ds_spec spec = {j->data_path, j->data_format, j->data_field, m->tok, m->md.dir};
+    if ((rc = ds_load(&pl->ds, &spec, cap, m->vocab, err)) < 0) return rc;
     const struct ds_prompts *ds = &pl->ds;
     pl->S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);
     int deepest = -1;
@@ -184,7 +185,7 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
             deepest = m->cat[i].block > deepest ? m->cat[i].block : deepest;
         }
     pl->blk_end = deepest + 1 < m->n_blocks ? deepest + 1 : m->n_blocks;
-    if (j->pipeline_stages > pl->blk_end)
+    if (j->pipeline_stages > (pl->blk_end > 0 ? pl->blk_end : 1)) // 0 blocks: embeddings only
         return ah_fail(err, AH_EINVAL,
                        "%s: \"parallel.pipeline_stages\": %d stages for the %d blocks this job "
                        "runs (at most one stage a block)",
@@ -274,18 +275,20 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
     double head = 0.0;
     for (int i = 0; i < pl->n_dsets; i++)
         if (pl->dsets[i].desc->block == nb) head = model_block_flops(&pl->m, nb, T);
-    double *cost = malloc((size_t)pl->blk_end * sizeof *cost);
+    double *cost = malloc((size_t)pl->blk_end * sizeof *cost + 1);
     int *cut = malloc(((size_t)g->n_stages + 1) * sizeof *cut);
     AH_ASSERT(cost && cut);
+    cut[0] = cut[1] = 0; // no block to run (the embeddings alone): one stage, blocks [0, 0)
     for (int b = 0; b < pl->blk_end; b++)
         cost[b] = model_block_flops(&pl->m, b, T) + (b == nb - 1 ? head : 0.0);
-    plan_partition(cost, pl->blk_end, g->n_stages, cut);
+    if (pl->blk_end > 0) plan_partition(cost, pl->blk_end, g->n_stages, cut);
     g->b0 = cut[g->stage];
     g->b1 = cut[g->stage + 1];
     free(cost);
     free(cut);
     g->i0 = g->i1 = 0;
-    for (int i = 0; i < pl->n_dsets; i++) {
+    if (pl->blk_end == 0) g->i1 = pl->n_dsets; // the embeddings alone: one stage writes all
+    for (int i = 0; pl->blk_end > 0 && i < pl->n_dsets; i++) {
         int b = owner_block(pl->dsets[i].desc->block, nb);
         if (b < g->b0)
             g->i0 = g->i1 = i + 1;

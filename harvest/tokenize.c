@@ -14,24 +14,26 @@
 static int usage(void) {
     fprintf(stderr,
             "usage: harvest tokenize MODEL_DIR_OR_TOKENIZER_JSON FILE_OR_GLOB... [--field NAME] "
-            "[--per-file] [--no-special] [--decode] [-o OUT.jsonl] [--quiet]\n"
+            "[--per-file] [--no-special] [--decode [--skip-special]] [-o OUT.jsonl] [--quiet]\n"
             "  FILE: .jsonl/.json (the \"text\" field, or --field), else plain text a prompt a "
-            "line (--per-file: a prompt a file); .gz is read as gzip\n");
+            "line (--per-file: a prompt a file); .gz is read as gzip; - is standard input\n"
+            "  --decode: FILE holds {\"input_ids\": [..]} lines; prints {\"text\": ..} lines\n");
     return 1;
 }
 
 struct tk {
     struct tokenizer *tok;
     FILE *out;
-    bool special, decode;
+    bool special, decode, skip_special;
     struct tok_ids ids;
     int64_t prompts, bytes;
     struct ah_error err;
 };
 
-static int emit_ids(void *u, const char *text, size_t len, const char *where) {
+static int emit_ids(void *u, const char *text, size_t len, const char *where, long index) {
     struct tk *k = u;
-    (void)where;
+    (void)where, (void)index;
+    if (len == 0) return 0; // an empty line is no prompt
     k->ids.n = 0;
     int rc = tok_encode(k->tok, text, len, k->special, &k->ids);
     if (rc < 0) return rc;
@@ -45,8 +47,10 @@ static int emit_ids(void *u, const char *text, size_t len, const char *where) {
 }
 
 // --decode: a JSON line with "input_ids" -> {"text": ...}
-static int emit_text(void *u, const char *line, size_t len, const char *where) {
+static int emit_text(void *u, const char *line, size_t len, const char *where, long index) {
     struct tk *k = u;
+    (void)index;
+    if (len == 0) return 0;
     cJSON *j = cJSON_ParseWithLength(line, len);
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "input_ids"), *e;
     if (!cJSON_IsArray(a)) {
@@ -71,7 +75,7 @@ static int emit_text(void *u, const char *line, size_t len, const char *where) {
     cJSON_Delete(j);
     char *text = NULL;
     size_t tl = 0;
-    if (rc == 0) rc = tok_decode(k->tok, k->ids.v, k->ids.n, false, &text, &tl, &k->err);
+    if (rc == 0) rc = tok_decode(k->tok, k->ids.v, k->ids.n, k->skip_special, &text, &tl, &k->err);
     if (rc < 0) {
         snprintf(k->err.msg + strlen(k->err.msg), sizeof k->err.msg - strlen(k->err.msg), " (%s)",
                  where);
@@ -108,6 +112,8 @@ int cmd_tokenize(int argc, char **argv) {
             k.special = false;
         else if (!strcmp(argv[i], "--decode"))
             k.decode = true;
+        else if (!strcmp(argv[i], "--skip-special"))
+            k.skip_special = true;
         else if (!strcmp(argv[i], "--quiet"))
             quiet = true;
         else if (argv[i][0] == '-' && argv[i][1])

@@ -1,29 +1,41 @@
-// dataset.h - prompts from a JSON Lines file: one prompt a line, {"input_ids": [..]} (or the field
-// the job names). Empty prompts are skipped and over-long ones truncated, both counted.
+// dataset.h - the prompts of a job: JSON Lines ({"input_ids": [..]} or {"text": ".."}, or the
+// field the job names), plain text a prompt a line, or text files a prompt a file (a glob); any
+// of them gzip'd. Text goes through the model's tokenizer (with its special tokens, as Hugging
+// Face's encode adds them). Empty prompts are skipped and over-long ones truncated, both counted.
 #ifndef AH_DATASET_H
 #define AH_DATASET_H
 
 #include <stdint.h>
 
 struct ah_error;
+struct tokenizer;
 
 struct ds_prompts {
     int64_t n;       // prompts kept
-    int64_t *source; // (n) 0-based line in the data file; owned
+    int64_t *source; // (n) 0-based line (or file) in the data; owned
     int64_t *len;    // (n) tokens used, after truncation; owned
     int64_t *off;    // (n) first token of the prompt in ids; owned
     int64_t *ids;    // (n_tokens) owned
     int64_t n_tokens;
-    int64_t n_lines;     // lines read
+    int64_t n_lines;     // lines (or files) read
     int64_t n_empty;     // prompts skipped because empty
     int64_t n_truncated; // prompts cut to `truncate_at`
     int64_t longest;     // longest prompt after truncation
 };
 
-// Loads every prompt. field: the key of each line's object (NULL: "input_ids"). Prompts longer than
-// truncate_at tokens are cut. Ids must lie in [0, vocab). Errors name the file and line.
-int ds_load(struct ds_prompts *p, const char *path, const char *field, int64_t truncate_at,
-            int64_t vocab, struct ah_error *err);
+struct ds_spec {
+    const char *path; // the file, or for "text-files" a glob
+    const char
+        *format; // "jsonl" (default), "text" (a prompt a line), "text-files" (a prompt a file)
+    const char *field;     // jsonl: the key of each line's object (NULL: "input_ids", else "text")
+    struct tokenizer *tok; // for text; NULL when the model folder has no tokenizer.json
+    const char *model_dir; // named in the message when text meets no tokenizer
+};
+
+// Loads every prompt. Prompts longer than truncate_at tokens are cut. Ids must lie in
+// [0, vocab). Errors name the file and line.
+int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_at, int64_t vocab,
+            struct ah_error *err);
 void ds_free(struct ds_prompts *p); // safe on a zeroed struct
 
 #endif

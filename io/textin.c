@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zlib.h>
 
 static bool ends_with(const char *s, const char *suffix) {
@@ -44,9 +45,9 @@ static long next_line(gzFile f, char **line, size_t *cap) {
     }
 }
 
-static int read_file(const struct text_source *s, const char *path, text_cb cb, void *u,
+static int read_file(struct text_source *s, const char *path, text_cb cb, void *u,
                      struct ah_error *err) {
-    gzFile f = gzopen(path, "rb");
+    gzFile f = strcmp(path, "-") ? gzopen(path, "rb") : gzdopen(dup(0), "rb"); // "-": stdin
     if (!f) return ah_fail(err, AH_ENOENT, "%s: cannot open: %s", path, strerror(errno));
     gzbuffer(f, 1 << 17);
     char *line = NULL, where[4200];
@@ -72,7 +73,7 @@ static int read_file(const struct text_source *s, const char *path, text_cb cb, 
             if (k == 0) break;
             n += (size_t)k;
         }
-        if (rc == 0 && n) rc = cb(u, line, n, path);
+        if (rc == 0) rc = cb(u, line ? line : "", n, path, s->next_index++);
         free(line);
         gzclose(f);
         return rc;
@@ -91,10 +92,10 @@ static int read_file(const struct text_source *s, const char *path, text_cb cb, 
         size_t len = (size_t)n;
         if (line[len - 1] == '\n') len--;
         if (len && line[len - 1] == '\r') len--;
-        if (len == 0) continue;
-        snprintf(where, sizeof where, "%s:%ld", path, lineno);
-        if (!jsonl) {
-            if ((rc = cb(u, line, len, where)) < 0) break;
+        snprintf(where, sizeof where, "%s: line %ld", path, lineno);
+        long index = s->next_index++;
+        if (!jsonl || len == 0) {
+            if ((rc = cb(u, line, len, where, index)) < 0) break;
             continue;
         }
         cJSON *j = cJSON_ParseWithLength(line, len);
@@ -104,7 +105,7 @@ static int read_file(const struct text_source *s, const char *path, text_cb cb, 
         } else if (!cJSON_IsString(v)) {
             rc = ah_fail(err, AH_EINVAL, "%s: expected a string field \"%s\"", where, s->field);
         } else {
-            rc = cb(u, v->valuestring, strlen(v->valuestring), where);
+            rc = cb(u, v->valuestring, strlen(v->valuestring), where, index);
         }
         cJSON_Delete(j);
         if (rc < 0) break;
@@ -114,7 +115,7 @@ static int read_file(const struct text_source *s, const char *path, text_cb cb, 
     return rc;
 }
 
-int text_read(const struct text_source *s, const char *path_or_glob, text_cb cb, void *u,
+int text_read(struct text_source *s, const char *path_or_glob, text_cb cb, void *u,
               struct ah_error *err) {
     if (!strpbrk(path_or_glob, "*?[")) return read_file(s, path_or_glob, cb, u, err);
     glob_t g;

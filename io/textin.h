@@ -14,17 +14,19 @@ struct ah_error;
 struct text_source {
     const char *field; // JSON Lines: the field that holds the text
     bool per_file;     // plain text: the whole file is one prompt (else one a line)
-    bool raw_lines;    // hand every non-empty line over as it is (field unused)
+    bool raw_lines;    // hand every line over as it is (field unused)
+    long next_index;   // running count of prompts handed over; start at 0
 };
 
-// Called for each prompt: its text (not NUL-terminated) and where it is ("FILE:LINE" or
-// "FILE"). A negative return stops the reading and is returned (cb fills err itself).
-typedef int (*text_cb)(void *u, const char *text, size_t len, const char *where);
+// Called for each prompt: its text (not NUL-terminated; empty for an empty line), where it is
+// ("FILE: line N" or "FILE") and its index (0-based line, or file, counted over all files read with
+// this source). A negative return stops the reading and is returned (cb fills err itself).
+typedef int (*text_cb)(void *u, const char *text, size_t len, const char *where, long index);
 
-// A file is JSON Lines when its name ends in .jsonl or .json (before an optional .gz); empty
-// lines are skipped, as are empty plain-text lines. Errors name the file and line: a line that is
-// not a JSON object, a missing or non-string field, a glob that matches nothing.
-int text_read(const struct text_source *s, const char *path_or_glob, text_cb cb, void *u,
+// A file is JSON Lines when its name ends in .jsonl or .json (before an optional .gz). Errors
+// name the file and line: a line that is not a JSON object, a missing or non-string field, a glob
+// that matches nothing.
+int text_read(struct text_source *s, const char *path_or_glob, text_cb cb, void *u,
               struct ah_error *err);
 
 #endif

@@ -247,8 +247,7 @@ static int regex_compile(pcre2_code **re, const char *pattern, const char *where
     if (regex_translate(pattern, &b) < 0) return -AH_ENOMEM;
     int code;
     PCRE2_SIZE at;
-    *re = pcre2_compile((PCRE2_SPTR)b.p, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_NO_UTF_CHECK,
-                        &code, &at, NULL);
+    *re = pcre2_compile((PCRE2_SPTR)b.p, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &code, &at, NULL);
     free(b.p);
     if (!*re) {
         PCRE2_UCHAR msg[256];
@@ -536,8 +535,10 @@ static int load_norm(struct tokenizer *t, const cJSON *j, struct norm *n, struct
         }
     } else if (n->k == N_REPLACE || n->k == N_PREPEND) {
         const char *c = jstr(j, n->k == N_PREPEND ? "prepend" : "content");
-        n->content = strdup(c ? c : "");
+        size_t cl = c ? strlen(c) : 0;
+        n->content = malloc(3 * cl + 1); // it goes into the text: valid UTF-8 only
         if (!n->content) return -AH_ENOMEM;
+        n->content[tok_utf8_sanitize(c ? c : "", cl, n->content)] = '\0';
         if (n->k == N_REPLACE) {
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pattern");
             const char *rx = jstr(p, "Regex"), *lit = jstr(p, "String");
@@ -726,7 +727,7 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
                        t->path);
     int64_t max_id = -1, n_vocab = 0;
     cJSON_ArrayForEach(e, vocab) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 1e9)
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 16777215)
             return ah_fail(err, AH_EFORMAT, "%s: \"model.vocab\": \"%s\": expected an id", t->path,
                            e->string);
         max_id = (int64_t)e->valuedouble > max_id ? (int64_t)e->valuedouble : max_id;
@@ -735,7 +736,7 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
     cJSON_ArrayForEach(e, added_list) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (!cJSON_IsNumber(id) || !jstr(e, "content") || id->valuedouble < 0 ||
-            id->valuedouble > 1e9)
+            id->valuedouble > 16777215)
             return ah_fail(err, AH_EFORMAT, "%s: \"added_tokens\": expected {\"id\", \"content\"}",
                            t->path);
         max_id = (int64_t)id->valuedouble > max_id ? (int64_t)id->valuedouble : max_id;
@@ -769,9 +770,11 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
     }
     cJSON_ArrayForEach(e, added_list) { // added tokens join the vocabulary, as in transformers.js
         struct added *a = &t->added[t->n_added];
-        a->content = strdup(jstr(e, "content"));
+        const char *c = jstr(e, "content"); // matched in valid UTF-8 text: made valid too
+        a->content = malloc(3 * strlen(c) + 1);
         if (!a->content) return -AH_ENOMEM;
-        a->len = strlen(a->content);
+        a->len = tok_utf8_sanitize(c, strlen(c), a->content);
+        a->content[a->len] = '\0';
         a->id = (int64_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
         a->lstrip = jbool(e, "lstrip", false);
         a->rstrip = jbool(e, "rstrip", false);
@@ -888,26 +891,19 @@ void tok_free(struct tokenizer *t) {
     free(t);
 }
 
-int tok_load(struct tokenizer **out, const char *path, struct ah_error *err) {
+// the tokenizer of JSON text; name (for messages) is the file it came from
+static int load_text(struct tokenizer **out, char *path, const char *text, size_t len,
+                     struct ah_error *err) {
     *out = NULL;
     struct tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return -AH_ENOMEM;
-    struct stat st;
-    size_t pl = strlen(path) + 32;
-    t->path = malloc(pl);
-    if (!t->path) {
-        free(t);
+    if (!t) {
+        free(path);
         return -AH_ENOMEM;
     }
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        snprintf(t->path, pl, "%s/tokenizer.json", path);
-    else
-        snprintf(t->path, pl, "%s", path);
-    char *text = NULL;
-    int rc = ah_read_file(t->path, &text, err);
-    cJSON *j = rc == 0 ? cJSON_Parse(text) : NULL;
-    free(text);
-    if (rc == 0 && !j) rc = ah_fail(err, AH_EFORMAT, "%s: malformed JSON", t->path);
+    t->path = path;
+    int rc = 0;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    if (!cJSON_IsObject(j)) rc = ah_fail(err, AH_EFORMAT, "%s: malformed JSON", t->path);
     if (rc == 0)
         rc = load_model(t, cJSON_GetObjectItemCaseSensitive(j, "model"),
                         cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), err);
@@ -944,6 +940,32 @@ int tok_load(struct tokenizer **out, const char *path, struct ah_error *err) {
     }
     *out = t;
     return 0;
+}
+
+int tok_load(struct tokenizer **out, const char *path, struct ah_error *err) {
+    *out = NULL;
+    struct stat st;
+    size_t pl = strlen(path) + 32;
+    char *full = malloc(pl), *text = NULL;
+    if (!full) return -AH_ENOMEM;
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        snprintf(full, pl, "%s/tokenizer.json", path);
+    else
+        snprintf(full, pl, "%s", path);
+    int rc = ah_read_file(full, &text, err);
+    if (rc < 0) {
+        free(full);
+        return rc;
+    }
+    rc = load_text(out, full, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int tok_load_json(struct tokenizer **out, const char *json, size_t len, const char *name,
+                  struct ah_error *err) {
+    char *n = strdup(name);
+    return n ? load_text(out, n, json, len, err) : -AH_ENOMEM;
 }
 
 int64_t tok_n_ids(const struct tokenizer *t) {

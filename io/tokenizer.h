@@ -32,6 +32,9 @@ void tok_ids_free(struct tok_ids *ids);
 // (an unsupported normalizer or pre-tokenizer type, a bad regex with its offset, ...).
 int tok_load(struct tokenizer **out, const char *path, struct ah_error *err);
 void tok_free(struct tokenizer *t); // safe on NULL
+// The same from JSON text in memory; name stands for the file in messages.
+int tok_load_json(struct tokenizer **out, const char *json, size_t len, const char *name,
+                  struct ah_error *err);
 
 // Appends the ids of text[0..len) (any bytes) to out; add_special runs the post-processor (the
 // BOS a model prepends, say). Returns 0 or -AH_ENOMEM.

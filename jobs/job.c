@@ -113,10 +113,11 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
     j->data_path = resolve(path, dpath);
     free(dpath);
     if (!j->data_format) j->data_format = strdup("jsonl");
-    if (strcmp(j->data_format, "jsonl"))
+    if (strcmp(j->data_format, "jsonl") && strcmp(j->data_format, "text") &&
+        strcmp(j->data_format, "text-files"))
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"data.format\": \"%s\" is not supported (expected "
-                       "\"jsonl\")",
+                       "%s: \"data.format\": \"%s\" is not supported (expected \"jsonl\", "
+                       "\"text\" or \"text-files\")",
                        path, j->data_format);
 
     const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");

@@ -17,7 +17,7 @@ struct job {
     char *text;         // the job as compact JSON text (provenance, resume check); owned
     char *model;        // resolved model folder; owned
     char *data_path;    // resolved data file; owned
-    char *data_format;  // "jsonl"; owned
+    char *data_format;  // "jsonl", "text" (a prompt a line) or "text-files" (a glob); owned
     char *data_field;   // field holding the prompt, or NULL: "input_ids" else "text"; owned
     char **activations; // (n_activations) names or globs as written; owned
     int n_activations;

