@@ -13,9 +13,14 @@ ROOT=$PWD
 JOBS=$(nproc 2>/dev/null || echo 2)
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
-          hdf5-tools libopenblas-dev libcjson-dev python3-numpy python3-h5py)
-# the Slurm tests start a real single-node cluster (slurmctld, slurmd, munge)
-[ "${1:-}" = test ] && PACKAGES+=(slurm-wlm)
+          hdf5-tools libopenblas-dev libcjson-dev libpcre2-dev libutf8proc-dev zlib1g-dev
+          python3-numpy python3-h5py)
+# the Slurm tests start a real single-node cluster (slurmctld, slurmd, munge); the fuzz test
+# needs clang's libFuzzer; the tokenizer test compares with a JavaScript reference (node + npm)
+if [ "${1:-}" = test ]; then
+    PACKAGES+=(slurm-wlm clang libclang-rt-dev)
+    command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
+fi
 
 install_missing() {
     local missing=()
@@ -48,6 +53,7 @@ case "${1:-quickstart}" in
 quickstart)
     mkdir -p out
     [ -f out/model/config.json ] || build/harvest init-model --family encdec --seed 0 out/model
+    cp data/tokenizer.json out/model/ # the spec model's tokenizer: the corpus is text
     build/harvest run data/quickstart.json --overwrite
     build/harvest inspect out/quickstart.h5 | head -8
     cat <<'MSG'
