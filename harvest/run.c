@@ -174,7 +174,8 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "(world size = pipeline_stages x data-parallel replicas)",
                        j->path, j->pipeline_stages, world);
     int64_t cap = j->max_seq_len ? j->max_seq_len : m->max_pos;
-    struct ds_spec spec = {j->data_path, j->data_format, j->data_field, m->tok, m->md.dir};
+    struct ds_spec spec = {j->data_path, j->data_format, j->data_field, m->tok, m->md.dir,
+                           j->pack ? j->max_seq_len : 0, j->pack_separator, j->pack_bos};
     if ((rc = ds_load(&pl->ds, &spec, cap, m->vocab, err)) < 0) return rc;
     const struct ds_prompts *ds = &pl->ds;
     pl->S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);

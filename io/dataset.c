@@ -1,4 +1,5 @@
 // dataset.c - see dataset.h
+#define _POSIX_C_SOURCE 200809L // defines: fseeko
 #include "io/dataset.h"
 
 #include "io/textin.h"
@@ -7,9 +8,11 @@
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -68,7 +71,157 @@ static int tokenize(struct loader *l, const char *text, size_t len, const char *
                        "%s: text prompts need a tokenizer.json in the model folder %s, which has "
                        "none; give {\"input_ids\": [..]} or add the model's tokenizer.json",
                        where, l->spec->model_dir ? l->spec->model_dir : "");
-    return tok_encode(l->spec->tok, text, len, true, &l->ids);
+    // packed documents get no special tokens of their own: the contexts get the BOS
+    return tok_encode(l->spec->tok, text, len, l->spec->pack_len == 0, &l->ids);
+}
+
+// ---- Megatron indexed datasets: PREFIX.idx ("MMIDIDX\0\0", version, dtype, counts, sizes,
+// pointers, document index) and PREFIX.bin (the tokens) ----
+
+static int read_exact(FILE *f, void *p, size_t n) {
+    return fread(p, 1, n, f) == n ? 0 : -1;
+}
+
+static int load_megatron(struct loader *l, const char *path) {
+    char prefix[4096], idx[4200], bin[4200];
+    snprintf(prefix, sizeof prefix, "%s", path);
+    size_t n = strlen(prefix);
+    if (n > 4 && (!strcmp(prefix + n - 4, ".bin") || !strcmp(prefix + n - 4, ".idx")))
+        prefix[n - 4] = '\0';
+    snprintf(idx, sizeof idx, "%s.idx", prefix);
+    snprintf(bin, sizeof bin, "%s.bin", prefix);
+    FILE *fi = fopen(idx, "rb"), *fb = fopen(bin, "rb");
+    int rc = 0;
+    char magic[9];
+    uint64_t version = 0, count = 0, docs = 0;
+    uint8_t code = 0;
+    int32_t *sizes = NULL;
+    int64_t *ptrs = NULL;
+    if (!fi || !fb) {
+        rc = ah_fail(l->err, AH_ENOENT,
+                     "%s: cannot open (a Megatron dataset is PREFIX.bin and "
+                     "PREFIX.idx)",
+                     !fi ? idx : bin);
+        goto done;
+    }
+    if (read_exact(fi, magic, 9) || memcmp(magic, "MMIDIDX\0\0", 9) ||
+        read_exact(fi, &version, 8) || version != 1 || read_exact(fi, &code, 1) ||
+        read_exact(fi, &count, 8) || read_exact(fi, &docs, 8) || count > (1ull << 40)) {
+        rc = ah_fail(l->err, AH_EFORMAT,
+                     "%s: not a Megatron index (expected \"MMIDIDX\" version 1)", idx);
+        goto done;
+    }
+    static const int width[9] = {0, 1, 1, 2, 4,
+                                 8, 0, 0, 2}; // 1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 8 u16
+    int w = code < 9 ? width[code] : 0;
+    if (!w) {
+        rc = ah_fail(l->err, AH_EFORMAT, "%s: token dtype code %u is not an integer type", idx,
+                     code);
+        goto done;
+    }
+    sizes = malloc(count * sizeof *sizes + 1);
+    ptrs = malloc(count * sizeof *ptrs + 1);
+    if (!sizes || !ptrs) {
+        rc = -AH_ENOMEM;
+        goto done;
+    }
+    if (read_exact(fi, sizes, count * sizeof *sizes) ||
+        read_exact(fi, ptrs, count * sizeof *ptrs)) {
+        rc = ah_fail(l->err, AH_EFORMAT, "%s: truncated (%llu sequences announced)", idx,
+                     (unsigned long long)count);
+        goto done;
+    }
+    unsigned char *raw = NULL;
+    size_t raw_cap = 0;
+    char where[4300];
+    for (uint64_t i = 0; i < count && rc == 0; i++) {
+        snprintf(where, sizeof where, "%s: sequence %llu", bin, (unsigned long long)i);
+        l->p->n_lines = (int64_t)i + 1;
+        l->ids.n = 0;
+        if (sizes[i] < 0 || fseeko(fb, (off_t)ptrs[i], SEEK_SET) != 0) {
+            rc = ah_fail(l->err, AH_EFORMAT, "%s: bad size or offset in %s", where, idx);
+            break;
+        }
+        size_t bytes = (size_t)sizes[i] * (size_t)w;
+        if (bytes > raw_cap) {
+            unsigned char *nr = realloc(raw, bytes);
+            size_t cap = (size_t)sizes[i];
+            int64_t *nv = nr ? realloc(l->ids.v, cap * sizeof *nv + 1) : NULL;
+            if (nr) raw = nr;
+            if (!nv) {
+                rc = -AH_ENOMEM;
+                break;
+            }
+            l->ids.v = nv;
+            l->ids.cap = cap;
+            raw_cap = bytes;
+        }
+        if (read_exact(fb, raw, bytes)) {
+            rc = ah_fail(l->err, AH_EFORMAT, "%s: past the end of the file", where);
+            break;
+        }
+        for (int32_t k = 0; k < sizes[i]; k++) { // little-endian, as numpy writes them
+            const unsigned char *q = raw + (size_t)k * (size_t)w;
+            uint64_t u = 0;
+            for (int b = w - 1; b >= 0; b--)
+                u = u << 8 | q[b];
+            int64_t v = (int64_t)u; // sign-extend the signed types
+            if (code == 2) v = (int8_t)u;
+            if (code == 3) v = (int16_t)u;
+            if (code == 4) v = (int32_t)u;
+            l->ids.v[k] = v;
+        }
+        l->ids.n = (size_t)sizes[i];
+        if (rc == 0) rc = add_prompt(l, (long)i, where, "tokens");
+    }
+    free(raw);
+done:
+    if (fi) fclose(fi);
+    if (fb) fclose(fb);
+    free(sizes);
+    free(ptrs);
+    return rc;
+}
+
+// joins the documents of p, the separator between two, and cuts contexts of len tokens, each
+// starting with bos when given
+static int pack(struct ds_prompts *p, int64_t len, int64_t sep, int64_t bos) {
+    int64_t body = bos >= 0 ? len - 1 : len, total = p->n_tokens + (sep >= 0 ? p->n - 1 : 0);
+    if (p->n == 0) return 0;
+    int64_t n_ctx = (total + body - 1) / body;
+    int64_t *ids = malloc((size_t)(total + n_ctx + 1) * sizeof *ids);
+    int64_t *src = malloc((size_t)(n_ctx + 1) * sizeof *src);
+    int64_t *ln = malloc((size_t)(n_ctx + 1) * sizeof *ln),
+            *off = malloc((size_t)(n_ctx + 1) * sizeof *off);
+    if (!ids || !src || !ln || !off) {
+        free(ids), free(src), free(ln), free(off);
+        return -AH_ENOMEM;
+    }
+    int64_t c = 0, t = 0, in_ctx = body; // in_ctx == body: start a new context
+    for (int64_t d = 0; d < p->n; d++) {
+        int64_t first = d > 0 && sep >= 0 ? -1 : 0; // -1: the separator before the document
+        for (int64_t k = first; k < p->len[d]; k++) {
+            if (in_ctx == body) {
+                off[c] = t;
+                src[c] = p->source[d];
+                ln[c] = 0;
+                c++;
+                in_ctx = 0;
+                if (bos >= 0) ids[t++] = bos, ln[c - 1]++;
+            }
+            ids[t++] = k < 0 ? sep : p->ids[p->off[d] + k];
+            ln[c - 1]++;
+            in_ctx++;
+        }
+    }
+    free(p->ids), free(p->source), free(p->len), free(p->off);
+    p->ids = ids, p->source = src, p->len = ln, p->off = off;
+    p->n = c;
+    p->n_tokens = t;
+    p->longest = 0;
+    for (int64_t i = 0; i < c; i++)
+        p->longest = ln[i] > p->longest ? ln[i] : p->longest;
+    return 0;
 }
 
 static int on_line(void *u, const char *text, size_t len, const char *where, long index) {
@@ -132,11 +285,25 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
     memset(p, 0, sizeof *p);
     struct ds_spec s = *spec;
     if (!s.format) s.format = "jsonl";
-    struct loader l = {.p = p, .spec = &s, .truncate_at = truncate_at, .vocab = vocab, .err = err};
+    struct loader l = {.p = p,
+                       .spec = &s,
+                       .truncate_at = s.pack_len > 0 ? INT64_MAX : truncate_at,
+                       .vocab = vocab,
+                       .err = err};
     bool per_file = !strcmp(s.format, "text-files");
     struct text_source src = {.raw_lines = !per_file, .per_file = per_file};
-    int rc = text_read(&src, s.path, on_line, &l, err);
+    int rc = !strcmp(s.format, "megatron") ? load_megatron(&l, s.path)
+                                           : text_read(&src, s.path, on_line, &l, err);
     tok_ids_free(&l.ids);
+    for (int k = 0; rc == 0 && s.pack_len > 0 && k < 2; k++) {
+        int64_t id = k ? s.pack_bos : s.pack_separator;
+        if (id >= vocab)
+            rc = ah_fail(err, AH_EINVAL,
+                         "\"data.pack.%s\": token id %lld is outside the model's "
+                         "vocabulary [0, %lld)",
+                         k ? "bos" : "separator", (long long)id, (long long)vocab);
+    }
+    if (rc == 0 && s.pack_len > 0) rc = pack(p, s.pack_len, s.pack_separator, s.pack_bos);
     if (rc < 0) ds_free(p);
     return rc;
 }

@@ -1,7 +1,13 @@
 // dataset.h - the prompts of a job: JSON Lines ({"input_ids": [..]} or {"text": ".."}, or the
 // field the job names), plain text a prompt a line, or text files a prompt a file (a glob); any
-// of them gzip'd. Text goes through the model's tokenizer (with its special tokens, as Hugging
+// of them gzip'd; or a Megatron indexed dataset (PREFIX.bin + PREFIX.idx, "MMIDIDX" version 1: a
+// sequence a prompt). Text goes through the model's tokenizer (with its special tokens, as Hugging
 // Face's encode adds them). Empty prompts are skipped and over-long ones truncated, both counted.
+//
+// Packing (SAE datasets): the documents are joined, a separator token between two, and cut into
+// contexts of `pack_len` tokens (the last may be shorter), each optionally starting with a BOS;
+// text is then tokenized without the tokenizer's special tokens. A context's source is the
+// document its first token comes from.
 #ifndef AH_DATASET_H
 #define AH_DATASET_H
 
@@ -24,12 +30,14 @@ struct ds_prompts {
 };
 
 struct ds_spec {
-    const char *path; // the file, or for "text-files" a glob
-    const char
-        *format; // "jsonl" (default), "text" (a prompt a line), "text-files" (a prompt a file)
+    const char *path;      // the file, a glob for "text-files", PREFIX(.bin) for "megatron"
+    const char *format;    // "jsonl" (default), "text", "text-files" or "megatron"
     const char *field;     // jsonl: the key of each line's object (NULL: "input_ids", else "text")
     struct tokenizer *tok; // for text; NULL when the model folder has no tokenizer.json
     const char *model_dir; // named in the message when text meets no tokenizer
+    int pack_len;          // > 0: pack into contexts of this many tokens
+    int pack_separator;    // -1: none
+    int pack_bos;          // -1: none
 };
 
 // Loads every prompt. Prompts longer than truncate_at tokens are cut. Ids must lie in

@@ -82,7 +82,8 @@ static int line_of(const char *text, const char *at) {
 
 static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
                                        "batch_size", "output", "parallel",    NULL};
-static const char *const data_keys[] = {"path", "format", "field", NULL};
+static const char *const data_keys[] = {"path", "format", "field", "pack", NULL};
+static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
     "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
 static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
@@ -107,6 +108,24 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
             free(dpath);
             return rc;
         }
+        const cJSON *pack = cJSON_GetObjectItemCaseSensitive(data, "pack");
+        j->pack_separator = j->pack_bos = -1;
+        if (pack && !cJSON_IsObject(pack))
+            rc = ah_fail(err, AH_EINVAL,
+                         "%s: \"data.pack\": expected an object {\"separator\": id, \"bos\": id} "
+                         "(both optional)",
+                         path);
+        if (rc == 0 && pack) {
+            j->pack = true;
+            if ((rc = check_keys(pack, pack_keys, path, "data.pack: ", err)) == 0 &&
+                (rc = get_int(pack, "separator", path, "data.pack.", 0, 1 << 30, &j->pack_separator,
+                              err)) == 0)
+                rc = get_int(pack, "bos", path, "data.pack.", 0, 1 << 30, &j->pack_bos, err);
+        }
+        if (rc < 0) {
+            free(dpath);
+            return rc;
+        }
     } else if ((rc = get_string(root, "data", path, "", true, &dpath, err)) < 0) {
         return rc;
     }
@@ -114,10 +133,10 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
     free(dpath);
     if (!j->data_format) j->data_format = strdup("jsonl");
     if (strcmp(j->data_format, "jsonl") && strcmp(j->data_format, "text") &&
-        strcmp(j->data_format, "text-files"))
+        strcmp(j->data_format, "text-files") && strcmp(j->data_format, "megatron"))
         return ah_fail(err, AH_EINVAL,
                        "%s: \"data.format\": \"%s\" is not supported (expected \"jsonl\", "
-                       "\"text\" or \"text-files\")",
+                       "\"text\", \"text-files\" or \"megatron\")",
                        path, j->data_format);
 
     const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");
@@ -140,6 +159,11 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
     if ((rc = get_int(root, "max_seq_len", path, "", 1, 1 << 20, &j->max_seq_len, err)) < 0 ||
         (rc = get_int(root, "batch_size", path, "", 1, 1 << 16, &j->batch_size, err)) < 0)
         return rc;
+    if (j->pack && j->max_seq_len < 2)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"data.pack\" cuts contexts of \"max_seq_len\" tokens: give "
+                       "\"max_seq_len\" (at least 2)",
+                       path);
 
     const cJSON *out = cJSON_GetObjectItemCaseSensitive(root, "output");
     if (!cJSON_IsObject(out))

@@ -7,6 +7,8 @@
 
 #include <stdint.h>
 
+#include <stdbool.h>
+
 struct ah_error;
 
 enum job_layout { JOB_LAYOUT_PROMPT, JOB_LAYOUT_TOKEN };
@@ -17,8 +19,12 @@ struct job {
     char *text;         // the job as compact JSON text (provenance, resume check); owned
     char *model;        // resolved model folder; owned
     char *data_path;    // resolved data file; owned
-    char *data_format;  // "jsonl", "text" (a prompt a line) or "text-files" (a glob); owned
+    char *data_format;  // "jsonl", "text" (a prompt a line), "text-files" (a glob) or
+                        // "megatron" (an indexed .bin/.idx pair); owned
     char *data_field;   // field holding the prompt, or NULL: "input_ids" else "text"; owned
+    bool pack;          // data.pack: documents joined and cut into max_seq_len contexts
+    int pack_separator; // token between documents, -1 for none
+    int pack_bos;       // token that starts every context, -1 for none
     char **activations; // (n_activations) names or globs as written; owned
     int n_activations;
     int max_seq_len; // 0: the longest prompt, capped by the model

@@ -43,6 +43,9 @@ static void dump(const struct job *j, const char *dir, char *out, size_t cap) {
         rel(j->out_path, dir), job_dtype_name(j->out_dtype),
         j->layout == JOB_LAYOUT_TOKEN ? "token" : "prompt", j->compression, j->checkpoint_seconds,
         j->pipeline_stages, j->expert_parallel);
+    if (j->pack)
+        snprintf(out + strlen(out), cap - strlen(out), "\npack=separator %d, bos %d",
+                 j->pack_separator, j->pack_bos);
 }
 
 static int run_suite(const char *root, const char *kind) {

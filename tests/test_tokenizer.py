@@ -177,6 +177,63 @@ for label, data, source in (("text", {"path": "p.txt", "format": "text"}, [0, 1,
         check(np.array_equal(ids, np.concatenate(want)), f"{label}: /tokens/input_ids are the tokenizer's ids")
         check(list(f["prompts/source_index"][:]) == source, f"{label}: source_index {list(f['prompts/source_index'][:])}")
     print(f"text prompts ({label}): {len(want)} prompts, the tokenizer's ids", flush=True)
+
+# packing (SAE datasets): documents joined with <|endoftext|> (1), cut into contexts of 16 tokens
+# that each start with <|bos|> (0); text is tokenized without its own special tokens
+docs = [json.loads(l)["input_ids"] for l in subprocess.run(
+    [harvest, "tokenize", SPEC_TOKENIZER, "-", "--no-special", "--quiet"], input="\n".join(single) + "\n",
+    capture_output=True, text=True).stdout.splitlines()]
+stream, owner = [], []
+for d, ids in enumerate(docs):
+    if d:
+        stream.append(1)
+        owner.append(d)
+    stream += ids
+    owner += [d] * len(ids)
+ctx = [[0] + stream[i:i + 15] for i in range(0, len(stream), 15)]
+job = write_job(f"{work}/pack.json", data={"path": "p.txt", "format": "text", "pack": {"separator": 1, "bos": 0}},
+                max_seq_len=16, activations=["token_embeddings"], output={"path": "pack.h5"})
+p = run(harvest, "run", job, "--quiet")
+if check(p.returncode == 0, f"packing: exit {p.returncode}: {p.stderr}"):
+    with h5py.File(f"{work}/pack.h5", "r") as f:
+        check(np.array_equal(f["tokens/input_ids"][:], np.concatenate(ctx)), "packing: the contexts' ids")
+        check(list(f["prompts/length"][:]) == [len(c) for c in ctx], "packing: context lengths (16, the last shorter)")
+        lines = [0, 1, 2, 3, 5, 6, 7, 8]  # the documents' lines in p.txt (line 4 is blank)
+        check(list(f["prompts/source_index"][:]) == [lines[owner[i]] for i in range(0, len(stream), 15)],
+              "packing: a context's source is the document of its first token")
+    print(f"packing: {len(docs)} documents -> {len(ctx)} contexts of 16 tokens", flush=True)
+p = run(harvest, "run", write_job(f"{work}/pack_bad.json", data={"path": "p.txt", "format": "text", "pack": {}},
+                                  output={"path": "pb.h5"}))
+check(p.returncode == 1 and "give \"max_seq_len\"" in p.stderr, f"packing without max_seq_len: {p.stderr.strip()}")
+
+# Megatron indexed datasets (.bin + .idx, "MMIDIDX" version 1), uint16 and int32 tokens
+import struct
+seqs = [[5, 6, 7], [8], [], [9, 10, 11, 12, 4000]]
+for code, dt in ((8, np.uint16), (4, np.int32)):
+    pre = f"{work}/meg{code}"
+    with open(pre + ".bin", "wb") as f:
+        for q in seqs:
+            f.write(np.array(q, dt).tobytes())
+    sizes = np.array([len(q) for q in seqs], np.int32)
+    ptrs = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64) * np.dtype(dt).itemsize
+    with open(pre + ".idx", "wb") as f:
+        f.write(b"MMIDIDX\x00\x00" + struct.pack("<Q", 1) + struct.pack("<B", code) +
+                struct.pack("<QQ", len(seqs), len(seqs) + 1) + sizes.tobytes() + ptrs.tobytes() +
+                np.arange(len(seqs) + 1, dtype=np.int64).tobytes())
+    job = write_job(f"{work}/meg{code}.json", data={"path": f"meg{code}", "format": "megatron"},
+                    activations=["token_embeddings"], output={"path": f"meg{code}.h5"})
+    p = run(harvest, "run", job, "--quiet")
+    if check(p.returncode == 0, f"megatron ({dt.__name__}): exit {p.returncode}: {p.stderr}"):
+        with h5py.File(f"{work}/meg{code}.h5", "r") as f:
+            check(np.array_equal(f["tokens/input_ids"][:], np.concatenate([q for q in seqs if q])),
+                  f"megatron ({dt.__name__}): the tokens")
+            check(list(f["prompts/source_index"][:]) == [0, 1, 3] and f.attrs["n_prompts_skipped_empty"] == 1,
+                  f"megatron ({dt.__name__}): sequences as prompts, the empty one skipped")
+        print(f"megatron .bin/.idx ({dt.__name__}): {len(seqs)} sequences", flush=True)
+open(f"{work}/meg8.idx", "r+b").write(b"NOTMAGIC")
+p = run(harvest, "run", f"{work}/meg8.json")
+check(p.returncode == 1 and "meg8.idx: not a Megatron index" in p.stderr, f"a bad Megatron index: {p.stderr.strip()}")
+
 os.remove(f"{model}/tokenizer.json")
 write_job(f"{work}/notok.json", data={"path": "p.txt", "format": "text"}, output={"path": "notok.h5"})
 p = run(harvest, "run", f"{work}/notok.json")
