@@ -1,10 +1,12 @@
 // inspect.c - `harvest activations` (the catalogue of a model) and `harvest inspect` (an output).
+#define _POSIX_C_SOURCE 200809L // defines: access
 #include "harvest/harvest.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int cmd_activations(int argc, char **argv) {
     const char *dir = NULL, *glob = NULL;
@@ -67,11 +69,64 @@ int cmd_activations(int argc, char **argv) {
 // ----------------------------------------------------------------------------
 // inspect
 
+// The tokenizer for an output's text: --tokenizer, else the job's model folder as written (from
+// the working directory), else relative to the output's folder.
+static int output_tokenizer(const char *out, const char *given, const char *job,
+                            struct tokenizer **tok, struct ah_error *err) {
+    if (given) return tok_load(tok, given, err);
+    cJSON *j = job ? cJSON_Parse(job) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
+    char path[4200] = "";
+    int rc = -1;
+    if (cJSON_IsString(m)) {
+        snprintf(path, sizeof path, "%s/tokenizer.json", m->valuestring);
+        if (access(path, F_OK) != 0 && m->valuestring[0] != '/') {
+            const char *slash = strrchr(out, '/');
+            snprintf(path, sizeof path, "%.*s/%s/tokenizer.json", slash ? (int)(slash - out) : 1,
+                     slash ? out : ".", m->valuestring);
+        }
+        if (access(path, F_OK) == 0) rc = tok_load(tok, path, err);
+    }
+    cJSON_Delete(j);
+    if (rc == -1)
+        rc = ah_fail(err, AH_ENOENT,
+                     "%s: no tokenizer.json found in the job's model folder (%s); give "
+                     "--tokenizer PATH",
+                     out, path[0] ? path : "no \"model\" in the job attribute");
+    return rc;
+}
+
 int cmd_inspect(int argc, char **argv) {
-    if (argc != 1) {
-        fprintf(stderr, "usage: harvest inspect OUT.h5\n");
+    const char *path = NULL, *tokpath = NULL;
+    long long text = -1;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--text") && i + 1 < argc)
+            text = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
+            tokpath = argv[++i];
+        else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else
+            path = NULL, i = argc;
+    }
+    if (!path) {
+        fprintf(stderr, "usage: harvest inspect OUT.h5 [--text PROMPT [--tokenizer PATH]]\n");
         return 1;
     }
     struct ah_error err = {0};
-    return report(h5out_inspect(argv[0], stdout, &err), &err);
+    int rc = h5out_inspect(path, stdout, &err);
+    if (rc < 0 || text < 0) return report(rc, &err);
+    int64_t *ids = NULL, n = 0;
+    char *job = NULL, *s = NULL;
+    size_t len = 0;
+    struct tokenizer *tok = NULL;
+    rc = h5out_prompt_ids(path, text, &ids, &n, &job, &err);
+    if (rc == 0) rc = output_tokenizer(path, tokpath, job, &tok, &err);
+    if (rc == 0) rc = tok_decode(tok, ids, (size_t)n, false, &s, &len, &err);
+    if (rc == 0) printf("prompt %lld (%lld tokens): %s\n", text, (long long)n, s);
+    free(s);
+    free(ids);
+    free(job);
+    tok_free(tok);
+    return report(rc, &err);
 }

@@ -992,3 +992,57 @@ int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
     H5Fclose(f);
     return 0;
 }
+
+int h5out_prompt_ids(const char *path, int64_t prompt, int64_t **ids, int64_t *len, char **job,
+                     struct ah_error *err) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    *ids = NULL;
+    *len = 0;
+    *job = NULL;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return ah_fail(err, AH_EINVAL, "%s: cannot open as HDF5", path);
+    int64_t n = dset_len(f, "prompts/length"), off = 0, ln = 0;
+    int rc = 0;
+    if (prompt < 0 || prompt >= n) {
+        rc = ah_fail(err, AH_EINVAL, "%s: prompt %lld does not exist (the output has %lld)", path,
+                     (long long)prompt, (long long)n);
+    } else {
+        hid_t dl = H5Dopen2(f, "prompts/length", H5P_DEFAULT);
+        hid_t doff = H5Dopen2(f, "prompts/token_offset", H5P_DEFAULT);
+        hid_t dt = H5Dopen2(f, "tokens/input_ids", H5P_DEFAULT);
+        hsize_t one = 1, at = (hsize_t)prompt;
+        hid_t mem = H5Screate_simple(1, &one, NULL);
+        hid_t sl = H5Dget_space(dl), so = H5Dget_space(doff);
+        H5Sselect_hyperslab(sl, H5S_SELECT_SET, &at, NULL, &one, NULL);
+        H5Sselect_hyperslab(so, H5S_SELECT_SET, &at, NULL, &one, NULL);
+        bool ok = dl >= 0 && doff >= 0 && dt >= 0 &&
+                  H5Dread(dl, H5T_NATIVE_INT64, mem, sl, H5P_DEFAULT, &ln) >= 0 &&
+                  H5Dread(doff, H5T_NATIVE_INT64, mem, so, H5P_DEFAULT, &off) >= 0 && ln >= 0;
+        *ids = ok ? malloc((size_t)ln * sizeof **ids + 1) : NULL;
+        if (ok && *ids && ln > 0) {
+            hsize_t cnt = (hsize_t)ln, start = (hsize_t)off;
+            hid_t mt = H5Screate_simple(1, &cnt, NULL), st = H5Dget_space(dt);
+            H5Sselect_hyperslab(st, H5S_SELECT_SET, &start, NULL, &cnt, NULL);
+            ok = H5Dread(dt, H5T_NATIVE_INT64, mt, st, H5P_DEFAULT, *ids) >= 0;
+            H5Sclose(mt);
+            H5Sclose(st);
+        }
+        if (!ok || !*ids)
+            rc = ah_fail(err, AH_EIO, "%s: cannot read prompt %lld's tokens", path,
+                         (long long)prompt);
+        *len = ln;
+        H5Sclose(mem);
+        H5Sclose(sl);
+        H5Sclose(so);
+        if (dl >= 0) H5Dclose(dl);
+        if (doff >= 0) H5Dclose(doff);
+        if (dt >= 0) H5Dclose(dt);
+    }
+    if (rc == 0) *job = attr_read_str(f, "job");
+    H5Fclose(f);
+    if (rc < 0) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return rc;
+}

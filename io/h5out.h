@@ -114,5 +114,9 @@ int h5out_remove(const char *path, struct ah_error *err);
 // Prints a summary of an output (read-only): completeness, prompts, tokens, segments, each dataset
 // with shape, activation dtype and storage dtype. -AH_EINVAL if path is not a harvest output.
 int h5out_inspect(const char *path, FILE *out, struct ah_error *err);
+// The token ids of one prompt of an output (*ids malloc'd, *len of them) and its job attribute
+// (*job malloc'd, NULL if absent).
+int h5out_prompt_ids(const char *path, int64_t prompt, int64_t **ids, int64_t *len, char **job,
+                     struct ah_error *err);
 
 #endif

@@ -177,6 +177,11 @@ for label, data, source in (("text", {"path": "p.txt", "format": "text"}, [0, 1,
         check(np.array_equal(ids, np.concatenate(want)), f"{label}: /tokens/input_ids are the tokenizer's ids")
         check(list(f["prompts/source_index"][:]) == source, f"{label}: source_index {list(f['prompts/source_index'][:])}")
     print(f"text prompts ({label}): {len(want)} prompts, the tokenizer's ids", flush=True)
+    if label == "text":  # inspect shows a prompt's text, through the job's model folder's tokenizer
+        ins = run(harvest, "inspect", f"{work}/{label}.h5", "--text", "2", check=0).stdout
+        import unicodedata  # the spec tokenizer normalizes to NFC
+        shown = f"prompt 2 ({len(want[2])} tokens): <|bos|>{unicodedata.normalize('NFC', single[2])}"
+        check(shown in ins, f"inspect --text: {ins[-300:]!r}")
 
 # packing (SAE datasets): documents joined with <|endoftext|> (1), cut into contexts of 16 tokens
 # that each start with <|bos|> (0); text is tokenized without its own special tokens
