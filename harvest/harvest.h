@@ -41,8 +41,9 @@ struct model_state {
     struct laguna_state lg;
 };
 // want (catalogue-indexed) sizes tap-only buffers; NULL = anything may be asked for.
+// shard: Laguna's expert shard of this rank (NULL: every expert), borrowed.
 int model_state_init(const struct model *m, struct model_state *s, int max_T, int64_t max_tokens,
-                     const uint8_t *want);
+                     const uint8_t *want, const struct laguna_shard *shard);
 void model_state_free(struct model_state *s);
 void model_forward(const struct model *m, struct model_state *s, const struct mbatch *bt,
                    const struct tap *tp, int blk_begin, int blk_end);
@@ -53,7 +54,9 @@ int model_hidden(const struct model *m);
 double model_block_flops(const struct model *m, int b, int T);
 // Weight bytes a stage running blocks [b0, b1) touches (embeddings with block 0, the final norm
 // and head with `head`), and the storage they are kept in ("BF16, mapped", "float32").
-int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, const char **kind);
+// Routed experts count 1/n_shards of theirs (shard's range of them).
+int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, int shard, int n_shards,
+                          const char **kind);
 
 // ---- collector: tap -> h5out rows ----
 struct collector {

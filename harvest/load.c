@@ -151,9 +151,9 @@ static bool is_laguna(const struct model *m) {
 }
 
 int model_state_init(const struct model *m, struct model_state *s, int max_T, int64_t max_tokens,
-                     const uint8_t *want) {
+                     const uint8_t *want, const struct laguna_shard *shard) {
     memset(s, 0, sizeof *s);
-    if (is_laguna(m)) return laguna_state_init(&s->lg, &m->lg, max_T, max_tokens, want);
+    if (is_laguna(m)) return laguna_state_init(&s->lg, &m->lg, max_T, max_tokens, want, shard);
     return encdec_state_init(&s->ed, &m->ed.cfg, max_T, max_tokens);
 }
 
@@ -192,12 +192,14 @@ double model_block_flops(const struct model *m, int b, int T) {
     return b < m->n_blocks ? body / m->n_blocks : encdec_flops(c, T, true) - body;
 }
 
-int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, const char **kind) {
+int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, int shard, int n_shards,
+                          const char **kind) {
     if (is_laguna(m)) {
         const struct laguna_config *c = &m->lg.cfg;
-        int64_t vd = (int64_t)c->vocab * c->hidden, n = 0;
+        int64_t vd = (int64_t)c->vocab * c->hidden, n = 0, E = c->n_expert;
+        int64_t mine = E * (shard + 1) / n_shards - E * shard / n_shards; // experts of the shard
         for (int i = b0; i < b1; i++)
-            n += laguna_layer_bytes(c, i, false) + laguna_layer_bytes(c, i, true);
+            n += laguna_layer_bytes(c, i, false) + laguna_layer_bytes(c, i, true) * mine / E;
         *kind = "BF16, mapped";
         return n + (b0 == 0 ? 2 * vd : 0) + (head ? 2 * vd + 2 * c->hidden : 0);
     }
@@ -210,7 +212,7 @@ int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, cons
 }
 
 // ----------------------------------------------------------------------------
-// Laguna (configuration only so far)
+// Laguna: its config.json
 
 bool model_is_laguna(const struct modeldir *md) {
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(md->config, "architectures"), *e;

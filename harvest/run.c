@@ -163,19 +163,22 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "%s: \"parallel.expert_parallel\": %d, but the %s model has no experts "
                        "(expected 1)",
                        j->path, j->expert_parallel, m->family);
-    if (j->expert_parallel != 1)
+    if (!strcmp(m->family, "laguna") && j->expert_parallel > m->lg.cfg.n_expert)
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"parallel.expert_parallel\": %d: expert shards are planned "
-                       "(harvest plan --expert-parallel) but not run yet (expected 1)",
-                       j->path, j->expert_parallel);
-    if (world % j->pipeline_stages)
+                       "%s: \"parallel.expert_parallel\": %d shards for %d experts (at most one "
+                       "shard an expert)",
+                       j->path, j->expert_parallel, m->lg.cfg.n_expert);
+    if (world % (j->pipeline_stages * j->expert_parallel))
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"parallel.pipeline_stages\": %d does not divide the %d ranks "
-                       "(world size = pipeline_stages x data-parallel replicas)",
-                       j->path, j->pipeline_stages, world);
+                       "%s: \"parallel.pipeline_stages\" x \"parallel.expert_parallel\" = %d x %d "
+                       "does not divide the %d ranks (world size = pipeline_stages x "
+                       "expert_parallel x data-parallel replicas)",
+                       j->path, j->pipeline_stages, j->expert_parallel, world);
     int64_t cap = j->max_seq_len ? j->max_seq_len : m->max_pos;
-    struct ds_spec spec = {j->data_path, j->data_format, j->data_field, m->tok, m->md.dir,
-                           j->pack ? j->max_seq_len : 0, j->pack_separator, j->pack_bos};
+    struct ds_spec spec = {j->data_path,      j->data_format,
+                           j->data_field,     m->tok,
+                           m->md.dir,         j->pack ? j->max_seq_len : 0,
+                           j->pack_separator, j->pack_bos};
     if ((rc = ds_load(&pl->ds, &spec, cap, m->vocab, err)) < 0) return rc;
     const struct ds_prompts *ds = &pl->ds;
     pl->S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);
@@ -222,8 +225,11 @@ static int64_t token_at(const struct plan *pl, int64_t p) {
 struct grid {
     int rank, size;
     int n_stages, stage, n_replicas, replica;
-    int b0, b1; // blocks of this stage
-    int i0, i1; // datasets of this stage (catalogue order follows the blocks)
+    int n_shards, shard; // expert shards: the ranks of one stage of one replica
+    int n_experts;       // routed experts a mixture block has (0: none)
+    MPI_Comm ecomm;      // those ranks (MPI_COMM_NULL for one shard)
+    int b0, b1;          // blocks of this stage
+    int i0, i1;          // datasets of this stage (catalogue order follows the blocks)
 };
 
 void plan_partition(const double *cost, int n, int parts, int *cut) {
@@ -268,9 +274,14 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
     g->rank = rank;
     g->size = size;
     g->n_stages = pl->j.pipeline_stages;
-    g->n_replicas = size / g->n_stages;
-    g->stage = rank % g->n_stages;
-    g->replica = rank / g->n_stages;
+    g->n_shards = pl->j.expert_parallel;
+    g->n_replicas = size / (g->n_stages * g->n_shards);
+    g->shard = rank % g->n_shards;
+    g->stage = rank / g->n_shards % g->n_stages;
+    g->replica = rank / (g->n_shards * g->n_stages);
+    g->ecomm = MPI_COMM_NULL;
+    g->n_experts = !strcmp(pl->m.family, "laguna") ? pl->m.lg.cfg.n_expert : 0;
+    if (g->n_shards > 1) MPI_Comm_split(MPI_COMM_WORLD, rank / g->n_shards, g->shard, &g->ecomm);
     // blocks cost their FLOPs at the longest prompt; the LM head (if asked for) adds to the last
     int T = (int)pl->S, nb = pl->m.n_blocks;
     double head = 0.0;
@@ -289,6 +300,7 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
     free(cut);
     g->i0 = g->i1 = 0;
     if (pl->blk_end == 0) g->i1 = pl->n_dsets; // the embeddings alone: one stage writes all
+    if (g->shard > 0) return;                  // shard 0 writes what the shards compute alike
     for (int i = 0; pl->blk_end > 0 && i < pl->n_dsets; i++) {
         int b = owner_block(pl->dsets[i].desc->block, nb);
         if (b < g->b0)
@@ -434,7 +446,8 @@ static bool stop_seen(void) {
 static void relay_stop(const struct grid *g, bool *relayed) {
     if (!stop_requested || *relayed) return;
     *relayed = true;
-    for (int r = 0; r < g->size; r += g->n_stages) {
+    for (int r = 0; r < g->size; r++) {
+        if (r / g->n_shards % g->n_stages) continue; // first stages only
         char z = 0;
         MPI_Request q;
         MPI_Isend(&z, 0, MPI_CHAR, r, TAG_STOP, MPI_COMM_WORLD, &q);
@@ -468,13 +481,64 @@ static int64_t my_batches(const struct plan *pl, const struct grid *g, const uin
     return n;
 }
 
+// ----------------------------------------------------------------------------
+// expert shards: the slots each shard computed, to every shard of the group
+
+struct exchange {
+    const struct grid *g;
+    float *buf; // (slots, D) gathered, owner after owner
+    size_t cap;
+};
+
+static int owner_of(int64_t e, int64_t E, int n) { // the shard whose [E s / n, E (s+1) / n) has e
+    int s = (int)(e * n / E);
+    while (s + 1 < n && E * (s + 1) / n <= e)
+        s++;
+    while (s > 0 && E * s / n > e)
+        s--;
+    return s;
+}
+
+static void exchange_slots(void *u, float *eo, const int64_t *idx, int64_t n_slots, int D) {
+    struct exchange *x = u;
+    const struct grid *g = x->g;
+    int n = g->n_shards;
+    int cnt[256], disp[256];
+    AH_ASSERT(n <= 256);
+    for (int s = 0; s < n; s++)
+        cnt[s] = 0;
+    for (int64_t i = 0; i < n_slots; i++)
+        cnt[owner_of(idx[i], g->n_experts, n)] += D;
+    for (int s = 0, d = 0; s < n; d += cnt[s], s++)
+        disp[s] = d;
+    size_t need = (size_t)n_slots * (size_t)D;
+    if (need > x->cap) {
+        float *b = realloc(x->buf, need * sizeof *b);
+        AH_ASSERT(b); // a few slots' rows: the state's own buffers are far larger
+        x->buf = b;
+        x->cap = need;
+    }
+    float *mine = x->buf + disp[g->shard];
+    for (int64_t i = 0; i < n_slots; i++)
+        if (owner_of(idx[i], g->n_experts, n) == g->shard)
+            memcpy(mine, eo + i * D, (size_t)D * sizeof(float)), mine += D;
+    MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x->buf, cnt, disp, MPI_FLOAT, g->ecomm);
+    int at[256];
+    memcpy(at, disp, sizeof(int) * (size_t)n);
+    for (int64_t i = 0; i < n_slots; i++) {
+        int s = owner_of(idx[i], g->n_experts, n);
+        memcpy(eo + i * D, x->buf + at[s], (size_t)D * sizeof(float));
+        at[s] += D;
+    }
+}
+
 // The loop of one rank: receive (unless first stage), compute, write, send (unless last stage).
 static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *err) {
     const struct plan *pl = rr->pl;
     const struct grid *g = rr->g;
     int C = model_hidden(&pl->m), B = pl->B, rc = 0;
     bool first = g->stage == 0, last = g->stage == g->n_stages - 1, relayed = false;
-    int prev = g->rank - 1, next = g->rank + 1;
+    int prev = g->rank - g->n_shards, next = g->rank + g->n_shards; // the same shard
     int64_t *mine = malloc(((size_t)pl->K + 1) * sizeof *mine);
     int *lens = malloc((size_t)B * sizeof *lens);
     int64_t *boff = malloc((size_t)B * sizeof *boff), *brow = malloc((size_t)B * sizeof *brow);
@@ -512,7 +576,13 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     }
     for (int i = 0; i < pl->m.n_cat; i++)
         want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
-    if ((rc = model_state_init(&pl->m, &st, (int)pl->S, max_tokens, want)) < 0) goto done;
+    struct exchange ex = {g, NULL, 0};
+    struct laguna_shard shard = {
+        (int)((int64_t)pl->m.lg.cfg.n_expert * g->shard / g->n_shards),
+        (int)((int64_t)pl->m.lg.cfg.n_expert * (g->shard + 1) / g->n_shards), exchange_slots, &ex};
+    if ((rc = model_state_init(&pl->m, &st, (int)pl->S, max_tokens, want,
+                               g->n_shards > 1 ? &shard : NULL)) < 0)
+        goto done;
     model_handoff(&pl->m, &st, hand, &n_hand);
     struct tap tp = {want, collect_take, &rr->col};
 
@@ -536,7 +606,10 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
         relay_stop(g, &relayed);
         if (first) {
             if (i == n_mine) break;
-            if (stop_seen()) break; // the pipeline drains behind the last batch
+            int stop = stop_seen(); // the shards of a stage stop together: they exchange
+            if (g->ecomm != MPI_COMM_NULL)
+                MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, g->ecomm);
+            if (stop) break; // the pipeline drains behind the last batch
             k = mine[i];
         } else {
             MPI_Waitall(2, rreq[cur], MPI_STATUSES_IGNORE);
@@ -609,6 +682,7 @@ done:
     }
     collector_free(&rr->col);
     model_state_free(&st);
+    free(ex.buf);
     for (int s = 0; s < 2; s++) {
         free(rbuf[s]);
         free(sbuf[s]);
@@ -625,8 +699,8 @@ static char *provenance(const struct grid *g) {
     char mine[256], host[128] = "?";
     gethostname(host, sizeof host - 1);
     const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
-    snprintf(mine, sizeof mine, "%d %d %d %s %s %s", g->rank, g->stage, g->replica, host,
-             job ? job : "-", step ? step : "-");
+    snprintf(mine, sizeof mine, "%d %d %d %d %s %s %s", g->rank, g->stage, g->replica, g->shard,
+             host, job ? job : "-", step ? step : "-");
     char *all = g->rank == 0 ? malloc((size_t)g->size * sizeof mine) : NULL;
     MPI_Gather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (g->rank != 0) return NULL;
@@ -634,16 +708,18 @@ static char *provenance(const struct grid *g) {
     cJSON_AddNumberToObject(o, "world_size", g->size);
     cJSON_AddNumberToObject(o, "pipeline_stages", g->n_stages);
     cJSON_AddNumberToObject(o, "replicas", g->n_replicas);
+    cJSON_AddNumberToObject(o, "expert_parallel", g->n_shards);
     for (int r = 0; r < g->size; r++) {
-        int rank, stage, replica;
+        int rank, stage, replica, shard;
         char h[128], j[64], s[64];
-        if (sscanf(all + (size_t)r * sizeof mine, "%d %d %d %127s %63s %63s", &rank, &stage,
-                   &replica, h, j, s) != 6)
+        if (sscanf(all + (size_t)r * sizeof mine, "%d %d %d %d %127s %63s %63s", &rank, &stage,
+                   &replica, &shard, h, j, s) != 7)
             continue;
         cJSON *e = cJSON_CreateObject();
         cJSON_AddNumberToObject(e, "rank", rank);
         cJSON_AddNumberToObject(e, "stage", stage);
         cJSON_AddNumberToObject(e, "replica", replica);
+        if (g->n_shards > 1) cJSON_AddNumberToObject(e, "expert_shard", shard);
         cJSON_AddStringToObject(e, "host", h);
         if (strcmp(j, "-")) cJSON_AddStringToObject(e, "slurm_job_id", j);
         if (strcmp(s, "-")) cJSON_AddStringToObject(e, "slurm_step_id", s);
@@ -696,9 +772,12 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     grid_make(&g, &pl, rank, size);
     if (!o->quiet && g.replica == 0) { // what this stage holds: the pages it touches
         const char *kind;
-        int64_t wb = model_stage_bytes(&pl.m, g.b0, g.b1, g.b1 == pl.m.n_blocks, &kind);
-        fprintf(stderr, "harvest: rank %d: stage %d of %d, blocks %d-%d: weights %.1f MB (%s)\n",
-                rank, g.stage, g.n_stages, g.b0, g.b1 - 1, (double)wb / 1e6, kind);
+        int64_t wb =
+            model_stage_bytes(&pl.m, g.b0, g.b1, g.b1 == pl.m.n_blocks, g.shard, g.n_shards, &kind);
+        char sh[64] = "";
+        if (g.n_shards > 1) snprintf(sh, sizeof sh, ", expert shard %d of %d", g.shard, g.n_shards);
+        fprintf(stderr, "harvest: rank %d: stage %d of %d, blocks %d-%d%s: weights %.1f MB (%s)\n",
+                rank, g.stage, g.n_stages, g.b0, g.b1 - 1, sh, (double)wb / 1e6, kind);
     }
     prov = provenance(&g);
     done = calloc((size_t)pl.K + 1, 1);
@@ -832,6 +911,7 @@ done:
     h5m_close(rr.mst);
     free(done);
     free(prov);
+    if (g.n_shards > 1) MPI_Comm_free(&g.ecomm);
     plan_free(&pl);
     return rc;
 }

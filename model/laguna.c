@@ -460,7 +460,7 @@ static int rope_tables(float *cos_t, float *sin_t, const struct laguna_rope *r, 
 }
 
 int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T, int64_t max_tokens,
-                      const uint8_t *want) {
+                      const uint8_t *want, const struct laguna_shard *shard) {
     const struct laguna_config *c = &m->cfg;
     memset(s, 0, sizeof *s);
     int64_t N = max_tokens, T = max_T, D = c->hidden, Dh = c->head_dim, H = max_heads(c);
@@ -468,7 +468,8 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
     int64_t F = c->dense_ffn > c->shared_ffn ? c->dense_ffn : c->shared_ffn, Ie = c->expert_ffn;
     s->keep_scores =
         wants_kind(m, want, LG_ATTENTION_SCORES) || wants_kind(m, want, LG_ATTENTION_PROBABILITIES);
-    s->keep_experts = wants_kind(m, want, LG_EXPERT_OUTPUTS);
+    s->keep_experts = shard || wants_kind(m, want, LG_EXPERT_OUTPUTS);
+    s->shard = shard;
     int64_t tile = max3(OP_TILE, max3(D, HD, F), Ie);
     struct {
         void **p;
@@ -656,10 +657,11 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
 
     // each expert on its tokens; the weighted outputs add up in expert order
     int id_o = ID(m, l, LG_EXPERT_OUTPUTS);
-    bool keep = tap_wants(tp, id_o);
+    const struct laguna_shard *sh = s->shard;
+    bool keep = tap_wants(tp, id_o) || sh;
     AH_ASSERT(!keep || s->keep_experts);
     memset(s->routed, 0, (size_t)(N * D) * sizeof(float));
-    for (int64_t e = 0; e < E; e++) {
+    for (int64_t e = sh ? sh->e0 : 0; e < (sh ? sh->e1 : E); e++) {
         int64_t r0 = s->start[e], n = s->start[e + 1] - r0;
         if (n == 0) continue;
         for (int64_t r = 0; r < n; r++)
@@ -672,14 +674,32 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
             int64_t slot = s->order[r0 + r];
             float ww = s->w[slot], *dst = s->routed + (slot / k) * D;
             const float *y = s->ye + r * D;
-            for (int64_t d = 0; d < D; d++)
+            for (int64_t d = 0; sh == NULL && d < D; d++)
                 dst[d] += ww * y[d];
             if (keep)
                 for (int64_t d = 0; d < D; d++)
                     s->eo[slot * D + d] = ww * y[d];
         }
     }
-    for (int b = 0; keep && b < bt->n; b++) {
+    if (sh) { // the other shards' slots, then each token's slots in expert order
+        sh->exchange(sh->u, s->eo, s->idx, N * k, (int)D);
+        for (int64_t t = 0; t < N; t++) {
+            int64_t ord[64];
+            for (int64_t j = 0; j < k; j++) { // insertion sort of the token's slots by expert
+                int64_t q = j;
+                while (q > 0 && s->idx[t * k + ord[q - 1]] > s->idx[t * k + j]) {
+                    ord[q] = ord[q - 1];
+                    q--;
+                }
+                ord[q] = j;
+            }
+            float *dst = s->routed + t * D;
+            for (int64_t j = 0; j < k; j++)
+                for (int64_t d = 0; d < D; d++)
+                    dst[d] += s->eo[(t * k + ord[j]) * D + d];
+        }
+    }
+    for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
         struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
         tp->take(tp->u, id_o, b, &v);
     }

@@ -110,6 +110,17 @@ struct laguna_tensor {
 int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor **list);
 void laguna_free(struct laguna *m); // safe on a zeroed struct
 
+// ---- expert shards: a rank runs experts [e0, e1) of every mixture block. Every shard routes
+// every token the same way; exchange() fills in, from the other shards, the weighted outputs of
+// the slots (of n_slots = tokens x top_k, idx their experts) whose experts this rank does not run.
+// The routed sum then adds each token's slots in expert order, as one rank running all experts
+// does, so shards change no bit of the result.
+struct laguna_shard {
+    int e0, e1;
+    void (*exchange)(void *u, float *eo, const int64_t *idx, int64_t n_slots, int D);
+    void *u;
+};
+
 // ---- run state: one arena ----
 struct laguna_state {
     int max_T;
@@ -124,13 +135,15 @@ struct laguna_state {
     float *att, *logits, *scratch, *tile;
     float *cos_f, *sin_f, *cos_s, *sin_s; // (max_T, n_rot / 2) full / sliding, times A
     int rot_f, rot_s;
-    int64_t *ones; // (max_T) the attention mask
+    int64_t *ones;                    // (max_T) the attention mask
+    const struct laguna_shard *shard; // NULL: every expert here
     void *arena;
 };
 
-// want (catalogue-indexed, NULL = everything) sizes the tap-only buffers.
+// want (catalogue-indexed, NULL = everything) sizes the tap-only buffers; shard (NULL: all
+// experts here) is borrowed.
 int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T, int64_t max_tokens,
-                      const uint8_t *want);
+                      const uint8_t *want, const struct laguna_shard *shard);
 void laguna_state_free(struct laguna_state *s); // safe on a zeroed struct
 
 // Runs blocks [blk_begin, blk_end) on the batch, emitting wanted taps. blk_begin == 0 embeds the

@@ -196,7 +196,7 @@ lg_expect("laguna_rope_type", ["config.json: \"rope_parameters.full_attention.ro
 d = laguna_variant("lg_lostshard")
 os.remove(f"{work}/{d}/model-00002-of-00003.safetensors")
 lg_expect("laguna_missing_shard", ["model-00002-of-00003.safetensors"], d)
-expect("laguna_expert_parallel", 1, ["\"parallel.expert_parallel\": 2"],
+expect("laguna_expert_parallel", 1, ["= 1 x 2 does not divide the 1 ranks"],
        job_fields={"model": "laguna", "data": "lg_prompts.jsonl", "parallel": {"expert_parallel": 2}})
 
 # ---- data ----

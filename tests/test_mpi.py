@@ -62,15 +62,50 @@ for name, np_, stages in (("dp2", 2, 1), ("pp2", 2, 2), ("pp2dp2", 4, 2), ("pp3"
 # Laguna (the M.1 preset: dense and mixture blocks): stages hand over the residual stream alone
 run(harvest, "init-model", "--family", "laguna", "--preset", "M.1", "--seed", "7", f"{work}/laguna", check=0)
 write_prompts(f"{work}/lg.jsonl", [(13 * i) % 30 + 1 for i in range(9)], seed=7, vocab=512)
-for name, np_, stages in (("lg1", 1, 1), ("lg_pp2dp2", 4, 2), ("lg_pp3", 3, 3)):
+# expert shards: the ranks of a stage split the routed experts and exchange their slots' outputs
+for name, np_, stages, ep in (("lg1", 1, 1, 1), ("lg_pp2dp2", 4, 2, 1), ("lg_pp3", 3, 3, 1),
+                              ("lg_ep2", 2, 1, 2), ("lg_ep4", 4, 1, 4), ("lg_pp2ep2", 4, 2, 2),
+                              ("lg_ep3", 3, 1, 3), ("lg_ep2dp2", 4, 1, 2)):
     write_job(f"{work}/{name}.json", model="laguna", data="lg.jsonl", batch_size=2,
-              activations=["layers.*.layer_output", "layers.*.expert_*", "layers.2.attention_probabilities", "logits"],
-              output={"path": f"{name}.h5"}, parallel={"pipeline_stages": stages})
+              activations=["layers.*.layer_output", "layers.*.expert_*", "layers.*.routed_output",
+                           "layers.2.attention_probabilities", "logits"],
+              output={"path": f"{name}.h5"}, parallel={"pipeline_stages": stages, "expert_parallel": ep})
     p = mpirun(np_, "run", f"{work}/{name}.json", "--quiet")
     if check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}") and name != "lg1":
         d = diff(f"{work}/lg1.h5", f"{work}/{name}.h5")
         check(d is None, f"{name}: differs from np 1 in {d}")
-        print(f"laguna {name}: np {np_}, {stages} stage(s) == np 1", flush=True)
+        with h5py.File(f"{work}/{name}.h5", "r") as f:
+            import json
+            prov = json.loads(f.attrs["provenance"])
+            check(prov["expert_parallel"] == ep and (ep == 1 or all("expert_shard" in r for r in prov["ranks"])),
+                  f"{name}: the provenance names each rank's expert shard")
+        print(f"laguna {name}: np {np_}, {stages} stage(s) x {ep} expert shard(s) == np 1", flush=True)
+p = mpirun(2, "run", write_job(f"{work}/lg_ep_bad.json", model="laguna", data="lg.jsonl", output={"path": "eb.h5"},
+                                parallel={"pipeline_stages": 1, "expert_parallel": 32}))
+check(p.returncode == 1 and "32 shards for 16 experts" in p.stderr, f"more shards than experts: {p.stderr[-300:]}")
+p = mpirun(3, "run", write_job(f"{work}/lg_ep_grid.json", model="laguna", data="lg.jsonl", output={"path": "eg.h5"},
+                                parallel={"pipeline_stages": 1, "expert_parallel": 2}))
+check(p.returncode == 1 and "does not divide the 3 ranks" in p.stderr, f"a grid that does not divide: {p.stderr[-300:]}")
+# a stop with shards: SIGUSR1 to mpirun -> every rank exit 3 -> --resume -> the np 1 output
+write_prompts(f"{work}/lg_long.jsonl", [(17 * i) % 60 + 20 for i in range(300)], seed=8, vocab=512)
+for name, np_, ep in (("lg_long1", 1, 1), ("lg_long_ep2", 2, 2)):
+    write_job(f"{work}/{name}.json", model="laguna", data="lg_long.jsonl", batch_size=2,
+              activations=["layers.*.layer_output", "logits"],
+              output={"path": f"{name}.h5", "checkpoint_seconds": 0}, parallel={"expert_parallel": ep})
+p = mpirun(1, "run", f"{work}/lg_long1.json", "--quiet")
+mp = subprocess.Popen([MPIRUN, "-np", "2", harvest, "run", f"{work}/lg_long_ep2.json", "--quiet"], env=ENV,
+                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+if wait_started(f"{work}/lg_long_ep2.h5", mp) is not None:
+    time.sleep(0.3)
+mp.send_signal(signal.SIGUSR1)
+err = ended(mp, "lg_long_ep2")
+if err is not None:
+    check(mp.returncode == 3, f"lg_long_ep2: exit {mp.returncode}, expected 3 (stopped): {err[-500:]}")
+    p = mpirun(2, "run", f"{work}/lg_long_ep2.json", "--resume", "--quiet")
+    if check(p.returncode == 0, f"lg_long_ep2 --resume: {p.stderr[-500:]}"):
+        d = diff(f"{work}/lg_long1.h5", f"{work}/lg_long_ep2.h5")
+        check(d is None, f"lg_long_ep2: the resumed output differs from np 1 in {d}")
+        print(f"laguna expert shards: stop (exit {mp.returncode}) and --resume == np 1", flush=True)
 
 # uneven: fewer batches than replicas, and more stages than some ranks have batches
 write_prompts(f"{work}/few.jsonl", [5, 9, 2], seed=8)
