@@ -60,17 +60,7 @@ static int emit_text(void *u, const char *line, size_t len, const char *where, l
     k->ids.n = 0;
     int rc = 0;
     cJSON_ArrayForEach(e, a) {
-        if (k->ids.n == k->ids.cap) {
-            size_t cap = k->ids.cap ? 2 * k->ids.cap : 64;
-            int64_t *v = realloc(k->ids.v, cap * sizeof *v);
-            if (!v) {
-                rc = -AH_ENOMEM;
-                break;
-            }
-            k->ids.v = v;
-            k->ids.cap = cap;
-        }
-        k->ids.v[k->ids.n++] = (int64_t)e->valuedouble;
+        if ((rc = tok_ids_push(&k->ids, (int64_t)e->valuedouble)) < 0) break;
     }
     cJSON_Delete(j);
     char *text = NULL;

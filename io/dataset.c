@@ -262,17 +262,7 @@ static int on_line(void *u, const char *text, size_t len, const char *where, lon
                              cJSON_IsNumber(e) ? d : 0.0, (long long)l->vocab);
                 break;
             }
-            if (l->ids.n == l->ids.cap) {
-                size_t cap = l->ids.cap ? 2 * l->ids.cap : 256;
-                int64_t *nv = realloc(l->ids.v, cap * sizeof *nv);
-                if (!nv) {
-                    rc = -AH_ENOMEM;
-                    break;
-                }
-                l->ids.v = nv;
-                l->ids.cap = cap;
-            }
-            l->ids.v[l->ids.n++] = (int64_t)d;
+            if ((rc = tok_ids_push(&l->ids, (int64_t)d)) < 0) break;
             i++;
         }
     }

@@ -45,7 +45,7 @@ static int buf_put(struct buf *b, const void *s, size_t n) {
     return 0;
 }
 
-static int ids_push(struct tok_ids *ids, int64_t id) {
+int tok_ids_push(struct tok_ids *ids, int64_t id) {
     if (ids->n == ids->cap) {
         size_t cap = ids->cap ? ids->cap * 2 : 64;
         int64_t *v = realloc(ids->v, cap * sizeof *v);
@@ -1189,7 +1189,7 @@ static void push_pair(const struct tokenizer *t, struct heap_item *h, size_t *n,
 static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_ids *out) {
     if (t->ignore_merges) {
         int64_t id = vocab_get(t, s, n);
-        if (id >= 0) return ids_push(out, id);
+        if (id >= 0) return tok_ids_push(out, id);
     }
     // the cache: a hit copies the ids
     uint64_t h = hash_bytes(s, n);
@@ -1199,7 +1199,7 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
         if (!e->used) break;
         if (e->hash == h && e->key_len == n && !memcmp(t->cache_keys.p + e->key_off, s, n)) {
             for (uint32_t k = 0; k < e->ids_len; k++)
-                if (ids_push(out, t->cache_ids.v[e->ids_off + k]) < 0) return -AH_ENOMEM;
+                if (tok_ids_push(out, t->cache_ids.v[e->ids_off + k]) < 0) return -AH_ENOMEM;
             return 0;
         }
     }
@@ -1255,7 +1255,7 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
     int rc = 0;
     for (int32_t i = m ? 0 : -1; i >= 0 && rc == 0; i = t->next[i]) {
         if (t->sym[i] >= 0) {
-            rc = ids_push(out, t->sym[i]);
+            rc = tok_ids_push(out, t->sym[i]);
             continue;
         }
         // an unknown character: its bytes as <0xXX> tokens, else unk (transformers.js)
@@ -1265,8 +1265,8 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
         for (size_t k = 0; all && k < len; k++)
             all = t->byte_id[c[k]] >= 0;
         for (size_t k = 0; all && k < len && rc == 0; k++)
-            rc = ids_push(out, t->byte_id[c[k]]);
-        if (!all && t->unk_id >= 0) rc = ids_push(out, t->unk_id);
+            rc = tok_ids_push(out, t->byte_id[c[k]]);
+        if (!all && t->unk_id >= 0) rc = tok_ids_push(out, t->unk_id);
     }
     free(chr_off);
     if (rc < 0) return rc;
@@ -1286,7 +1286,7 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
                             true};
     if (buf_put(&t->cache_keys, s, n) < 0) return -AH_ENOMEM;
     for (size_t k = first_out; k < out->n; k++)
-        if (ids_push(&t->cache_ids, out->v[k]) < 0) return -AH_ENOMEM;
+        if (tok_ids_push(&t->cache_ids, out->v[k]) < 0) return -AH_ENOMEM;
     t->cache[slot] = e;
     t->cache_n++;
     return 0;
@@ -1352,7 +1352,7 @@ int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_speci
     int rc = 0;
     if (add_special)
         for (int i = 0; i < t->post.n_before && rc == 0; i++)
-            rc = ids_push(out, t->post.before[i]);
+            rc = tok_ids_push(out, t->post.before[i]);
     // sections between added tokens; lstrip/rstrip trim the neighbouring text
     size_t start = 0, i = 0;
     bool strip_next = false;
@@ -1366,14 +1366,14 @@ int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_speci
         size_t st = strip_next ? trim_start(s, start, b) : start;
         rc = encode_section(t, s + st, b - st, out);
         if (a < 0) break;
-        if (rc == 0) rc = ids_push(out, t->added[a].id);
+        if (rc == 0) rc = tok_ids_push(out, t->added[a].id);
         strip_next = t->added[a].rstrip;
         i += t->added[a].len;
         start = i;
     }
     if (add_special)
         for (int k = 0; k < t->post.n_after && rc == 0; k++)
-            rc = ids_push(out, t->post.after[k]);
+            rc = tok_ids_push(out, t->post.after[k]);
     free(s);
     return rc;
 }

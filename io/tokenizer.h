@@ -27,6 +27,7 @@ struct tok_ids {
     size_t n, cap;
 };
 void tok_ids_free(struct tok_ids *ids);
+int tok_ids_push(struct tok_ids *ids, int64_t id); // 0 or -AH_ENOMEM
 
 // path: a tokenizer.json, or a folder that holds one. Errors name the file and the JSON field
 // (an unsupported normalizer or pre-tokenizer type, a bad regex with its offset, ...).
