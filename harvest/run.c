@@ -18,6 +18,7 @@
 #include "io/dataset.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -123,16 +124,13 @@ struct plan {
     int *dset_of_id;          // (n_cat) index in dsets, or -1
     struct h5out_dset *dsets; // (n_dsets) catalogue order
     int n_dsets;
-    int64_t S;                   // max_seq_len
-    int blk_end;                 // blocks [0, blk_end) run
-    int B;                       // batch_size
-    int64_t K;                   // batches
-    int64_t *tok_pidx, *tok_pos; // (n_tokens)
+    int64_t S;   // max_seq_len
+    int blk_end; // blocks [0, blk_end) run
+    int B;       // batch_size
+    int64_t K;   // batches
 };
 
 static void plan_free(struct plan *pl) {
-    free(pl->tok_pidx);
-    free(pl->tok_pos);
     free(pl->dsets);
     free(pl->dset_of_id);
     free(pl->want);
@@ -174,12 +172,70 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "does not divide the %d ranks (world size = pipeline_stages x "
                        "expert_parallel x data-parallel replicas)",
                        j->path, j->pipeline_stages, j->expert_parallel, world);
-    int64_t cap = j->max_seq_len ? j->max_seq_len : m->max_pos;
-    struct ds_spec spec = {j->data_path,      j->data_format,
-                           j->data_field,     m->tok,
-                           m->md.dir,         j->pack ? j->max_seq_len : 0,
-                           j->pack_separator, j->pack_bos};
-    if ((rc = ds_load(&pl->ds, &spec, cap, m->vocab, err)) < 0) return rc;
+    return 0;
+}
+
+// Every rank returns the same code: the worst one.
+static int agree(int rc) {
+    int code = rc < 0 ? -rc : 0, worst = 0;
+    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return -worst;
+}
+
+// The data: rank 0 reads the corpus once, its token ids going to a spill file next to the output
+// that every rank then maps (so they cost the page cache, once a node); the per-prompt tables (24
+// bytes a prompt) are broadcast. Collective.
+static int plan_data(struct plan *pl, int rank, struct ah_error *err) {
+    const struct job *j = &pl->j;
+    const struct model *m = &pl->m;
+    struct ds_prompts *ds = &pl->ds;
+    char spill[4200];
+    snprintf(spill, sizeof spill, "%s.tokens", j->out_path);
+    int rc = 0;
+    FILE *probe = rank == 0 ? fopen(spill, "ab") : NULL; // the output's folder must take files
+    if (rank == 0 && !probe)
+        rc = ah_fail(err, AH_EIO,
+                     "%s: cannot create the output file (check that its folder exists and is "
+                     "writable): %s",
+                     j->out_path, strerror(errno));
+    if (probe) fclose(probe);
+    if (rank == 0 && rc == 0) {
+        int64_t cap = j->max_seq_len ? j->max_seq_len : m->max_pos;
+        struct ds_spec spec = {j->data_path,      j->data_format,
+                               j->data_field,     m->tok,
+                               m->md.dir,         j->pack ? j->max_seq_len : 0,
+                               j->pack_separator, j->pack_bos};
+        rc = ds_load(ds, &spec, cap, m->vocab, spill, err);
+    }
+    if ((rc = agree(rc)) < 0) return rc;
+    int64_t counts[6] = {ds->n,       ds->n_tokens,    ds->n_lines,
+                         ds->n_empty, ds->n_truncated, ds->longest};
+    MPI_Bcast(counts, 6, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (rank != 0) {
+        ds->n = counts[0], ds->n_tokens = counts[1], ds->n_lines = counts[2];
+        ds->n_empty = counts[3], ds->n_truncated = counts[4], ds->longest = counts[5];
+        ds->source = malloc((size_t)(ds->n + 1) * sizeof *ds->source);
+        ds->len = malloc((size_t)(ds->n + 1) * sizeof *ds->len);
+        ds->off = malloc((size_t)(ds->n + 1) * sizeof *ds->off);
+        if (!ds->source || !ds->len || !ds->off) MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    for (int64_t at = 0; at < ds->n; at += 1 << 26) { // MPI counts are ints
+        int cnt = (int)(ds->n - at < (1 << 26) ? ds->n - at : 1 << 26);
+        MPI_Bcast(ds->source + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD);
+        MPI_Bcast(ds->len + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD);
+        MPI_Bcast(ds->off + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    }
+    if (rank != 0) rc = ds_map_ids(ds, spill, err);
+    rc = agree(rc);
+    MPI_Barrier(MPI_COMM_WORLD); // every rank has it mapped: the name can go
+    if (rank == 0) remove(spill);
+    return rc;
+}
+
+// The rest of the plan, from the data. Identical on every rank.
+static int plan_finish(struct plan *pl, struct ah_error *err) {
+    const struct job *j = &pl->j;
+    const struct model *m = &pl->m;
     const struct ds_prompts *ds = &pl->ds;
     pl->S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);
     int deepest = -1;
@@ -195,15 +251,8 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "runs (at most one stage a block)",
                        j->path, j->pipeline_stages, pl->blk_end);
     pl->dsets = calloc((size_t)pl->n_dsets + 1, sizeof *pl->dsets);
-    pl->tok_pidx = malloc((size_t)(ds->n_tokens + 1) * sizeof *pl->tok_pidx);
-    pl->tok_pos = malloc((size_t)(ds->n_tokens + 1) * sizeof *pl->tok_pos);
-    if (!pl->dsets || !pl->tok_pidx || !pl->tok_pos) return -AH_ENOMEM;
+    if (!pl->dsets) return -AH_ENOMEM;
     build_dsets(m, pl->want, j->layout, pl->S, ds->n, ds->n_tokens, pl->dsets, pl->dset_of_id);
-    for (int64_t p = 0; p < ds->n; p++)
-        for (int64_t t = 0; t < ds->len[p]; t++) {
-            pl->tok_pidx[ds->off[p] + t] = p;
-            pl->tok_pos[ds->off[p] + t] = t;
-        }
     pl->B = j->batch_size;
     pl->K = (ds->n + pl->B - 1) / pl->B;
     return 0;
@@ -747,13 +796,6 @@ static char *provenance_timing(const char *prov, const double *times, int size) 
     return t;
 }
 
-// Every rank returns the same code: the worst one.
-static int agree(int rc) {
-    int code = rc < 0 ? -rc : 0, worst = 0;
-    MPI_Allreduce(&code, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-    return -worst;
-}
-
 int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err) {
     double t_start = now_seconds();
     int rank = 0, size = 1;
@@ -769,6 +811,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     // ---- everything the user can get wrong, on every rank, before touching the output ----
     int rc = agree(plan_load(&pl, o->job_path, size, err));
     if (rc < 0) goto done;
+    if ((rc = plan_data(&pl, rank, err)) < 0 || (rc = agree(plan_finish(&pl, err))) < 0) goto done;
     grid_make(&g, &pl, rank, size);
     if (!o->quiet && g.replica == 0) { // what this stage holds: the pages it touches
         const char *kind;
@@ -808,8 +851,6 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
             .token_offset = pl.ds.off,
             .n_tokens = pl.ds.n_tokens,
             .input_ids = pl.ds.ids,
-            .prompt_index = pl.tok_pidx,
-            .position = pl.tok_pos,
             .batch_size = pl.B,
             .max_seq_len = pl.S,
             .n_skipped_empty = pl.ds.n_empty,

@@ -7,12 +7,16 @@
 #include "model/ah.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     if (need <= *cap) return 0;
@@ -24,10 +28,72 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
     return 0;
 }
 
+// Where the token ids go: memory, or a spill file mapped read-only once complete (the ids then
+// cost page cache, not memory, and every rank of a node shares one copy).
+struct idsink {
+    FILE *f;      // the spill file, or NULL
+    int64_t *mem; // else here
+    int64_t cap;
+};
+
+static int sink_put(struct idsink *k, struct ds_prompts *p, const int64_t *v, int64_t n) {
+    if (k->f) return fwrite(v, sizeof *v, (size_t)n, k->f) == (size_t)n ? 0 : -AH_EIO;
+    if (p->n_tokens + n > k->cap) {
+        int64_t c = k->cap * 2 > p->n_tokens + n ? k->cap * 2 : p->n_tokens + n + 1024;
+        int64_t *m = realloc(k->mem, (size_t)c * sizeof *m);
+        if (!m) return -AH_ENOMEM;
+        k->mem = m;
+        k->cap = c;
+    }
+    memcpy(k->mem + p->n_tokens, v, (size_t)n * sizeof *v);
+    return 0;
+}
+
+int ds_map_ids(struct ds_prompts *p, const char *spill, struct ah_error *err) {
+    p->ids = NULL;
+    size_t bytes = (size_t)p->n_tokens * sizeof *p->ids;
+    if (bytes == 0) return 0;
+    int fd = open(spill, O_RDONLY);
+    void *m = fd >= 0 ? mmap(NULL, bytes, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (fd >= 0) close(fd);
+    if (m == MAP_FAILED)
+        return ah_fail(err, AH_EIO, "%s: cannot map the token ids: %s", spill, strerror(errno));
+    p->map = m;
+    p->map_bytes = bytes;
+    p->ids = m;
+    return 0;
+}
+
+// the sink's ids become p->ids
+static int sink_finish(struct idsink *k, struct ds_prompts *p, const char *spill,
+                       struct ah_error *err) {
+    if (!k->f) {
+        p->ids = k->mem;
+        k->mem = NULL;
+        return 0;
+    }
+    int bad = fflush(k->f) != 0 || ferror(k->f);
+    bad |= fclose(k->f) != 0;
+    k->f = NULL;
+    if (bad)
+        return ah_fail(err, AH_EIO, "%s: cannot write the token ids: %s", spill, strerror(errno));
+    return ds_map_ids(p, spill, err);
+}
+
+static int sink_open(struct idsink *k, const char *spill, struct ah_error *err) {
+    memset(k, 0, sizeof *k);
+    if (!spill) return 0;
+    k->f = fopen(spill, "wb");
+    if (!k->f) return ah_fail(err, AH_EIO, "%s: cannot create: %s", spill, strerror(errno));
+    setvbuf(k->f, NULL, _IOFBF, 1 << 20);
+    return 0;
+}
+
 struct loader {
     struct ds_prompts *p;
+    struct idsink sink;
     const struct ds_spec *spec;
-    int64_t truncate_at, vocab, cap_p, cap_t;
+    int64_t truncate_at, vocab, cap_p;
     struct tok_ids ids; // one prompt's ids
     struct ah_error *err;
 };
@@ -50,12 +116,11 @@ static int add_prompt(struct loader *l, long index, const char *where, const cha
     p->n_truncated += n > l->truncate_at;
     int64_t need = p->n + 1, c0 = l->cap_p, c1 = l->cap_p;
     int rc;
-    if ((rc = grow((void **)&p->ids, &l->cap_t, p->n_tokens + use, 8)) < 0 ||
+    if ((rc = sink_put(&l->sink, p, l->ids.v, use)) < 0 ||
         (rc = grow((void **)&p->source, &l->cap_p, need, 8)) < 0 ||
         (rc = grow((void **)&p->len, &c0, need, 8)) < 0 ||
         (rc = grow((void **)&p->off, &c1, need, 8)) < 0)
         return rc;
-    memcpy(p->ids + p->n_tokens, l->ids.v, (size_t)use * sizeof *p->ids);
     p->source[p->n] = index;
     p->len[p->n] = use;
     p->off[p->n] = p->n_tokens;
@@ -184,44 +249,59 @@ done:
 }
 
 // joins the documents of p, the separator between two, and cuts contexts of len tokens, each
-// starting with bos when given
-static int pack(struct ds_prompts *p, int64_t len, int64_t sep, int64_t bos) {
+// starting with bos when given; the new ids go to k
+static int pack(struct ds_prompts *p, struct idsink *k, int64_t len, int64_t sep, int64_t bos) {
     int64_t body = bos >= 0 ? len - 1 : len, total = p->n_tokens + (sep >= 0 ? p->n - 1 : 0);
-    if (p->n == 0) return 0;
-    int64_t n_ctx = (total + body - 1) / body;
-    int64_t *ids = malloc((size_t)(total + n_ctx + 1) * sizeof *ids);
+    int64_t n_ctx = p->n ? (total + body - 1) / body : 0;
     int64_t *src = malloc((size_t)(n_ctx + 1) * sizeof *src);
     int64_t *ln = malloc((size_t)(n_ctx + 1) * sizeof *ln),
             *off = malloc((size_t)(n_ctx + 1) * sizeof *off);
-    if (!ids || !src || !ln || !off) {
-        free(ids), free(src), free(ln), free(off);
-        return -AH_ENOMEM;
-    }
+    int64_t piece[4096], np = 0; // ids on their way to the sink
+    struct ds_prompts out = {0}; // counts the sink's tokens
+    int rc = src && ln && off ? 0 : -AH_ENOMEM;
     int64_t c = 0, t = 0, in_ctx = body; // in_ctx == body: start a new context
-    for (int64_t d = 0; d < p->n; d++) {
+    for (int64_t d = 0; rc == 0 && d < p->n; d++) {
         int64_t first = d > 0 && sep >= 0 ? -1 : 0; // -1: the separator before the document
-        for (int64_t k = first; k < p->len[d]; k++) {
+        for (int64_t q = first; rc == 0 && q < p->len[d]; q++) {
             if (in_ctx == body) {
                 off[c] = t;
                 src[c] = p->source[d];
                 ln[c] = 0;
                 c++;
                 in_ctx = 0;
-                if (bos >= 0) ids[t++] = bos, ln[c - 1]++;
+                if (bos >= 0) piece[np++] = bos, ln[c - 1]++, t++;
             }
-            ids[t++] = k < 0 ? sep : p->ids[p->off[d] + k];
-            ln[c - 1]++;
+            piece[np++] = q < 0 ? sep : p->ids[p->off[d] + q];
+            ln[c - 1]++, t++;
             in_ctx++;
+            if (np >= 4094) {
+                rc = sink_put(k, &out, piece, np);
+                out.n_tokens += np, np = 0;
+            }
         }
     }
-    free(p->ids), free(p->source), free(p->len), free(p->off);
-    p->ids = ids, p->source = src, p->len = ln, p->off = off;
+    if (rc == 0 && np) rc = sink_put(k, &out, piece, np);
+    if (rc < 0) {
+        free(src), free(ln), free(off);
+        return rc;
+    }
+    free(p->source), free(p->len), free(p->off);
+    p->source = src, p->len = ln, p->off = off;
     p->n = c;
     p->n_tokens = t;
     p->longest = 0;
     for (int64_t i = 0; i < c; i++)
         p->longest = ln[i] > p->longest ? ln[i] : p->longest;
     return 0;
+}
+
+static void drop_ids(struct ds_prompts *p) {
+    if (p->map)
+        munmap(p->map, p->map_bytes);
+    else
+        free(p->ids);
+    p->map = NULL;
+    p->ids = NULL;
 }
 
 static int on_line(void *u, const char *text, size_t len, const char *where, long index) {
@@ -271,7 +351,7 @@ static int on_line(void *u, const char *text, size_t len, const char *where, lon
 }
 
 int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_at, int64_t vocab,
-            struct ah_error *err) {
+            const char *spill, struct ah_error *err) {
     memset(p, 0, sizeof *p);
     struct ds_spec s = *spec;
     if (!s.format) s.format = "jsonl";
@@ -282,9 +362,12 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
                        .err = err};
     bool per_file = !strcmp(s.format, "text-files");
     struct text_source src = {.raw_lines = !per_file, .per_file = per_file};
-    int rc = !strcmp(s.format, "megatron") ? load_megatron(&l, s.path)
+    int rc = sink_open(&l.sink, spill, err);
+    if (rc == 0)
+        rc = !strcmp(s.format, "megatron") ? load_megatron(&l, s.path)
                                            : text_read(&src, s.path, on_line, &l, err);
     tok_ids_free(&l.ids);
+    if (rc == 0) rc = sink_finish(&l.sink, p, spill, err);
     for (int k = 0; rc == 0 && s.pack_len > 0 && k < 2; k++) {
         int64_t id = k ? s.pack_bos : s.pack_separator;
         if (id >= vocab)
@@ -293,7 +376,22 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
                          "vocabulary [0, %lld)",
                          k ? "bos" : "separator", (long long)id, (long long)vocab);
     }
-    if (rc == 0 && s.pack_len > 0) rc = pack(p, s.pack_len, s.pack_separator, s.pack_bos);
+    if (rc == 0 && s.pack_len > 0) { // the documents' ids, read once, become the contexts'
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%s.pack", spill ? spill : "");
+        struct idsink k;
+        if ((rc = sink_open(&k, spill ? tmp : NULL, err)) == 0)
+            rc = pack(p, &k, s.pack_len, s.pack_separator, s.pack_bos);
+        drop_ids(p);
+        if (rc == 0) rc = sink_finish(&k, p, spill ? tmp : NULL, err);
+        if (k.f) fclose(k.f);
+        free(k.mem);
+        if (spill && rc == 0 && rename(tmp, spill) != 0)
+            rc = ah_fail(err, AH_EIO, "%s: cannot rename to %s: %s", tmp, spill, strerror(errno));
+        if (spill && rc < 0) remove(tmp);
+    }
+    if (l.sink.f) fclose(l.sink.f);
+    free(l.sink.mem);
     if (rc < 0) ds_free(p);
     return rc;
 }
@@ -302,6 +400,6 @@ void ds_free(struct ds_prompts *p) {
     free(p->source);
     free(p->len);
     free(p->off);
-    free(p->ids);
+    drop_ids(p);
     memset(p, 0, sizeof *p);
 }

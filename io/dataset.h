@@ -11,6 +11,7 @@
 #ifndef AH_DATASET_H
 #define AH_DATASET_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 struct ah_error;
@@ -27,6 +28,8 @@ struct ds_prompts {
     int64_t n_empty;     // prompts skipped because empty
     int64_t n_truncated; // prompts cut to `truncate_at`
     int64_t longest;     // longest prompt after truncation
+    void *map;           // ids mapped from a spill file (else malloc'd)
+    size_t map_bytes;
 };
 
 struct ds_spec {
@@ -40,10 +43,14 @@ struct ds_spec {
     int pack_bos;          // -1: none
 };
 
-// Loads every prompt. Prompts longer than truncate_at tokens are cut. Ids must lie in
-// [0, vocab). Errors name the file and line.
+// Loads every prompt, reading the data once. Prompts longer than truncate_at tokens are cut. Ids
+// must lie in [0, vocab). Errors name the file and line. spill: a file for the token ids, written
+// as they come and then mapped read-only, so that memory holds 24 bytes a prompt whatever the
+// corpus' size (NULL: the ids stay in memory).
 int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_at, int64_t vocab,
-            struct ah_error *err);
+            const char *spill, struct ah_error *err);
+// Maps the n_tokens ids of a spill file another process wrote with ds_load into p->ids.
+int ds_map_ids(struct ds_prompts *p, const char *spill, struct ah_error *err);
 void ds_free(struct ds_prompts *p); // safe on a zeroed struct
 
 #endif

@@ -170,6 +170,40 @@ static herr_t write_1d(hid_t loc, const char *name, const int64_t *v, int64_t n)
     return r;
 }
 
+// /tokens/prompt_index (which) or /tokens/position of every token, from the prompts' lengths
+static herr_t write_by_token(hid_t loc, const char *name, const struct h5out_params *p,
+                             bool which) {
+    hsize_t d = (hsize_t)p->n_tokens;
+    hid_t s = H5Screate_simple(1, &d, NULL);
+    hid_t ds = H5Dcreate2(loc, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    enum { PIECE = 1 << 18 };
+    int64_t *buf = malloc(PIECE * sizeof *buf);
+    herr_t r = ds < 0 || !buf ? -1 : 0;
+    hsize_t at = 0, n = 0;
+    for (int64_t q = 0; r >= 0 && q <= p->n_prompts; q++) {
+        for (int64_t t = 0; q < p->n_prompts && t < p->length[q]; t++) {
+            buf[n++] = which ? q : t;
+            if (n < PIECE) continue;
+            hid_t m = H5Screate_simple(1, &n, NULL);
+            H5Sselect_hyperslab(s, H5S_SELECT_SET, &at, NULL, &n, NULL);
+            r = H5Dwrite(ds, H5T_NATIVE_INT64, m, s, H5P_DEFAULT, buf);
+            H5Sclose(m);
+            at += n, n = 0;
+            if (r < 0) break;
+        }
+        if (q == p->n_prompts && n && r >= 0) {
+            hid_t m = H5Screate_simple(1, &n, NULL);
+            H5Sselect_hyperslab(s, H5S_SELECT_SET, &at, NULL, &n, NULL);
+            r = H5Dwrite(ds, H5T_NATIVE_INT64, m, s, H5P_DEFAULT, buf);
+            H5Sclose(m);
+        }
+    }
+    free(buf);
+    if (ds >= 0) H5Dclose(ds);
+    H5Sclose(s);
+    return r;
+}
+
 static hid_t file_type(hid_t f16, hid_t bf16, enum h5out_store store, enum tap_dtype dt) {
     if (dt == TAP_I64) return H5T_STD_I64LE;
     return store == H5OUT_F16 ? f16 : store == H5OUT_BF16 ? bf16 : H5T_IEEE_F32LE;
@@ -435,8 +469,7 @@ static int write_index(const struct h5out_params *p, struct ah_error *err) {
     char path[PATH_MAX_];
     parts_path(p->path, "index.h5", path, sizeof path);
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
-    const int64_t *v[6] = {p->source_index, p->length,       p->token_offset,
-                           p->input_ids,    p->prompt_index, p->position};
+    const int64_t *v[4] = {p->source_index, p->length, p->token_offset, p->input_ids};
     CHECK_H5(f, path, "create the index file");
     CHECK_H5(g = H5Gcreate2(f, "prompts", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
              "make a group");
@@ -444,9 +477,11 @@ static int write_index(const struct h5out_params *p, struct ah_error *err) {
     CHECK_H5(g = H5Gcreate2(f, "tokens", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), path,
              "make a group");
     H5Gclose(g);
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < 4; i++)
         CHECK_H5(write_1d(f, table_names[i], v[i], i < 3 ? p->n_prompts : p->n_tokens), path,
                  "write /prompts and /tokens");
+    for (int i = 4; i < 6; i++) // made from the lengths, a piece at a time
+        CHECK_H5(write_by_token(f, table_names[i], p, i == 4), path, "write /tokens");
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, path, "close the index file");

@@ -86,8 +86,8 @@ struct h5out_params {
     int64_t n_prompts;
     const int64_t *source_index, *length, *token_offset; // (n_prompts)
     int64_t n_tokens;
-    const int64_t *input_ids, *prompt_index, *position; // (n_tokens)
-    int64_t batch_size;                                 // prompts of batch k: [k*B, k*B + B)
+    const int64_t *input_ids; // (n_tokens); /tokens/prompt_index and position follow from length
+    int64_t batch_size;       // prompts of batch k: [k*B, k*B + B)
     // extra root attributes (documented in the README)
     int64_t max_seq_len, n_skipped_empty, n_truncated;
     const char *provenance; // JSON text: the ranks and where they ran
