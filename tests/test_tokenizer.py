@@ -239,6 +239,39 @@ open(f"{work}/meg8.idx", "r+b").write(b"NOTMAGIC")
 p = run(harvest, "run", f"{work}/meg8.json")
 check(p.returncode == 1 and "meg8.idx: not a Megatron index" in p.stderr, f"a bad Megatron index: {p.stderr.strip()}")
 
+# flat memory: the token ids go to a file every rank maps; memory holds 24 bytes a prompt. Peak
+# private memory (RssAnon) of runs on 0.5 M and 4 M tokens (ids in memory would add 24 bytes a
+# token: about 84 MB more for the larger corpus)
+import time
+run(harvest, "init-model", "--family", "laguna", "--preset", "XS-2.1", "--seed", "1", f"{work}/lg", check=0)
+peaks = {}
+for label, n_prompts in (("m_small", 5000), ("m_big", 40000)):
+    rng = random.Random(n_prompts)
+    with open(f"{work}/{label}.jsonl", "w") as f:
+        for _ in range(n_prompts):
+            f.write(json.dumps({"input_ids": [rng.randrange(512) for _ in range(100)]}) + "\n")
+    job = write_job(f"{work}/{label}.json", model="lg", data=f"{label}.jsonl", activations=["input_ids"],
+                    batch_size=64, output={"path": f"{label}.h5"})
+    proc = subprocess.Popen([harvest, "run", job, "--quiet"], stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    peak = 0
+    while proc.poll() is None:
+        try:
+            for line in open(f"/proc/{proc.pid}/status"):
+                if line.startswith("RssAnon:"):
+                    peak = max(peak, int(line.split()[1]))
+        except OSError:
+            pass
+        time.sleep(0.002)
+    check(proc.returncode == 0, f"{label}: exit {proc.returncode}: {proc.stderr.read()}")
+    peaks[label] = peak / 1024
+    with h5py.File(f"{work}/{label}.h5", "r") as f:
+        check(f["tokens/input_ids"].shape == (n_prompts * 100,), f"{label}: every token is in")
+grow = peaks["m_big"] - peaks["m_small"]
+check(grow < 20, f"memory grows with the corpus: {peaks} MB")
+print(f"flat memory: peak private memory {peaks['m_small']:.0f} MB for 0.5 M tokens, "
+      f"{peaks['m_big']:.0f} MB for 4 M tokens", flush=True)
+
 os.remove(f"{model}/tokenizer.json")
 write_job(f"{work}/notok.json", data={"path": "p.txt", "format": "text"}, output={"path": "notok.h5"})
 p = run(harvest, "run", f"{work}/notok.json")
