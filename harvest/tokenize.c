@@ -38,8 +38,15 @@ static int emit_ids(void *u, const char *text, size_t len, const char *where, lo
     int rc = tok_encode(k->tok, text, len, k->special, &k->ids);
     if (rc < 0) return rc;
     fputs("{\"input_ids\": [", k->out);
-    for (size_t i = 0; i < k->ids.n; i++)
-        fprintf(k->out, i ? ", %lld" : "%lld", (long long)k->ids.v[i]);
+    for (size_t i = 0; i < k->ids.n; i++) { // digits by hand: printf is a third of the time
+        char d[24], *e = d + sizeof d, *q = e;
+        uint64_t v = (uint64_t)k->ids.v[i]; // ids are >= 0
+        do
+            *--q = (char)('0' + v % 10);
+        while (v /= 10);
+        if (i) *--q = ' ', *--q = ',';
+        fwrite(q, 1, (size_t)(e - q), k->out);
+    }
     fputs("]}\n", k->out);
     k->prompts++;
     k->bytes += (int64_t)len;
