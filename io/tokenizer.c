@@ -45,14 +45,19 @@ static int buf_put(struct buf *b, const void *s, size_t n) {
     return 0;
 }
 
+// room for one more element in a growable array of `elem`-byte elements
+static int grow_one(void **v, size_t n, size_t *cap, size_t elem) {
+    if (n < *cap) return 0;
+    size_t c = *cap ? *cap * 2 : 64;
+    void *p = realloc(*v, c * elem);
+    if (!p) return -AH_ENOMEM;
+    *v = p;
+    *cap = c;
+    return 0;
+}
+
 int tok_ids_push(struct tok_ids *ids, int64_t id) {
-    if (ids->n == ids->cap) {
-        size_t cap = ids->cap ? ids->cap * 2 : 64;
-        int64_t *v = realloc(ids->v, cap * sizeof *v);
-        if (!v) return -AH_ENOMEM;
-        ids->v = v;
-        ids->cap = cap;
-    }
+    if (grow_one((void **)&ids->v, ids->n, &ids->cap, sizeof *ids->v) < 0) return -AH_ENOMEM;
     ids->v[ids->n++] = id;
     return 0;
 }
@@ -79,13 +84,7 @@ static void pieces_clear(struct pieces *p) {
 
 static int pieces_add(struct pieces *p, const char *s, size_t n) {
     if (n == 0) return 0;
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? p->cap * 2 : 64;
-        struct piece *v = realloc(p->v, cap * sizeof *v);
-        if (!v) return -AH_ENOMEM;
-        p->v = v;
-        p->cap = cap;
-    }
+    if (grow_one((void **)&p->v, p->n, &p->cap, sizeof *p->v) < 0) return -AH_ENOMEM;
     size_t off = p->b.n;
     if (buf_put(&p->b, s, n) < 0) return -AH_ENOMEM;
     p->v[p->n++] = (struct piece){off, n};
@@ -295,13 +294,7 @@ struct spans {
 };
 
 static int spans_add(struct spans *sp, size_t a, size_t b, bool match) {
-    if (sp->n == sp->cap) {
-        size_t cap = sp->cap ? sp->cap * 2 : 64;
-        struct span *v = realloc(sp->v, cap * sizeof *v);
-        if (!v) return -AH_ENOMEM;
-        sp->v = v;
-        sp->cap = cap;
-    }
+    if (grow_one((void **)&sp->v, sp->n, &sp->cap, sizeof *sp->v) < 0) return -AH_ENOMEM;
     sp->v[sp->n++] = (struct span){a, b, match};
     return 0;
 }
