@@ -21,11 +21,13 @@ static const char usage_text[] =
     "usage: harvest COMMAND ...\n"
     "  run JOB.json [--resume | --overwrite] [--quiet]   harvest activations into HDF5\n"
     "  activations MODEL_DIR [GLOB] [--json]            list the named activations\n"
-    "  inspect OUT.h5                                   summarise an output file\n"
+    "  inspect OUT.h5 [--text P [--tokenizer PATH]]     summarise an output file\n"
+    "  tokenize MODEL_DIR_OR_TOKENIZER FILE... [--decode] text <-> token ids (JSON Lines)\n"
     "  plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] [--expert-parallel E]\n"
     "                                                   parameters, bytes, weights a rank\n"
     "  init-model --family encdec [--preset NAME] [--seed N] [--dtype f32|f16|bf16]\n"
     "             [--shards N] OUT_DIR                  write a random-weight checkpoint\n"
+    "  init-model --family laguna --preset XS-2.1|XS.2|S-2.1|M.1 [--seed N] [--shards N] OUT_DIR\n"
     "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n";
 
 int main(int argc, char **argv) {
