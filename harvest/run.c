@@ -207,7 +207,10 @@ static int plan_data(struct plan *pl, int rank, struct ah_error *err) {
                                j->pack_separator, j->pack_bos};
         rc = ds_load(ds, &spec, cap, m->vocab, spill, err);
     }
-    if ((rc = agree(rc)) < 0) return rc;
+    if ((rc = agree(rc)) < 0) {
+        if (rank == 0) remove(spill); // a half-written spill file is of no use
+        return rc;
+    }
     int64_t counts[6] = {ds->n,       ds->n_tokens,    ds->n_lines,
                          ds->n_empty, ds->n_truncated, ds->longest};
     MPI_Bcast(counts, 6, MPI_INT64_T, 0, MPI_COMM_WORLD);
