@@ -564,12 +564,7 @@ static void exchange_slots(void *u, float *eo, const int64_t *idx, int64_t n_slo
     for (int s = 0, d = 0; s < n; d += cnt[s], s++)
         disp[s] = d;
     size_t need = (size_t)n_slots * (size_t)D;
-    if (need > x->cap) {
-        float *b = realloc(x->buf, need * sizeof *b);
-        AH_ASSERT(b); // a few slots' rows: the state's own buffers are far larger
-        x->buf = b;
-        x->cap = need;
-    }
+    AH_ASSERT(need <= x->cap); // sized for the largest batch before the first one
     float *mine = x->buf + disp[g->shard];
     for (int64_t i = 0; i < n_slots; i++)
         if (owner_of(idx[i], g->n_experts, n) == g->shard)
@@ -591,6 +586,7 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     int C = model_hidden(&pl->m), B = pl->B, rc = 0;
     bool first = g->stage == 0, last = g->stage == g->n_stages - 1, relayed = false;
     int prev = g->rank - g->n_shards, next = g->rank + g->n_shards; // the same shard
+    struct exchange ex = {g, NULL, 0};                              // expert shards' slots
     int64_t *mine = malloc(((size_t)pl->K + 1) * sizeof *mine);
     int *lens = malloc((size_t)B * sizeof *lens);
     int64_t *boff = malloc((size_t)B * sizeof *boff), *brow = malloc((size_t)B * sizeof *brow);
@@ -628,13 +624,19 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     }
     for (int i = 0; i < pl->m.n_cat; i++)
         want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
-    struct exchange ex = {g, NULL, 0};
     struct laguna_shard shard = {
         (int)((int64_t)pl->m.lg.cfg.n_expert * g->shard / g->n_shards),
         (int)((int64_t)pl->m.lg.cfg.n_expert * (g->shard + 1) / g->n_shards), exchange_slots, &ex};
     if ((rc = model_state_init(&pl->m, &st, (int)pl->S, max_tokens, want,
                                g->n_shards > 1 ? &shard : NULL)) < 0)
         goto done;
+    if (g->n_shards > 1) { // every slot of the largest batch, gathered
+        ex.cap = (size_t)max_tokens * (size_t)pl->m.lg.cfg.top_k * (size_t)pl->m.lg.cfg.hidden;
+        if (!(ex.buf = malloc(ex.cap * sizeof *ex.buf))) {
+            rc = -AH_ENOMEM;
+            goto done;
+        }
+    }
     model_handoff(&pl->m, &st, hand, &n_hand);
     struct tap tp = {want, collect_take, &rr->col};
 
