@@ -192,7 +192,8 @@ int encdec_state_init(struct encdec_state *s, const struct encdec_config *c, int
     for (size_t i = 0; i < nf; i++)
         total += (f[i].n + 15) / 16 * 16; // 64-byte aligned pieces
     int64_t mask_n = T * 2 * T;
-    s->arena = aligned_alloc(64, (size_t)(total * 4 + mask_n * 8 + 64));
+    // C11: the size of an aligned_alloc is a multiple of the alignment
+    s->arena = aligned_alloc(64, (size_t)(total * 4 + mask_n * 8 + 64 + 63) / 64 * 64);
     if (!s->arena) return -AH_ENOMEM;
     float *p = s->arena;
     for (size_t i = 0; i < nf; i++) {

@@ -510,8 +510,8 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
     size_t nf = sizeof f / sizeof f[0];
     int64_t total = 0;
     for (size_t i = 0; i < nf; i++)
-        total += (f[i].n + 15) / 16 * 16; // 64-byte aligned pieces
-    s->arena = aligned_alloc(64, (size_t)total * 4 + 64);
+        total += (f[i].n + 15) / 16 * 16;                                  // 64-byte aligned pieces
+    s->arena = aligned_alloc(64, ((size_t)total * 4 + 64 + 63) / 64 * 64); // a multiple of 64
     if (!s->arena) return -AH_ENOMEM;
     float *p = s->arena;
     for (size_t i = 0; i < nf; i++) {
