@@ -77,6 +77,19 @@ int model_load(struct model *m, const char *dir, bool weights, struct ah_error *
             laguna_config_free(&cfg);
             goto fail;
         }
+        if (weights) { // the gate's granularity follows g_proj's rows (laguna-forward.md A3)
+            int64_t sh[2] = {0, 0};
+            rc = md_tensor_dims(&m->md, "model.layers.0.self_attn.g_proj.weight", sh, 2, err);
+            if (rc == 2 && sh[0] == (int64_t)cfg.n_head[0] * cfg.head_dim && cfg.head_dim > 1)
+                cfg.gate_per_element = true;
+            else if (rc == 2 && sh[0] == cfg.n_head[0])
+                cfg.gate_per_element = false;
+            if (rc < 0) { // no g_proj: the message names file and tensor
+                laguna_config_free(&cfg);
+                goto fail;
+            }
+            rc = 0; // another row count fails the shape check when the tensor is bound
+        }
         int n = laguna_init(&m->lg, &cfg, &lt);
         if (n < 0) {
             laguna_config_free(&cfg);

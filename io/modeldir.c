@@ -189,6 +189,17 @@ static int find(const struct modeldir *md, const char *name, const struct st_ten
                    md->n_files ? md->files[0].path : md->dir, name);
 }
 
+int md_tensor_dims(const struct modeldir *md, const char *name, int64_t *shape, int max_dims,
+                   struct ah_error *err) {
+    const struct st_tensor *t = NULL;
+    const char *file = NULL;
+    int rc = find(md, name, &t, &file, err);
+    if (rc < 0) return rc;
+    for (int i = 0; i < t->ndim && i < max_dims; i++)
+        shape[i] = t->shape[i];
+    return t->ndim;
+}
+
 // find(), then the shape check
 static int locate(const struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const struct st_tensor **tp, const char **filep, struct ah_error *err) {

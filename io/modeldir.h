@@ -40,6 +40,11 @@ int md_config_double(const struct modeldir *md, const char *key, bool required, 
 // Borrowed string (valid until md_close), or NULL when absent or not a string.
 const char *md_config_string(const struct modeldir *md, const char *key);
 
+// The dimensions of tensor `name` (the first max_dims into shape): returns ndim, or a negative
+// AH_E* code naming the file when the tensor is missing.
+int md_tensor_dims(const struct modeldir *md, const char *name, int64_t *shape, int max_dims,
+                   struct ah_error *err);
+
 // Finds `name`, checks ndim/shape, and returns a float32 view. Errors name the file and tensor.
 int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const float **out, struct ah_error *err);

@@ -125,4 +125,24 @@ for n, preset in enumerate(("XS-2.1", "XS.2", "S-2.1", "M.1")):
     print(f"{preset}: {len(names)} values x {len(LENGTHS)} prompts (T = {LENGTHS}) match the reference; "
           f"largest relative errors: " + ", ".join(f"{k} {v:.1e}" for k, v in top) +
           f"; identities on {n_ident} mixture blocks x prompts", flush=True)
+
+# the gate's granularity comes from g_proj's rows, whatever "gating" says (laguna-forward.md A3):
+# M.1 (per-channel weights) with "gating": true, and XS-2.1 (per-head) with "per-element", give
+# the outputs of their own configs bit for bit
+import shutil
+for preset, gating in (("M.1", True), ("XS-2.1", "per-element")):
+    d = f"{work}/{preset}"
+    shutil.copytree(f"{d}/model", f"{d}/model_gating", dirs_exist_ok=True)
+    cfg = json.load(open(f"{d}/model_gating/config.json"))
+    cfg["gating"] = gating
+    json.dump(cfg, open(f"{d}/model_gating/config.json", "w"))
+    job2 = write_job(f"{d}/job2.json", model="model_gating", batch_size=1,
+                     activations=["layers.*.layer_output", "layers.*.expert_indices", "logits"],
+                     output={"path": "out2.h5"})
+    p = run(harvest, "run", job2, "--quiet")
+    if check(p.returncode == 0, f"{preset} with gating {gating!r}: exit {p.returncode}: {p.stderr}"):
+        from util import output_diff, BOOKKEEPING
+        dd = output_diff(f"{d}/out1.h5", f"{d}/out2.h5", BOOKKEEPING | {"job", "model_config"})
+        check(dd is None, f"{preset} with gating {gating!r}: differs in {dd}")
+        print(f"{preset} with \"gating\": {json.dumps(gating)}: the gate follows g_proj, same output", flush=True)
 finish()
