@@ -965,6 +965,26 @@ int64_t tok_n_ids(const struct tokenizer *t) {
     return t->n_ids;
 }
 
+// s[a, b) without JavaScript whitespace at its end (trim_end) or start (trim_start)
+static size_t trim_end(const char *s, size_t a, size_t b) {
+    size_t len;
+    while (b > a) {
+        size_t c = b - 1;
+        while (c > a && ((unsigned char)s[c] & 0xC0) == 0x80)
+            c--;
+        if (!js_space(utf8_next(s + c, b - c, &len))) break;
+        b = c;
+    }
+    return b;
+}
+
+static size_t trim_start(const char *s, size_t a, size_t b) {
+    size_t len;
+    while (a < b && js_space(utf8_next(s + a, b - a, &len)))
+        a += len;
+    return a;
+}
+
 // ----------------------------------------------------------------------------
 // normalizers
 
@@ -1005,16 +1025,8 @@ static int norm_apply(struct tokenizer *t, const struct norm *n, struct buf *s) 
         rc = s->n ? buf_put(o, n->content, strlen(n->content)) : 0;
         if (rc == 0) rc = buf_put(o, s->p, s->n);
     } else if (n->k == N_STRIP) {
-        size_t a = 0, b = s->n, len;
-        while (n->left && a < b && js_space(utf8_next(s->p + a, b - a, &len)))
-            a += len;
-        while (n->right && b > a) { // back up one code point
-            size_t c = b - 1;
-            while (c > a && ((unsigned char)s->p[c] & 0xC0) == 0x80)
-                c--;
-            if (!js_space(utf8_next(s->p + c, b - c, &len))) break;
-            b = c;
-        }
+        size_t a = n->left ? trim_start(s->p, 0, s->n) : 0;
+        size_t b = n->right ? trim_end(s->p, a, s->n) : s->n;
         rc = buf_put(o, s->p + a, b - a);
     } else { // Replace: every match by content
         if ((rc = regex_spans(n->re, t->md, s->p, s->n, &t->spans)) < 0) return rc;
@@ -1316,25 +1328,6 @@ static int added_at(const struct tokenizer *t, const char *s, size_t n) {
         if (t->trie[k].token >= 0) found = t->trie[k].token;
     }
     return found;
-}
-
-static size_t trim_end(const char *s, size_t a, size_t b) {
-    size_t len;
-    while (b > a) {
-        size_t c = b - 1;
-        while (c > a && ((unsigned char)s[c] & 0xC0) == 0x80)
-            c--;
-        if (!js_space(utf8_next(s + c, b - c, &len))) break;
-        b = c;
-    }
-    return b;
-}
-
-static size_t trim_start(const char *s, size_t a, size_t b) {
-    size_t len;
-    while (a < b && js_space(utf8_next(s + a, b - a, &len)))
-        a += len;
-    return a;
 }
 
 int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_special,
