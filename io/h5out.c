@@ -170,6 +170,16 @@ static herr_t write_1d(hid_t loc, const char *name, const int64_t *v, int64_t n)
     return r;
 }
 
+// n values of buf into dataset ds (file space s) from row *at on
+static herr_t write_piece(hid_t ds, hid_t s, hsize_t *at, hsize_t n, const int64_t *buf) {
+    hid_t m = H5Screate_simple(1, &n, NULL);
+    H5Sselect_hyperslab(s, H5S_SELECT_SET, at, NULL, &n, NULL);
+    herr_t r = H5Dwrite(ds, H5T_NATIVE_INT64, m, s, H5P_DEFAULT, buf);
+    H5Sclose(m);
+    *at += n;
+    return r;
+}
+
 // /tokens/prompt_index (which) or /tokens/position of every token, from the prompts' lengths
 static herr_t write_by_token(hid_t loc, const char *name, const struct h5out_params *p,
                              bool which) {
@@ -180,24 +190,12 @@ static herr_t write_by_token(hid_t loc, const char *name, const struct h5out_par
     int64_t *buf = malloc(PIECE * sizeof *buf);
     herr_t r = ds < 0 || !buf ? -1 : 0;
     hsize_t at = 0, n = 0;
-    for (int64_t q = 0; r >= 0 && q <= p->n_prompts; q++) {
-        for (int64_t t = 0; q < p->n_prompts && t < p->length[q]; t++) {
+    for (int64_t q = 0; r >= 0 && q < p->n_prompts; q++)
+        for (int64_t t = 0; r >= 0 && t < p->length[q]; t++) {
             buf[n++] = which ? q : t;
-            if (n < PIECE) continue;
-            hid_t m = H5Screate_simple(1, &n, NULL);
-            H5Sselect_hyperslab(s, H5S_SELECT_SET, &at, NULL, &n, NULL);
-            r = H5Dwrite(ds, H5T_NATIVE_INT64, m, s, H5P_DEFAULT, buf);
-            H5Sclose(m);
-            at += n, n = 0;
-            if (r < 0) break;
+            if (n == PIECE) r = write_piece(ds, s, &at, n, buf), n = 0;
         }
-        if (q == p->n_prompts && n && r >= 0) {
-            hid_t m = H5Screate_simple(1, &n, NULL);
-            H5Sselect_hyperslab(s, H5S_SELECT_SET, &at, NULL, &n, NULL);
-            r = H5Dwrite(ds, H5T_NATIVE_INT64, m, s, H5P_DEFAULT, buf);
-            H5Sclose(m);
-        }
-    }
+    if (r >= 0 && n) r = write_piece(ds, s, &at, n, buf);
     free(buf);
     if (ds >= 0) H5Dclose(ds);
     H5Sclose(s);
