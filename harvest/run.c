@@ -280,8 +280,10 @@ struct grid {
     int n_shards, shard; // expert shards: the ranks of one stage of one replica
     int n_experts;       // routed experts a mixture block has (0: none)
     MPI_Comm ecomm;      // those ranks (MPI_COMM_NULL for one shard)
+    MPI_Comm scomm;      // every rank of this stage, world order (MPI_COMM_NULL: no datasets)
     int b0, b1;          // blocks of this stage
     int i0, i1;          // datasets of this stage (catalogue order follows the blocks)
+    bool writes;         // shard 0 writes what the shards of a replica compute alike
 };
 
 void plan_partition(const double *cost, int n, int parts, int *cut) {
@@ -352,7 +354,6 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
     free(cut);
     g->i0 = g->i1 = 0;
     if (pl->blk_end == 0) g->i1 = pl->n_dsets; // the embeddings alone: one stage writes all
-    if (g->shard > 0) return;                  // shard 0 writes what the shards compute alike
     for (int i = 0; pl->blk_end > 0 && i < pl->n_dsets; i++) {
         int b = owner_block(pl->dsets[i].desc->block, nb);
         if (b < g->b0)
@@ -360,6 +361,9 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
         else if (b < g->b1)
             g->i1 = i + 1;
     }
+    g->writes = g->shard == 0;
+    // the stage's segments are shared by its ranks, which therefore go in lockstep rounds
+    MPI_Comm_split(MPI_COMM_WORLD, g->i1 > g->i0 ? g->stage : MPI_UNDEFINED, rank, &g->scomm);
 }
 
 // ----------------------------------------------------------------------------
@@ -430,7 +434,7 @@ struct rank_run {
     const struct run_opts *o;
     struct h5master *mst; // rank 0 only
     int run;              // number of this run of the output (segment names)
-    int seq;              // segments this rank has opened
+    int seq;              // segments the stage has opened
     struct h5seg *seg;
     struct collector col;
     double last_checkpoint;
@@ -441,28 +445,33 @@ struct rank_run {
     int n_pend;
 };
 
+// Collective over the stage: opens its next segment, named after the stage's first rank.
 static int seg_begin(struct rank_run *rr, struct ah_error *err) {
     char file[64];
-    snprintf(file, sizeof file, "seg-%03d-%05d-%05d.h5", rr->run, rr->g->rank, rr->seq++);
-    return h5seg_open(&rr->seg, rr->pl->j.out_path, file,
+    snprintf(file, sizeof file, "seg-%03d-%05d-%05d.h5", rr->run, rr->g->stage * rr->g->n_shards,
+             rr->seq++);
+    return h5seg_open(&rr->seg, rr->g->scomm, rr->pl->j.out_path, file,
                       rr->pl->j.out_dtype == JOB_F16    ? H5OUT_F16
                       : rr->pl->j.out_dtype == JOB_BF16 ? H5OUT_BF16
                                                         : H5OUT_F32,
                       rr->pl->j.compression, rr->pl->B, rr->pl->dsets, rr->g->i0, rr->g->i1, err);
 }
 
-// Closes the open segment (if it has rows) and hands its record to rank 0.
+// Collective over the stage: closes the open segment and the stage's first rank hands its record
+// to rank 0.
 static int seg_finish(struct rank_run *rr, struct ah_error *err) {
     if (!rr->seg) return 0;
     struct h5out_record rec;
+    int me = 0;
     rr->bytes += h5seg_bytes(rr->seg);
-    int rc = h5seg_close(rr->seg, true, &rec, err);
+    int rc = h5seg_close(rr->seg, &rec, err);
     rr->seg = NULL;
     if (rc < 0) return rc;
-    if (rr->g->rank == 0) {
+    MPI_Comm_rank(rr->g->scomm, &me);
+    if (me == 0 && rr->g->rank == 0) {
         rc = h5m_add(rr->mst, &rec);
         rr->master_dirty = true;
-    } else {
+    } else if (me == 0) {
         send_record(&rr->pend, &rr->n_pend, &rec);
     }
     h5out_record_free(&rec);
@@ -622,7 +631,7 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
         rc = -AH_ENOMEM;
         goto done;
     }
-    for (int i = 0; i < pl->m.n_cat; i++)
+    for (int i = 0; g->writes && i < pl->m.n_cat; i++)
         want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
     struct laguna_shard shard = {
         (int)((int64_t)pl->m.lg.cfg.n_expert * g->shard / g->n_shards),
@@ -649,6 +658,17 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     progress_init(&pr, rr->o->quiet || g->rank != 0, my_prompts, my_tokens, 0, 0);
     rr->last_checkpoint = now_seconds();
 
+    // a stage with datasets shares its segments: its ranks go in rounds, each with one batch or
+    // none, and agree on stops and checkpoints at the start of every round
+    bool lock = g->scomm != MPI_COMM_NULL, ended = false;
+    int members = 1;
+    if (lock) MPI_Comm_size(g->scomm, &members);
+    int64_t *info = malloc((size_t)members * 3 * sizeof *info); // batch, stop, checkpoint
+    struct h5out_run *rows = malloc((size_t)members * sizeof *rows);
+    if (!info || !rows) {
+        rc = -AH_ENOMEM;
+        goto loop_done;
+    }
     double t_loop = now_seconds();
     int cur = 0;
     if (!first) {
@@ -656,69 +676,103 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
         MPI_Irecv(rbuf[0], (int)msg, MPI_FLOAT, prev, TAG_DATA, MPI_COMM_WORLD, &rreq[0][1]);
     }
     for (int64_t i = 0;; i++) {
-        int64_t k;
+        int64_t k = -1;
+        int stop = 0;
         relay_stop(g, &relayed);
         if (first) {
-            if (i == n_mine) break;
-            int stop = stop_seen(); // the shards of a stage stop together: they exchange
-            if (g->ecomm != MPI_COMM_NULL)
-                MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, g->ecomm);
-            if (stop) break; // the pipeline drains behind the last batch
-            k = mine[i];
-        } else {
+            stop = stop_seen();
+            if (i < n_mine) k = mine[i];
+        } else if (!ended) {
             MPI_Waitall(2, rreq[cur], MPI_STATUSES_IGNORE);
             k = rhdr[cur];
-            if (k < 0) break; // the stage before has ended
+            ended = k < 0; // the stage before has ended
             int nx = 1 - cur;
-            MPI_Irecv(&rhdr[nx], 1, MPI_INT64_T, prev, TAG_HDR, MPI_COMM_WORLD, &rreq[nx][0]);
-            MPI_Irecv(rbuf[nx], (int)msg, MPI_FLOAT, prev, TAG_DATA, MPI_COMM_WORLD, &rreq[nx][1]);
+            if (!ended) {
+                MPI_Irecv(&rhdr[nx], 1, MPI_INT64_T, prev, TAG_HDR, MPI_COMM_WORLD, &rreq[nx][0]);
+                MPI_Irecv(rbuf[nx], (int)msg, MPI_FLOAT, prev, TAG_DATA, MPI_COMM_WORLD,
+                          &rreq[nx][1]);
+            }
         }
-        double t_busy = now_seconds();
-        int64_t p0 = batch_first(pl, k), p1 = batch_end(pl, k);
-        int64_t t0 = token_at(pl, p0), t1 = token_at(pl, p1);
-        int n = (int)(p1 - p0);
-        for (int b = 0; b < n; b++) {
-            lens[b] = (int)pl->ds.len[p0 + b];
-            boff[b] = pl->ds.off[p0 + b] - t0;
-            brow[b] = pl->ds.off[p0 + b];
+        if (lock) {
+            int64_t mine3[3] = {k, stop,
+                                now_seconds() - rr->last_checkpoint >= pl->j.checkpoint_seconds};
+            MPI_Allgather(mine3, 3, MPI_INT64_T, info, 3, MPI_INT64_T, g->scomm);
+            bool any = false;
+            for (int m = 0; m < members; m++) {
+                any = any || info[3 * m] >= 0;
+                stop = stop || info[3 * m + 1];
+            }
+            if ((first && stop) || !any) break; // the pipeline drains behind the last batch
+            if (info[2] && rr->seg) { // the stage's first rank keeps the time
+                if ((rc = seg_finish(rr, err)) < 0) goto loop_done;
+                rr->last_checkpoint = now_seconds();
+            }
+            for (int m = 0; m < members; m++) { // member m is shard m % n_shards of its replica
+                int64_t km = info[3 * m];
+                rows[m] = (struct h5out_run){0};
+                if (km < 0 || m % g->n_shards) continue;
+                rows[m].p0 = batch_first(pl, km);
+                rows[m].p1 = batch_end(pl, km);
+                rows[m].t0 = token_at(pl, rows[m].p0);
+                rows[m].t1 = token_at(pl, rows[m].p1);
+            }
+            if (!rr->seg && (rc = seg_begin(rr, err)) < 0) goto loop_done;
+            if ((rc = h5seg_begin_round(rr->seg, rows, err)) < 0) goto loop_done;
+        } else if (k < 0) {
+            break;
+        } else if (first && g->ecomm != MPI_COMM_NULL) { // shards stop together: they exchange
+            MPI_Allreduce(MPI_IN_PLACE, &stop, 1, MPI_INT, MPI_MAX, g->ecomm);
+            if (stop) break;
+        } else if (first && stop) {
+            break;
         }
-        struct mbatch bt = {n, t1 - t0, pl->ds.ids + t0, lens, boff};
-        size_t hand_n = (size_t)bt.n_tokens * C; // floats of one hand-off array
-        for (int a = 0; !first && a < n_hand; a++)
-            memcpy(hand[a], rbuf[cur] + a * hand_n, hand_n * sizeof(float));
-        if (!rr->seg && g->i1 > g->i0 && (rc = seg_begin(rr, err)) < 0) goto done;
-        if (rr->seg && (rc = h5seg_begin_batch(rr->seg, p0, p1, t0, t1, err)) < 0) goto done;
-        rr->col.seg = rr->seg;
-        rr->col.first_prompt = p0;
-        model_forward(&pl->m, &st, &bt, &tp, g->b0, g->b1);
-        if ((rc = rr->col.rc) < 0) {
-            *err = rr->col.err;
-            goto done;
+        if (k >= 0) {
+            double t_busy = now_seconds();
+            int64_t p0 = batch_first(pl, k), p1 = batch_end(pl, k);
+            int64_t t0 = token_at(pl, p0);
+            int n = (int)(p1 - p0);
+            for (int b = 0; b < n; b++) {
+                lens[b] = (int)pl->ds.len[p0 + b];
+                boff[b] = pl->ds.off[p0 + b] - t0;
+                brow[b] = pl->ds.off[p0 + b];
+            }
+            struct mbatch bt = {n, token_at(pl, p1) - t0, pl->ds.ids + t0, lens, boff};
+            size_t hand_n = (size_t)bt.n_tokens * C; // floats of one hand-off array
+            for (int a = 0; !first && a < n_hand; a++)
+                memcpy(hand[a], rbuf[cur] + a * hand_n, hand_n * sizeof(float));
+            rr->col.seg = rr->seg;
+            rr->col.first_prompt = p0;
+            model_forward(&pl->m, &st, &bt, &tp, g->b0, g->b1);
+            if ((rc = rr->col.rc) < 0) {
+                *err = rr->col.err;
+                goto loop_done;
+            }
+            if (!last) {
+                int sb = (int)(i % 2);
+                MPI_Waitall(2, sreq[sb], MPI_STATUSES_IGNORE); // the buffer's last message is out
+                for (int a = 0; a < n_hand; a++)
+                    memcpy(sbuf[sb] + a * hand_n, hand[a], hand_n * sizeof(float));
+                shdr[sb] = k;
+                MPI_Isend(&shdr[sb], 1, MPI_INT64_T, next, TAG_HDR, MPI_COMM_WORLD, &sreq[sb][0]);
+                MPI_Isend(sbuf[sb], (int)(n_hand * hand_n), MPI_FLOAT, next, TAG_DATA,
+                          MPI_COMM_WORLD, &sreq[sb][1]);
+            }
+            rr->busy += now_seconds() - t_busy;
+            if (!first) cur = 1 - cur;
+            done_prompts += n;
+            done_tokens += bt.n_tokens;
+            progress_update(&pr, done_prompts, done_tokens, false);
         }
-        if (!last) {
-            int s = (int)(i % 2);
-            MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE); // the buffer's previous message is out
-            for (int a = 0; a < n_hand; a++)
-                memcpy(sbuf[s] + a * hand_n, hand[a], hand_n * sizeof(float));
-            shdr[s] = k;
-            MPI_Isend(&shdr[s], 1, MPI_INT64_T, next, TAG_HDR, MPI_COMM_WORLD, &sreq[s][0]);
-            MPI_Isend(sbuf[s], (int)(n_hand * hand_n), MPI_FLOAT, next, TAG_DATA, MPI_COMM_WORLD,
-                      &sreq[s][1]);
+        if (lock) {
+            double t_write = now_seconds();
+            if ((rc = h5seg_end_round(rr->seg, err)) < 0) goto loop_done;
+            rr->col.seconds += now_seconds() - t_write;
         }
-        rr->busy += now_seconds() - t_busy;
-        if (!first) cur = 1 - cur;
-        done_prompts += n;
-        done_tokens += bt.n_tokens;
-        progress_update(&pr, done_prompts, done_tokens, false);
-        if (now_seconds() - rr->last_checkpoint >= pl->j.checkpoint_seconds) {
-            if ((rc = seg_finish(rr, err)) < 0) goto done;
-            rr->last_checkpoint = now_seconds();
-        }
-        if (g->rank == 0 && (rc = master_poll(rr, err)) < 0) goto done;
+        if (g->rank == 0 && (rc = master_poll(rr, err)) < 0) goto loop_done;
     }
     if (!last) { // end of stream
-        for (int s = 0; s < 2; s++)
-            MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE);
+        for (int sb = 0; sb < 2; sb++)
+            MPI_Waitall(2, sreq[sb], MPI_STATUSES_IGNORE);
         shdr[0] = -1;
         MPI_Send(&shdr[0], 1, MPI_INT64_T, next, TAG_HDR, MPI_COMM_WORLD);
         MPI_Send(sbuf[0], 0, MPI_FLOAT, next, TAG_DATA, MPI_COMM_WORLD);
@@ -726,14 +780,15 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     rr->wall = now_seconds() - t_loop;
     progress_update(&pr, done_prompts, done_tokens, true);
     rc = seg_finish(rr, err);
+loop_done:
+    free(info);
+    free(rows);
 done:
     free(want);
-    for (int s = 0; s < 2; s++)
+    // after a failure the job ends at once (MPI_Abort): no wait for sends, and the open
+    // segment (if any) is left unclosed, as closing is collective; it is never listed
+    for (int s = 0; rc == 0 && s < 2; s++)
         MPI_Waitall(2, sreq[s], MPI_STATUSES_IGNORE);
-    if (rr->seg) {
-        h5seg_close(rr->seg, false, NULL, NULL);
-        rr->seg = NULL;
-    }
     collector_free(&rr->col);
     model_state_free(&st);
     free(ex.buf);
@@ -807,7 +862,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     struct plan pl = {0};
-    struct grid g = {0};
+    struct grid g = {.ecomm = MPI_COMM_NULL, .scomm = MPI_COMM_NULL};
     struct rank_run rr = {0};
     uint8_t *done = NULL;
     char *prov = NULL;
@@ -958,6 +1013,7 @@ done:
     free(done);
     free(prov);
     if (g.n_shards > 1) MPI_Comm_free(&g.ecomm);
+    if (g.scomm != MPI_COMM_NULL) MPI_Comm_free(&g.scomm);
     plan_free(&pl);
     return rc;
 }

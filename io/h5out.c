@@ -1,7 +1,7 @@
-// h5out.c - see h5out.h. Every file here is written by one process: segments by the rank that
-// computes their rows, the index and the master by rank 0. No collective calls, so pipeline stages
-// and replicas never wait for each other's I/O, and a kill leaves every listed file closed.
-#define _GNU_SOURCE // defines: fsync, opendir, sync_file_range
+// h5out.c - see h5out.h. A segment is written through MPI-IO by the ranks of one pipeline stage
+// (collective create, extend and close; independent or, with compression, collective row writes);
+// the index and the master are written by rank 0 alone. A kill leaves every listed file closed.
+#define _POSIX_C_SOURCE 200809L // defines: fsync
 #include "io/h5out.h"
 
 #include "io/halfconv.h"
@@ -243,21 +243,27 @@ static int push_run(struct h5out_run **runs, int *n, int *cap, struct h5out_run 
 }
 
 // ----------------------------------------------------------------------------
-// segments
+// segments: one file shared by the ranks of a communicator, opened through MPI-IO
 
 struct h5seg {
     char path[PATH_MAX_];
     char file[64];
+    MPI_Comm comm;
+    int me, members;
     const struct h5out_dset *d;
     int i0, i1;
     enum h5out_store store;
-    hid_t f16, bf16, file_id;
+    bool staged; // compression: rows wait in stage[] for the round's collective write
+    hid_t f16, bf16, file_id, dxpl;
     hid_t *dset;            // (i1 - i0)
-    struct h5out_run *runs; // (n_runs) rows so far
+    struct h5out_run *runs; // (n_runs) rows so far, of every member
     int n_runs, cap_runs;
     int64_t rows, rows_t; // prompt rows and token rows so far
-    uint16_t *conv;       // conversion buffer
+    struct h5out_run mine; // this rank's rows of the current round (q, qt: where they start)
+    uint16_t *conv;        // conversion buffer (direct writes)
     int64_t conv_n;
+    char **stage;        // (i1 - i0) this rank's rows of the round, in the storage dtype
+    size_t *stage_bytes; // their capacity
     int64_t bytes;
 };
 
@@ -265,24 +271,44 @@ static void seg_free(struct h5seg *s) {
     for (int i = 0; s->dset && i < s->i1 - s->i0; i++)
         if (s->dset[i] >= 0) H5Dclose(s->dset[i]);
     if (s->file_id >= 0) H5Fclose(s->file_id);
+    if (s->dxpl >= 0) H5Pclose(s->dxpl);
     if (s->f16 >= 0) H5Tclose(s->f16);
     if (s->bf16 >= 0) H5Tclose(s->bf16);
+    for (int i = 0; s->stage && i < s->i1 - s->i0; i++)
+        free(s->stage[i]);
+    free(s->stage);
+    free(s->stage_bytes);
     free(s->dset);
     free(s->runs);
     free(s->conv);
     free(s);
 }
 
-int h5seg_open(struct h5seg **out, const char *out_path, const char *file, enum h5out_store store,
-               int compression, int64_t batch_rows, const struct h5out_dset *d, int i0, int i1,
-               struct ah_error *err) {
+static size_t row_elems(const struct h5out_dset *d) {
+    size_t n = 1;
+    for (int k = 1; k < d->ndim; k++)
+        n *= (size_t)d->dims[k];
+    return n;
+}
+
+// the type rows are handed to HDF5 in: int64, float32, or already the 16-bit storage type
+static hid_t mem_type(const struct h5seg *s, const struct h5out_dset *d) {
+    if (d->desc->dtype == TAP_I64) return H5T_NATIVE_INT64;
+    return s->store == H5OUT_F32 ? H5T_NATIVE_FLOAT : file_type(s->f16, s->bf16, s->store, TAP_F32);
+}
+
+int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const char *file,
+               enum h5out_store store, int compression, int64_t batch_rows,
+               const struct h5out_dset *d, int i0, int i1, struct ah_error *err) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // errors are reported through err
     int rc = 0, n = i1 - i0;
     struct h5seg *s = calloc(1, sizeof *s);
     if (!s) return -AH_ENOMEM;
-    s->file_id = s->f16 = s->bf16 = H5I_INVALID_HID;
+    s->file_id = s->f16 = s->bf16 = s->dxpl = H5I_INVALID_HID;
     s->dset = malloc(((size_t)n + 1) * sizeof *s->dset);
-    if (!s->dset) {
+    s->stage = calloc((size_t)n + 1, sizeof *s->stage);
+    s->stage_bytes = calloc((size_t)n + 1, sizeof *s->stage_bytes);
+    if (!s->dset || !s->stage || !s->stage_bytes) {
         seg_free(s);
         return -AH_ENOMEM;
     }
@@ -290,16 +316,26 @@ int h5seg_open(struct h5seg **out, const char *out_path, const char *file, enum 
         s->dset[i] = H5I_INVALID_HID;
     parts_path(out_path, file, s->path, sizeof s->path);
     snprintf(s->file, sizeof s->file, "%s", file);
+    s->comm = comm;
+    MPI_Comm_rank(comm, &s->me);
+    MPI_Comm_size(comm, &s->members);
     s->d = d;
     s->i0 = i0;
     s->i1 = i1;
     s->store = store;
+    s->staged = compression > 0;
     s->f16 = make_half(0);
     s->bf16 = make_half(1);
-    hid_t g = H5I_INVALID_HID;
+    hid_t g = H5I_INVALID_HID, fapl = H5Pcreate(H5P_FILE_ACCESS);
     CHECK_H5(s->f16 < 0 || s->bf16 < 0 ? -1 : 0, s->path, "make the 16-bit float types");
-    s->file_id = H5Fcreate(s->path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    CHECK_H5(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), s->path, "set up MPI-IO");
+    s->file_id = H5Fcreate(s->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
     CHECK_H5(s->file_id, s->path, "create a segment file");
+    // filtered datasets take only collective transfers; plain ones are written independently,
+    // straight from the forward pass
+    CHECK_H5(s->dxpl = H5Pcreate(H5P_DATASET_XFER), s->path, "make a transfer list");
+    CHECK_H5(H5Pset_dxpl_mpio(s->dxpl, s->staged ? H5FD_MPIO_COLLECTIVE : H5FD_MPIO_INDEPENDENT),
+             s->path, "set the transfer mode");
     CHECK_H5(g = H5Gcreate2(s->file_id, "activations", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
              s->path, "make a group");
     for (int i = 0; i < n; i++) {
@@ -311,119 +347,135 @@ int h5seg_open(struct h5seg **out, const char *out_path, const char *file, enum 
         maxd[0] = H5S_UNLIMITED;
         hid_t ft = file_type(s->f16, s->bf16, store, e->desc->dtype);
         choose_chunk(e, H5Tget_size(ft), by_token(e) ? 0 : batch_rows, chunk);
-        size_t chunk_bytes = H5Tget_size(ft);
-        for (int k = 0; k < e->ndim; k++)
-            chunk_bytes *= chunk[k];
         hid_t sp = H5Screate_simple(e->ndim, dims, maxd);
-        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), dapl = H5Pcreate(H5P_DATASET_ACCESS);
+        hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
         herr_t r = H5Pset_chunk(dcpl, e->ndim, chunk);
         // every row is written in full (padding included): no fill pass
         if (r >= 0) r = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
         if (r >= 0 && compression > 0) r = H5Pset_shuffle(dcpl);
         if (r >= 0 && compression > 0) r = H5Pset_deflate(dcpl, (unsigned)compression);
-        // OPTIONAL: rows arrive one write at a time. Where a chunk holds one row, every write
-        // covers whole chunks and goes straight to the file (no cache, no extra copy); where a
-        // chunk holds several rows, a cache keeps it until its rows are in.
-        size_t cache = chunk[0] == 1                  ? 0
-                       : chunk_bytes * 2 > (1u << 20) ? chunk_bytes * 2
-                                                      : (1u << 20);
-        if (r >= 0) r = H5Pset_chunk_cache(dapl, 521, cache, 1.0);
-        if (r >= 0) r = s->dset[i] = H5Dcreate2(g, e->desc->name, ft, sp, H5P_DEFAULT, dcpl, dapl);
-        H5Pclose(dapl);
+        if (r >= 0) r = s->dset[i] = H5Dcreate2(g, e->desc->name, ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
         H5Pclose(dcpl);
         H5Sclose(sp);
         CHECK_H5(r, s->path, "create a segment dataset");
     }
     H5Gclose(g);
+    H5Pclose(fapl);
     *out = s;
     return 0;
 fail:
     if (g >= 0) H5Gclose(g);
+    H5Pclose(fapl);
     seg_free(s);
     return rc;
 }
 
-int h5seg_begin_batch(struct h5seg *s, int64_t p0, int64_t p1, int64_t t0, int64_t t1,
-                      struct ah_error *err) {
+int h5seg_begin_round(struct h5seg *s, const struct h5out_run *rows, struct ah_error *err) {
     int rc = 0;
-    // start writeback of the rows so far without waiting: the fsync at close then finds little
-    // left, and dirty pages do not pile up
-    void *handle = NULL;
-    if (s->rows && H5Fget_vfd_handle(s->file_id, H5P_DEFAULT, &handle) >= 0 && handle)
-        sync_file_range(*(int *)handle, 0, 0, SYNC_FILE_RANGE_WRITE);
-    struct h5out_run r = {p0, p1, t0, t1, s->rows, s->rows_t};
-    if ((rc = push_run(&s->runs, &s->n_runs, &s->cap_runs, r)) < 0) return rc;
-    s->rows += p1 - p0;
-    s->rows_t += t1 - t0;
+    for (int m = 0; m < s->members; m++) {
+        struct h5out_run r = rows[m];
+        r.q = s->rows;
+        r.qt = s->rows_t;
+        if (m == s->me) s->mine = r;
+        if (r.p1 == r.p0) continue;
+        if ((rc = push_run(&s->runs, &s->n_runs, &s->cap_runs, r)) < 0) return rc;
+        s->rows += r.p1 - r.p0;
+        s->rows_t += r.t1 - r.t0;
+    }
     for (int i = s->i0; i < s->i1; i++) {
+        const struct h5out_dset *d = &s->d[i];
         hsize_t dims[TAP_MAX_DIMS];
-        for (int k = 0; k < s->d[i].ndim; k++)
-            dims[k] = (hsize_t)s->d[i].dims[k];
-        dims[0] = (hsize_t)(by_token(&s->d[i]) ? s->rows_t : s->rows);
+        for (int k = 0; k < d->ndim; k++)
+            dims[k] = (hsize_t)d->dims[k];
+        dims[0] = (hsize_t)(by_token(d) ? s->rows_t : s->rows);
         CHECK_H5(H5Dset_extent(s->dset[i - s->i0], dims), s->path, "extend a segment dataset");
+        if (!s->staged) continue;
+        int64_t n = by_token(d) ? s->mine.t1 - s->mine.t0 : s->mine.p1 - s->mine.p0;
+        size_t need = (size_t)n * row_elems(d) * H5Tget_size(mem_type(s, d));
+        if (need > s->stage_bytes[i - s->i0]) {
+            free(s->stage[i - s->i0]);
+            s->stage[i - s->i0] = malloc(need);
+            s->stage_bytes[i - s->i0] = s->stage[i - s->i0] ? need : 0;
+            if (!s->stage[i - s->i0]) return -AH_ENOMEM;
+        }
     }
 fail:
     return rc;
 }
 
-// segment row of a global row, from the runs (the last run is searched first: it is the usual one)
-static int64_t seg_row(const struct h5seg *s, bool tok, int64_t row) {
-    for (int k = s->n_runs - 1; k >= 0; k--) {
-        const struct h5out_run *r = &s->runs[k];
-        int64_t a = tok ? r->t0 : r->p0, b = tok ? r->t1 : r->p1;
-        if (row >= a && row < b) return (tok ? r->qt : r->q) + row - a;
-    }
-    return -1;
-}
-
-int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *data,
-                struct ah_error *err) {
+// rows [start, start + n) of dataset i (n = 0: none) from buf, in this rank's transfer mode
+static int seg_put(struct h5seg *s, int i, int64_t start, int64_t n, const void *buf,
+                   struct ah_error *err) {
     int rc = 0;
-    hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
     const struct h5out_dset *d = &s->d[i];
-    AH_ASSERT(i >= s->i0 && i < s->i1);
-    int64_t row_elems = 1;
-    for (int k = 1; k < d->ndim; k++)
-        row_elems *= d->dims[k];
-    int64_t ne = row_elems * nrows;
-    const void *buf = data;
-    if (d->desc->dtype == TAP_F32 && s->store != H5OUT_F32) {
-        if (ne > s->conv_n) {
-            free(s->conv);
-            s->conv = malloc((size_t)ne * 2);
-            s->conv_n = s->conv ? ne : 0;
-            if (!s->conv) return -AH_ENOMEM;
-        }
-        if (s->store == H5OUT_F16)
-            hc_f32_to_f16_n(s->conv, data, ne);
-        else
-            hc_f32_to_bf16_n(s->conv, data, ne);
-        buf = s->conv;
-    }
-    int64_t local = seg_row(s, by_token(d), row);
-    AH_ASSERT(local >= 0);
-    hsize_t start[TAP_MAX_DIMS] = {0}, count[TAP_MAX_DIMS];
+    hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
+    hsize_t at[TAP_MAX_DIMS] = {0}, count[TAP_MAX_DIMS];
     for (int k = 0; k < d->ndim; k++)
         count[k] = (hsize_t)d->dims[k];
-    start[0] = (hsize_t)local;
-    count[0] = (hsize_t)nrows;
-    hid_t ft = file_type(s->f16, s->bf16, s->store, d->desc->dtype);
-    hid_t mt = d->desc->dtype == TAP_I64 ? H5T_NATIVE_INT64
-               : s->store == H5OUT_F32   ? H5T_NATIVE_FLOAT
-                                         : ft;
+    at[0] = (hsize_t)start;
+    count[0] = (hsize_t)n;
     CHECK_H5(fs = H5Dget_space(s->dset[i - s->i0]), s->path, "get a dataspace");
-    CHECK_H5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL), s->path,
-             "select rows");
     CHECK_H5(ms = H5Screate_simple(d->ndim, count, NULL), s->path, "make a dataspace");
-    CHECK_H5(H5Dwrite(s->dset[i - s->i0], mt, ms, fs, H5P_DEFAULT, buf), s->path, "write rows");
-    s->bytes += ne * (int64_t)H5Tget_size(ft);
+    if (n > 0)
+        CHECK_H5(H5Sselect_hyperslab(fs, H5S_SELECT_SET, at, NULL, count, NULL), s->path,
+                 "select rows");
+    else
+        CHECK_H5(H5Sselect_none(fs) < 0 || H5Sselect_none(ms) < 0 ? -1 : 0, s->path,
+                 "select no rows");
+    CHECK_H5(H5Dwrite(s->dset[i - s->i0], mem_type(s, d), ms, fs, s->dxpl, buf), s->path,
+             "write rows");
+    s->bytes += n * (int64_t)row_elems(d) *
+                (int64_t)H5Tget_size(file_type(s->f16, s->bf16, s->store, d->desc->dtype));
 fail:
     if (ms >= 0) H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     return rc;
 }
 
-int h5seg_close(struct h5seg *s, bool keep, struct h5out_record *rec, struct ah_error *err) {
+int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *data,
+                struct ah_error *err) {
+    const struct h5out_dset *d = &s->d[i];
+    AH_ASSERT(i >= s->i0 && i < s->i1);
+    bool tok = by_token(d);
+    int64_t first = tok ? s->mine.t0 : s->mine.p0, end = tok ? s->mine.t1 : s->mine.p1;
+    AH_ASSERT(row >= first && row + nrows <= end); // this rank's rows of the round
+    size_t ne = (size_t)nrows * row_elems(d), es = H5Tget_size(mem_type(s, d));
+    bool half = d->desc->dtype == TAP_F32 && s->store != H5OUT_F32;
+    void *dst = NULL;
+    if (s->staged) {
+        dst = s->stage[i - s->i0] + (size_t)(row - first) * row_elems(d) * es;
+    } else if (half) {
+        if ((int64_t)ne > s->conv_n) {
+            free(s->conv);
+            s->conv = malloc(ne * 2);
+            s->conv_n = s->conv ? (int64_t)ne : 0;
+            if (!s->conv) return -AH_ENOMEM;
+        }
+        dst = s->conv;
+    }
+    if (half && s->store == H5OUT_F16)
+        hc_f32_to_f16_n(dst, data, (int64_t)ne);
+    else if (half)
+        hc_f32_to_bf16_n(dst, data, (int64_t)ne);
+    else if (dst)
+        memcpy(dst, data, ne * es);
+    if (s->staged) return 0;
+    return seg_put(s, i, (tok ? s->mine.qt : s->mine.q) + row - first, nrows, dst ? dst : data,
+                   err);
+}
+
+int h5seg_end_round(struct h5seg *s, struct ah_error *err) {
+    int rc = 0;
+    for (int i = s->i0; s->staged && rc == 0 && i < s->i1; i++) {
+        bool tok = by_token(&s->d[i]);
+        rc = seg_put(s, i, tok ? s->mine.qt : s->mine.q,
+                     tok ? s->mine.t1 - s->mine.t0 : s->mine.p1 - s->mine.p0, s->stage[i - s->i0],
+                     err);
+    }
+    return rc;
+}
+
+int h5seg_close(struct h5seg *s, struct h5out_record *rec, struct ah_error *err) {
     int rc = 0;
     herr_t r = 0;
     for (int i = 0; i < s->i1 - s->i0; i++) {
@@ -432,20 +484,24 @@ int h5seg_close(struct h5seg *s, bool keep, struct h5out_record *rec, struct ah_
     }
     if (H5Fclose(s->file_id) < 0) r = -1;
     s->file_id = H5I_INVALID_HID;
-    if (keep) {
-        if (r < 0)
-            rc = ah_fail(err, AH_EIO, "%s: HDF5 failed to close a segment (disk full?)", s->path);
-        else if (fsync_path(s->path) != 0)
-            rc = ah_fail(err, AH_EIO, "%s: fsync: %s", s->path, strerror(errno));
-        if (rc == 0) {
-            memset(rec, 0, sizeof *rec);
-            snprintf(rec->file, sizeof rec->file, "%s", s->file);
-            rec->i0 = s->i0;
-            rec->i1 = s->i1;
-            rec->runs = s->runs;
-            rec->n_runs = s->n_runs;
-            s->runs = NULL;
-        }
+    // every rank's bytes reach the disk (each flushes its own node's cache) before anything
+    // lists the file, and the ranks agree that they all did
+    if (r < 0)
+        rc = ah_fail(err, AH_EIO, "%s: HDF5 failed to close a segment (disk full?)", s->path);
+    else if (fsync_path(s->path) != 0)
+        rc = ah_fail(err, AH_EIO, "%s: fsync: %s", s->path, strerror(errno));
+    int worst = rc;
+    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, s->comm);
+    if (rc == 0 && worst < 0)
+        rc = ah_fail(err, worst, "%s: another rank failed to close the segment", s->path);
+    if (rc == 0) {
+        memset(rec, 0, sizeof *rec);
+        snprintf(rec->file, sizeof rec->file, "%s", s->file);
+        rec->i0 = s->i0;
+        rec->i1 = s->i1;
+        rec->runs = s->runs;
+        rec->n_runs = s->n_runs;
+        s->runs = NULL;
     }
     seg_free(s);
     return rc;

@@ -8,18 +8,21 @@
 //                                OUT.h5.tmp, fsync, rename): it is always a closed, consistent
 //                                file, and it is the manifest.
 //   OUT.h5.parts/index.h5        /prompts and /tokens, written once at the start
-//   OUT.h5.parts/seg-R-K-Q.h5    a segment: rows written by rank K (run R, its Q-th segment) for
-//                                the datasets of its pipeline stage; closed and fsynced before the
-//                                master lists it
+//   OUT.h5.parts/seg-R-K-Q.h5    a segment: the rows of one checkpoint interval written through
+//                                MPI-IO by every replica of a pipeline stage (run R, the stage's
+//                                first rank K, its Q-th segment), for that stage's datasets;
+//                                closed and fsynced by every writer before the master lists it
 // Rows no listed segment holds read as NaN (floats) or 0 (integers).
 //
 // Every rank writes only what it computes (h5seg_*); rank 0 also keeps the master (h5m_*), fed
 // with the records of closed segments. Functions return 0 or a negative AH_E* code; failed HDF5 or
-// file calls become -AH_EIO with a message naming the file. No function here is collective.
+// file calls become -AH_EIO with a message naming the file. Only h5seg_* are collective.
 #ifndef AH_H5OUT_H
 #define AH_H5OUT_H
 
 #include "model/tap.h"
+
+#include <mpi.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -52,26 +55,33 @@ struct h5out_record {
 };
 void h5out_record_free(struct h5out_record *r);
 
-// ---- segments: every rank ----
+// ---- segments: the ranks of one pipeline stage together ----
 struct h5seg;
 
-// Creates OUT.h5.parts/file holding datasets d[i0, i1) with no rows yet; prompt rows arrive
-// batch_rows at a time.
-int h5seg_open(struct h5seg **s, const char *out_path, const char *file, enum h5out_store store,
-               int compression, int64_t batch_rows, const struct h5out_dset *d, int i0, int i1,
-               struct ah_error *err);
-// Appends prompt rows [p0, p1) and token rows [t0, t1) (one batch) to the segment.
-int h5seg_begin_batch(struct h5seg *s, int64_t p0, int64_t p1, int64_t t0, int64_t t1,
-                      struct ah_error *err);
+// Collective over comm, every rank passing the same arguments: creates OUT.h5.parts/file through
+// MPI-IO, holding datasets d[i0, i1) with no rows yet; prompt rows arrive batch_rows at a time
+// from each rank. comm stays borrowed until h5seg_close.
+int h5seg_open(struct h5seg **s, MPI_Comm comm, const char *out_path, const char *file,
+               enum h5out_store store, int compression, int64_t batch_rows,
+               const struct h5out_dset *d, int i0, int i1, struct ah_error *err);
+// Collective: a round of writes. rows[m] (one entry per rank of comm, the same array on every
+// rank; q and qt are ignored) holds the prompt rows [p0, p1) and token rows [t0, t1) rank m
+// writes in this round, p0 == p1 for none. The segment grows by all of them, in rank order.
+int h5seg_begin_round(struct h5seg *s, const struct h5out_run *rows, struct ah_error *err);
 // Writes rows [row, row + nrows) (counted over the whole output) of dataset i (i0 <= i < i1) from
 // data: float32 (converted to the storage dtype) or int64, laid out as stored rows. The rows must
-// lie in a batch begun before.
+// be this rank's rows of the round. Without compression they go to the file at once (an
+// independent transfer); with it they wait for h5seg_end_round, as filtered datasets take only
+// collective transfers (a round of one rank's rows is held in memory).
 int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *data,
                 struct ah_error *err);
-// keep: close and fsync, and fill *rec (the caller frees it with h5out_record_free). Not keep:
-// close and forget (a failed batch may be half written). Frees s in all cases.
-int h5seg_close(struct h5seg *s, bool keep, struct h5out_record *rec, struct ah_error *err);
-int64_t h5seg_bytes(const struct h5seg *s); // activation bytes written (storage dtype)
+// Collective: ends the round (with compression: writes every dataset's rows collectively).
+int h5seg_end_round(struct h5seg *s, struct ah_error *err);
+// Collective: closes, fsyncs, and has the ranks agree that all did; then fills *rec (the caller
+// frees it with h5out_record_free). Frees s. A rank that fails mid-round must not call it (the
+// others would wait for it); it ends the job instead, and the segment is never listed.
+int h5seg_close(struct h5seg *s, struct h5out_record *rec, struct ah_error *err);
+int64_t h5seg_bytes(const struct h5seg *s); // activation bytes this rank wrote (storage dtype)
 
 // ---- the master: rank 0 ----
 struct h5master;
