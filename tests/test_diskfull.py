@@ -40,6 +40,8 @@ try:
               f"{label}: the message names the file and the cause: {p.stderr[-600:]}")
         with h5py.File(f"{disk}/{label}.h5", "r") as f:
             check(f.attrs["complete"] == 0, f"{label}: the master says incomplete")
+            # on one rank the first batch fits: it was listed before the disk filled
+            check(np_ > 1 or f.attrs["prompts_done"] >= 2, f"{label}: the batches before the full disk are kept")
             print(f"{label}: disk full after {f.attrs['prompts_done']} prompts: exit 2", flush=True)
         subprocess.run(["mount", "-o", "remount,size=200m", disk], check=True)  # space freed
         cmd = cmd + ["--resume", "--quiet"]

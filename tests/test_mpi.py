@@ -24,7 +24,8 @@ ENV = MPI_ENV
 
 
 def job(name, stages=1, data="prompts.jsonl", **out):
-    o = {"path": f"{name}.h5", "checkpoint_seconds": 0, "compression": 4 if name == "pp2dp2" else 0}
+    o = {"path": f"{name}.h5", "checkpoint_seconds": 0,
+         "compression": 4 if name.startswith(("pp2dp2", "few_dp4", "dp3")) else 0}
     o.update(out)
     return write_job(f"{work}/{name}.json", data=data, activations=ACTS, batch_size=2, output=o,
                      parallel={"pipeline_stages": stages})
@@ -58,6 +59,23 @@ for name, np_, stages in (("dp2", 2, 1), ("pp2", 2, 2), ("pp2dp2", 4, 2), ("pp3"
                   prov["pipeline_stages"] == stages and len(prov["ranks"]) == np_,
                   f"{name}: complete, provenance names every rank")
         print(f"{name}: np {np_}, {stages} stage(s) == np 1 ({time.time() - t:.1f} s)", flush=True)
+
+# a stage's replicas share its segments: one checkpoint interval, 2 stages x 2 replicas -> two
+# segment files, each with rows of both replicas, compressed (collective writes)
+p = mpirun(4, "run", job("pp2dp2_one", 2, checkpoint_seconds=3600), "--quiet")
+if check(p.returncode == 0, f"pp2dp2_one: exit {p.returncode}: {p.stderr[-800:]}"):
+    d = diff(ref, f"{work}/pp2dp2_one.h5")
+    check(d is None, f"pp2dp2_one: differs from np 1 in {d}")
+    segs = sorted(os.listdir(f"{work}/pp2dp2_one.h5.parts"))
+    check(segs == ["index.h5", "seg-000-00000-00000.h5", "seg-000-00001-00000.h5"],
+          f"pp2dp2_one: one segment per stage: {segs}")
+    with h5py.File(f"{work}/pp2dp2_one.h5", "r") as f, \
+            h5py.File(f"{work}/pp2dp2_one.h5.parts/seg-000-00000-00000.h5", "r") as s0:
+        n = f["activations/token_embeddings"].shape[0]
+        check(s0["activations/token_embeddings"].shape[0] == n and
+              s0["activations/token_embeddings"].compression == "gzip",
+              f"pp2dp2_one: stage 0's segment holds all {n} prompts of both replicas, compressed")
+    print("pp2dp2_one: 2 stages x 2 replicas write 2 shared, compressed segments == np 1", flush=True)
 
 # Laguna (the M.1 preset: dense and mixture blocks): stages hand over the residual stream alone
 run(harvest, "init-model", "--family", "laguna", "--preset", "M.1", "--seed", "7", f"{work}/laguna", check=0)
