@@ -2,16 +2,18 @@
 //
 // Every rank loads and checks the same plan (job, model, names, data), so bad input ends every
 // rank with the same message and exit code before any work. Ranks then form a grid:
-//   stage   = rank % pipeline_stages   contiguous blocks of the model, balanced by work
-//   replica = rank / pipeline_stages   a contiguous share of the batches
+//   shard   = rank % E                 expert shards of a stage (Laguna), E = expert_parallel
+//   stage   = rank / E % S             contiguous blocks of the model, balanced by work
+//   replica = rank / (E S)             a contiguous share of the batches
 // Batches are the ones a single rank would make (prompts [k*B, k*B + B)), so the numbers do not
 // depend on the grid. Stage s receives the residual stream (and encoder_output) of each batch from
 // stage s-1 with pre-posted non-blocking receives and sends its own on with non-blocking sends: a
 // stream of micro-batches whose fill and drain is paid once per job. Each rank writes only what it
-// computes, into segment files of its own (io/h5out.h); rank 0 collects their records and replaces
-// the master. A stop signal on any rank reaches every first stage, which stops feeding; the
-// pipeline drains, segments close, and every rank exits 3. `complete` is set only when every
-// batch is in.
+// computes; the ranks of a stage share its segment files (parallel HDF5 over MPI-IO, io/h5out.h)
+// and go in lockstep rounds of one batch each, agreeing at the start of every round on stops and
+// checkpoints. Rank 0 collects the closed segments' records and replaces the master. A stop
+// signal on any rank reaches every first stage, which stops feeding; the pipeline drains,
+// segments close, and every rank exits 3. `complete` is set only when every batch is in.
 #define _POSIX_C_SOURCE 200809L // defines: sigaction, gethostname
 #include "harvest/harvest.h"
 
@@ -463,9 +465,11 @@ static int seg_finish(struct rank_run *rr, struct ah_error *err) {
     if (!rr->seg) return 0;
     struct h5out_record rec;
     int me = 0;
+    double t0 = now_seconds();
     rr->bytes += h5seg_bytes(rr->seg);
     int rc = h5seg_close(rr->seg, &rec, err);
     rr->seg = NULL;
+    rr->col.seconds += now_seconds() - t0; // the fsync is part of writing
     if (rc < 0) return rc;
     MPI_Comm_rank(rr->g->scomm, &me);
     if (me == 0 && rr->g->rank == 0) {
