@@ -707,7 +707,7 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
                 stop = stop || info[3 * m + 1];
             }
             if ((first && stop) || !any) break; // the pipeline drains behind the last batch
-            if (info[2] && rr->seg) { // the stage's first rank keeps the time
+            if (info[2] && rr->seg) {           // the stage's first rank keeps the time
                 if ((rc = seg_finish(rr, err)) < 0) goto loop_done;
                 if (g->rank == 0 && (rc = master_poll(rr, err)) < 0) goto loop_done;
                 rr->last_checkpoint = now_seconds();

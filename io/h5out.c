@@ -259,7 +259,7 @@ struct h5seg {
     hid_t *dset;            // (i1 - i0)
     struct h5out_run *runs; // (n_runs) rows so far, of every member
     int n_runs, cap_runs;
-    int64_t rows, rows_t; // prompt rows and token rows so far
+    int64_t rows, rows_t;  // prompt rows and token rows so far
     struct h5out_run mine; // this rank's rows of the current round (q, qt: where they start)
     uint16_t *conv;        // conversion buffer (direct writes)
     int64_t conv_n;
@@ -361,7 +361,8 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
         if (r >= 0) r = H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER);
         if (r >= 0 && compression > 0) r = H5Pset_shuffle(dcpl);
         if (r >= 0 && compression > 0) r = H5Pset_deflate(dcpl, (unsigned)compression);
-        if (r >= 0) r = s->dset[i] = H5Dcreate2(g, e->desc->name, ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        if (r >= 0)
+            r = s->dset[i] = H5Dcreate2(g, e->desc->name, ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
         H5Pclose(dcpl);
         H5Sclose(sp);
         CHECK_H5(r, s->path, "create a segment dataset");

@@ -77,6 +77,18 @@ if check(p.returncode == 0, f"pp2dp2_one: exit {p.returncode}: {p.stderr[-800:]}
               f"pp2dp2_one: stage 0's segment holds all {n} prompts of both replicas, compressed")
     print("pp2dp2_one: 2 stages x 2 replicas write 2 shared, compressed segments == np 1", flush=True)
 
+# the token layout through collective (compressed) and independent writes
+TOK = ["token_embeddings", "encoder_*_output", "decoder_1_q", "logits"]
+for name, np_, stages, gz in (("tok1", 1, 1, 0), ("tok_dp2_gz", 2, 1, 3), ("tok_pp2dp2", 4, 2, 0),
+                              ("tok_dp3_gz", 3, 1, 1)):
+    write_job(f"{work}/{name}.json", activations=TOK, batch_size=3, parallel={"pipeline_stages": stages},
+              output={"path": f"{name}.h5", "layout": "token", "compression": gz, "checkpoint_seconds": 0})
+    p = mpirun(np_, "run", f"{work}/{name}.json", "--quiet")
+    if check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}") and name != "tok1":
+        d = diff(f"{work}/tok1.h5", f"{work}/{name}.h5")
+        check(d is None, f"{name}: differs from np 1 in {d}")
+        print(f"{name}: token layout, np {np_}, {stages} stage(s), gzip {gz} == np 1", flush=True)
+
 # Laguna (the M.1 preset: dense and mixture blocks): stages hand over the residual stream alone
 run(harvest, "init-model", "--family", "laguna", "--preset", "M.1", "--seed", "7", f"{work}/laguna", check=0)
 write_prompts(f"{work}/lg.jsonl", [(13 * i) % 30 + 1 for i in range(9)], seed=7, vocab=512)
@@ -176,8 +188,9 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
                                  ("term_one_rank", "rank", signal.SIGTERM, 0.35),
                                  ("kill_rank_early", "rank", signal.SIGKILL, 0.3),
                                  ("kill_rank_mid", "rank", signal.SIGKILL, 0.45),
-                                 ("kill_rank_late", "rank", signal.SIGKILL, 0.6)):
-    jp = job(label, 2, data="long.jsonl")
+                                 ("kill_rank_late", "rank", signal.SIGKILL, 0.6),
+                                 ("kill_rank_gz", "rank", signal.SIGKILL, 0.5)):  # collective writes
+    jp = job(label, 2, data="long.jsonl", **({"compression": 4} if label.endswith("_gz") else {}))
     mp = subprocess.Popen([MPIRUN, "-np", "4", harvest, "run", jp, "--quiet"], env=ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if wait_started(f"{work}/{label}.h5", mp) is not None:
