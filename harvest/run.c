@@ -592,6 +592,53 @@ static void exchange_slots(void *u, float *eo, const int64_t *idx, int64_t n_slo
     }
 }
 
+// ----------------------------------------------------------------------------
+// rounds: the ranks of a stage with datasets share its segment, one batch each a round
+
+struct round {
+    int members;            // ranks of the stage; member m is shard m % n_shards of its replica
+    int64_t *info;          // (members, 3): batch (-1: none), stop asked, checkpoint due
+    struct h5out_run *rows; // (members) the rows each writes this round
+};
+
+// Collective over the stage: every rank tells the batch it holds this round (k, -1 for none) and
+// whether it saw a stop; the stage's first rank keeps the checkpoint clock. *play is false when
+// the round is not played: a first stage asked to stop, or no rank with a batch. Otherwise a due
+// checkpoint closes the segment (and rank 0 relists at once), and the round begins in the open
+// or a new segment, its rows in rank order.
+static int round_begin(struct rank_run *rr, struct round *rd, int64_t k, int stop, bool *play,
+                       struct ah_error *err) {
+    const struct plan *pl = rr->pl;
+    const struct grid *g = rr->g;
+    int rc = 0;
+    int64_t mine[3] = {k, stop, now_seconds() - rr->last_checkpoint >= pl->j.checkpoint_seconds};
+    MPI_Allgather(mine, 3, MPI_INT64_T, rd->info, 3, MPI_INT64_T, g->scomm);
+    bool any = false;
+    for (int m = 0; m < rd->members; m++) {
+        any = any || rd->info[3 * m] >= 0;
+        stop = stop || rd->info[3 * m + 1];
+    }
+    *play = any && !(g->stage == 0 && stop);
+    if (!*play) return 0;
+    if (rd->info[2] && rr->seg) {
+        if ((rc = seg_finish(rr, err)) < 0) return rc;
+        if (g->rank == 0 && (rc = master_poll(rr, err)) < 0) return rc;
+        rr->last_checkpoint = now_seconds();
+    }
+    for (int m = 0; m < rd->members; m++) {
+        int64_t km = rd->info[3 * m];
+        struct h5out_run *r = &rd->rows[m];
+        *r = (struct h5out_run){0};
+        if (km < 0 || m % g->n_shards) continue; // shard 0 writes
+        r->p0 = batch_first(pl, km);
+        r->p1 = batch_end(pl, km);
+        r->t0 = token_at(pl, r->p0);
+        r->t1 = token_at(pl, r->p1);
+    }
+    if (!rr->seg && (rc = seg_begin(rr, err)) < 0) return rc;
+    return h5seg_begin_round(rr->seg, rd->rows, err);
+}
+
 // The loop of one rank: receive (unless first stage), compute, write, send (unless last stage).
 static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *err) {
     const struct plan *pl = rr->pl;
@@ -665,11 +712,11 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     // a stage with datasets shares its segments: its ranks go in rounds, each with one batch or
     // none, and agree on stops and checkpoints at the start of every round
     bool lock = g->scomm != MPI_COMM_NULL, ended = false;
-    int members = 1;
-    if (lock) MPI_Comm_size(g->scomm, &members);
-    int64_t *info = malloc((size_t)members * 3 * sizeof *info); // batch, stop, checkpoint
-    struct h5out_run *rows = malloc((size_t)members * sizeof *rows);
-    if (!info || !rows) {
+    struct round rd = {1, NULL, NULL};
+    if (lock) MPI_Comm_size(g->scomm, &rd.members);
+    rd.info = malloc((size_t)rd.members * 3 * sizeof *rd.info);
+    rd.rows = malloc((size_t)rd.members * sizeof *rd.rows);
+    if (!rd.info || !rd.rows) {
         rc = -AH_ENOMEM;
         goto loop_done;
     }
@@ -698,31 +745,9 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
             }
         }
         if (lock) {
-            int64_t mine3[3] = {k, stop,
-                                now_seconds() - rr->last_checkpoint >= pl->j.checkpoint_seconds};
-            MPI_Allgather(mine3, 3, MPI_INT64_T, info, 3, MPI_INT64_T, g->scomm);
-            bool any = false;
-            for (int m = 0; m < members; m++) {
-                any = any || info[3 * m] >= 0;
-                stop = stop || info[3 * m + 1];
-            }
-            if ((first && stop) || !any) break; // the pipeline drains behind the last batch
-            if (info[2] && rr->seg) {           // the stage's first rank keeps the time
-                if ((rc = seg_finish(rr, err)) < 0) goto loop_done;
-                if (g->rank == 0 && (rc = master_poll(rr, err)) < 0) goto loop_done;
-                rr->last_checkpoint = now_seconds();
-            }
-            for (int m = 0; m < members; m++) { // member m is shard m % n_shards of its replica
-                int64_t km = info[3 * m];
-                rows[m] = (struct h5out_run){0};
-                if (km < 0 || m % g->n_shards) continue;
-                rows[m].p0 = batch_first(pl, km);
-                rows[m].p1 = batch_end(pl, km);
-                rows[m].t0 = token_at(pl, rows[m].p0);
-                rows[m].t1 = token_at(pl, rows[m].p1);
-            }
-            if (!rr->seg && (rc = seg_begin(rr, err)) < 0) goto loop_done;
-            if ((rc = h5seg_begin_round(rr->seg, rows, err)) < 0) goto loop_done;
+            bool play = false;
+            if ((rc = round_begin(rr, &rd, k, stop, &play, err)) < 0) goto loop_done;
+            if (!play) break; // the pipeline drains behind the last batch
         } else if (k < 0) {
             break;
         } else if (first && g->ecomm != MPI_COMM_NULL) { // shards stop together: they exchange
@@ -786,8 +811,8 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     progress_update(&pr, done_prompts, done_tokens, true);
     rc = seg_finish(rr, err);
 loop_done:
-    free(info);
-    free(rows);
+    free(rd.info);
+    free(rd.rows);
 done:
     free(want);
     // after a failure the job ends at once (MPI_Abort): no wait for sends, and the open
