@@ -122,9 +122,8 @@ static char *attr_read_str(hid_t obj, const char *name) {
 
 // Chunk: whole rows while small, several rows up to CHUNK_TARGET; a row above CHUNK_MAX is split
 // along its largest axes. Reading one prompt (or a run of tokens) touches few chunks. Prompt rows
-// come a batch at a time and a segment holds whole batches, so a chunk holds at most max_rows
-// (the batch size) prompt rows: every batch fills whole chunks, and no segment allocates rows it
-// never gets.
+// come a batch at a time from each replica and a segment holds whole batches, so a chunk holds at
+// most max_rows (the batch size) prompt rows: on one replica every batch fills whole chunks.
 static void choose_chunk(const struct h5out_dset *d, size_t esize, int64_t max_rows,
                          hsize_t *chunk) {
     chunk[0] = 1;
