@@ -285,7 +285,6 @@ struct grid {
     MPI_Comm scomm;      // every rank of this stage, world order (MPI_COMM_NULL: no datasets)
     int b0, b1;          // blocks of this stage
     int i0, i1;          // datasets of this stage (catalogue order follows the blocks)
-    bool writes;         // shard 0 writes what the shards of a replica compute alike
 };
 
 void plan_partition(const double *cost, int n, int parts, int *cut) {
@@ -363,7 +362,6 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
         else if (b < g->b1)
             g->i1 = i + 1;
     }
-    g->writes = g->shard == 0;
     // the stage's segments are shared by its ranks, which therefore go in lockstep rounds
     MPI_Comm_split(MPI_COMM_WORLD, g->i1 > g->i0 ? g->stage : MPI_UNDEFINED, rank, &g->scomm);
 }
@@ -682,7 +680,8 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
         rc = -AH_ENOMEM;
         goto done;
     }
-    for (int i = 0; g->writes && i < pl->m.n_cat; i++)
+    // shard 0 writes what the shards of a replica compute alike
+    for (int i = 0; g->shard == 0 && i < pl->m.n_cat; i++)
         want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
     struct laguna_shard shard = {
         (int)((int64_t)pl->m.lg.cfg.n_expert * g->shard / g->n_shards),
