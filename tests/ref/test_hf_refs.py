@@ -299,6 +299,51 @@ class Independent(unittest.TestCase):
                 want = (1 - s) * base / 8 + s * base
             self.assertAlmostEqual(f, want, delta=1e-15 * max(1.0, want))
 
+    def test_expert_slots_by_hand(self):
+        """Each routing slot = its weight times the selected expert's SwiGLU on that token."""
+        from hf.common import silu
+        for fam, names, blk in (("mixtral", ("w1", "w3", "w2"), "block_sparse_moe."),
+                                ("qwen3_moe", ("gate_proj", "up_proj", "down_proj"), "mlp.")):
+            cfg, w, res = run(fam)
+            out = res[-1]
+            x = out["layers.0.mlp_norm_output"][0]
+            idx, wt = out["layers.0.expert_indices"][0], out["layers.0.expert_weights"][0]
+            slots = out["layers.0.expert_outputs"][0]
+            for t in range(x.shape[0]):
+                for j in range(idx.shape[1]):
+                    p = f"model.layers.0.{blk}experts.{idx[t, j]}."
+                    g, u, d = (w[p + n + ".weight"] for n in names)
+                    want = wt[t, j] * (d @ (silu(g @ x[t]) * (u @ x[t])))
+                    self.assertTrue(close(slots[t, j], want), (fam, t, j))
+            self.assertTrue(close(slots.sum(1), out["layers.0.routed_output"][0]))
+
+    def test_qwen_sliding_window_keys(self):
+        """Qwen2/Qwen3: window only with use_sliding_window, on layers >= max_window_layers;
+        Qwen3-MoE: on every layer; a listed sliding layer without use_sliding_window gets none."""
+        c = dict(tiny_config("qwen2"), use_sliding_window=True, sliding_window=3, max_window_layers=1)
+        self.assertEqual(layer_types(resolve(c)), ["full_attention", "sliding_attention"])
+        w = {k: v.astype(np.float64) for k, v in tiny_weights(c, seed=2).items()}
+        s = forward(c, w, [list(range(8))])[0]
+        self.assertTrue(np.isinf(s["layers.1.attention_scores"][0, :, 5, 2]).all())
+        self.assertTrue(np.isfinite(s["layers.0.attention_scores"][0, :, 5, 2]).all())
+        m = dict(tiny_config("qwen3_moe"), use_sliding_window=True, sliding_window=3)
+        self.assertEqual(layer_types(resolve(m)), ["sliding_attention"] * 3)
+        q = dict(tiny_config("qwen3"), layer_types=["sliding_attention"] * 2, sliding_window=3)
+        w = {k: v.astype(np.float64) for k, v in tiny_weights(q, seed=2).items()}
+        s = forward(q, w, [list(range(8))])[0]
+        self.assertTrue(np.isfinite(s["layers.1.attention_scores"][0, :, 5, 0]).all())
+
+    def test_refusals(self):
+        """Keys the references do not implement are errors naming the key."""
+        c = dict(tiny_config("llama"), rope_scaling={"rope_type": "yarn", "factor": 2.0})
+        w = {k: v.astype(np.float64) for k, v in tiny_weights(c).items()}
+        with self.assertRaisesRegex(ValueError, "rope_scaling"):
+            forward(c, w, [[1, 2]])
+        with self.assertRaisesRegex(ValueError, "hidden_act"):
+            forward(dict(c, rope_scaling=None, hidden_act="mish"), w, [[1, 2]])
+        with self.assertRaisesRegex(ValueError, "architecture"):
+            forward(dict(c, architectures=["BertModel"]), w, [[1, 2]])
+
     def test_bf16_shards_round_trip(self):
         cfg = tiny_config("qwen3_moe")
         w = tiny_weights(cfg, seed=3, dtype="BF16")
@@ -312,4 +357,5 @@ class Independent(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    # CTest passes HARVEST_BINARY SCRATCH_DIR (tests/util.py's convention); these tests need neither.
+    unittest.main(argv=sys.argv[:1] + [a for a in sys.argv[1:] if a.startswith("-")])

@@ -38,16 +38,42 @@ def layer_types(r):
         return list(r["layer_types"])
     if fam in ("mistral", "mixtral"):
         return ["sliding_attention" if r.get("sliding_window") else "full_attention"] * L
-    if fam in ("qwen2", "qwen3", "qwen3_moe"):
-        on = r.get("use_sliding_window") and r.get("sliding_window") is not None
+    if fam in ("qwen2", "qwen3"):  # Qwen2Config / Qwen3Config __post_init__
+        on = effective_window(r) is not None
         return ["sliding_attention" if on and i >= r["max_window_layers"] else "full_attention"
                 for i in range(L)]
+    if fam == "qwen3_moe":  # Qwen3MoeModel: one sliding mask for every layer when the window is on
+        return ["sliding_attention" if effective_window(r) is not None else "full_attention"] * L
     if fam == "gemma2":
         return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
     if fam == "gemma3_text":
         p = r.get("sliding_window_pattern", r.get("_sliding_window_pattern", 6))
         return ["sliding_attention" if (i + 1) % p else "full_attention" for i in range(L)]
     return ["full_attention"] * L
+
+
+def effective_window(r):
+    """The window the model uses: Qwen2/Qwen3/Qwen3-MoE configs keep `sliding_window` only when
+    `use_sliding_window` is true (`self.sliding_window = self.sliding_window if
+    self.use_sliding_window else None` in their __post_init__)."""
+    if r["family"] in ("qwen2", "qwen3", "qwen3_moe") and not r.get("use_sliding_window"):
+        return None
+    return r.get("sliding_window")
+
+
+def rope_params(r, layer_type):
+    """(rope_theta, scaling dict or None) for a layer: the newer `rope_parameters` key (flat, or per
+    layer type as Gemma 3 writes it) if present, else `rope_theta` / `rope_scaling`; Gemma 3's
+    sliding layers use `rope_local_base_freq` without scaling (Gemma3TextConfig)."""
+    rp = r.get("rope_parameters")
+    if isinstance(rp, dict) and layer_type in rp and isinstance(rp[layer_type], dict):
+        rp = rp[layer_type]
+    if isinstance(rp, dict) and "rope_theta" in rp:
+        kind = rp.get("rope_type", "default")
+        return rp["rope_theta"], (None if kind == "default" else rp)
+    if r["family"] == "gemma3_text" and layer_type == "sliding_attention":
+        return r["rope_local_base_freq"], None
+    return r["rope_theta"], r.get("rope_scaling")
 
 
 class Spec:
@@ -66,6 +92,9 @@ class Spec:
         self.scale = (r["query_pre_attn_scalar"] if self.gemma else r["head_dim"]) ** -0.5
         self.attn_cap = r.get("attn_logit_softcapping") if self.gemma else None
         self.final_cap = r.get("final_logit_softcapping") if self.gemma else None
+        if r.get("use_bidirectional_attention"):
+            raise ValueError("config.json key 'use_bidirectional_attention': true is not a causal LM "
+                             "(Gemma3TextConfig, EmbeddingGemma); not implemented")
         self.types = layer_types(r)
         dt = {"float32": np.float32, "bfloat16": None, "float64": np.float64}[normalizer_dtype]
         s = r["hidden_size"] ** 0.5
@@ -77,14 +106,11 @@ class Spec:
         self.embed_scale = s if self.gemma else 1.0
 
     def window(self, i):
-        return self.r.get("sliding_window") if self.types[i] == "sliding_attention" else None
+        return effective_window(self.r) if self.types[i] == "sliding_attention" else None
 
     def rope(self, i, T):
-        r = self.r
-        if self.fam == "gemma3_text" and self.types[i] == "sliding_attention":
-            return rope_inv_freq(r["rope_local_base_freq"], r["head_dim"], None, 0, T)
-        return rope_inv_freq(r["rope_theta"], r["head_dim"], r.get("rope_scaling"),
-                             r["max_position_embeddings"], T)
+        theta, scaling = rope_params(self.r, self.types[i])
+        return rope_inv_freq(theta, self.r["head_dim"], scaling, self.r["max_position_embeddings"], T)
 
     def moe(self, i):
         if self.fam == "mixtral":
@@ -146,6 +172,7 @@ def forward(cfg, w, prompts, normalizer_dtype="float32"):
         norm = "pre_feedforward_layernorm" if sp.gemma else "post_attention_layernorm"
         hn = rmsnorm(h1, w[p + norm + ".weight"], eps, sp.gemma)
         o("mlp_norm_output", hn)
+        o("mlp_input", hn)
         if sp.moe(i):
             m = moe(sp, w, p, hn, o)
         else:
@@ -192,7 +219,7 @@ def moe(sp, w, p, X, o):
         wt = wt / wt.sum(-1, keepdims=True)
     o("expert_indices", sel.astype(np.int64))
     o("expert_weights", wt)
-    y = np.zeros_like(X)
+    slots = np.zeros(X.shape[:2] + (k, X.shape[-1]))  # (B, T, k, D): each slot's weighted output
     for e in range(E):
         hit = sel == e  # (B, T, k)
         if not hit.any():
@@ -200,6 +227,8 @@ def moe(sp, w, p, X, o):
         pre = f"{blk}experts.{e}."
         g, u, d = (w[pre + n + ".weight"] for n in names)
         ye = (sp.act(X @ g.T) * (X @ u.T)) @ d.T
-        y += ye * (wt * hit).sum(-1, keepdims=True)
+        slots += hit[..., None] * (wt[..., None] * ye[:, :, None, :])
+    o("expert_outputs", slots)
+    y = slots.sum(2)
     o("routed_output", y)
     return y

@@ -64,6 +64,7 @@ def forward(cfg, w, prompts):
         o("layer_mid", h1)
         hn = ln(h1, p + "ln_2")
         o("mlp_norm_output", hn)
+        o("mlp_input", hn)
         neu = act(conv(hn, p + "mlp.c_fc"))
         o("mlp_activation", neu)
         o("mlp_neurons", neu)

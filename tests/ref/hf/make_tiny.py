@@ -58,7 +58,8 @@ PRESETS = {
 
 def tiny_config(family):
     src, over = PRESETS[family]
-    cfg = json.load(open(os.path.join(CONFIGS, src)))
+    with open(os.path.join(CONFIGS, src)) as f:
+        cfg = json.load(f)
     cfg.update(over)
     cfg["_tiny_from"] = src
     return cfg

@@ -56,6 +56,7 @@ def forward(cfg, w, prompts):
         o("layer_mid", h1)
         hn = ln(h if r["use_parallel_residual"] else h1, p + "post_attention_layernorm")
         o("mlp_norm_output", hn)
+        o("mlp_input", hn)
         neu = act(lin(hn, p + "mlp.dense_h_to_4h"))
         o("mlp_activation", neu)
         o("mlp_neurons", neu)

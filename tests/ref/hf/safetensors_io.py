@@ -65,11 +65,14 @@ def write_safetensors(path, tensors, dtype="F32"):
 def load_checkpoint(model_dir):
     """(config dict, name -> float64 weights) from config.json and model.safetensors or the shards
     that model.safetensors.index.json's weight_map lists."""
-    cfg = json.load(open(os.path.join(model_dir, "config.json")))
+    with open(os.path.join(model_dir, "config.json")) as f:
+        cfg = json.load(f)
     idx = os.path.join(model_dir, "model.safetensors.index.json")
     w = {}
     if os.path.exists(idx):
-        for shard in sorted(set(json.load(open(idx))["weight_map"].values())):
+        with open(idx) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        for shard in shards:
             w.update(read_safetensors(os.path.join(model_dir, shard)))
     else:
         w = read_safetensors(os.path.join(model_dir, "model.safetensors"))
