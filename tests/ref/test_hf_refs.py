@@ -248,6 +248,63 @@ class Independent(unittest.TestCase):
                 q = q / np.sqrt((q * q).mean(-1, keepdims=True) + r["rms_norm_eps"]) * g
             self.assertTrue(close(out["layers.0.attention_queries"][0, :, 0], q), fam)
 
+    def test_neox_fused_qkv_and_partial_rotary(self):
+        """query_key_value's output viewed (T, heads, 3 head_dim) per head; rotary on the first
+        int(head_dim * rotary_pct) dims by rotate_half with inv_freq base^(-2j/rotary_ndims)."""
+        cfg, w, res = run("gpt_neox")
+        r = resolve(cfg)
+        out = res[-1]
+        H, D = r["num_attention_heads"], r["hidden_size"]
+        hd = D // H
+        rd = int(hd * r["rotary_pct"])
+        x = out["layers.0.attention_norm_output"][0]
+        qkv = x @ w["gpt_neox.layers.0.attention.query_key_value.weight"].T + \
+            w["gpt_neox.layers.0.attention.query_key_value.bias"]
+        for t in range(x.shape[0]):
+            for h in range(H):
+                blk = qkv[t, h * 3 * hd: (h + 1) * 3 * hd]
+                q, v = blk[:hd], blk[2 * hd:]
+                self.assertTrue(close(out["layers.0.attention_values"][0, h, t], v))
+                want = q.copy()
+                for j in range(rd // 2):
+                    ang = t * r["rotary_emb_base"] ** (-2 * j / rd)
+                    a, b = q[j], q[j + rd // 2]
+                    want[j] = a * math.cos(ang) - b * math.sin(ang)
+                    want[j + rd // 2] = b * math.cos(ang) + a * math.sin(ang)
+                self.assertTrue(close(out["layers.0.attention_queries"][0, h, t], want), (t, h))
+
+    def test_gemma3_rope_bases_and_qk_norm(self):
+        """Gemma 3: q_norm (1 + w) per head before RoPE; sliding layers rotate with
+        rope_local_base_freq unscaled, full layers with rope_theta and the linear factor."""
+        cfg, w, res = run("gemma3")
+        r = resolve(cfg)
+        out = res[-1]
+        H, hd, eps = r["num_attention_heads"], r["head_dim"], r["rms_norm_eps"]
+        for i, (base, f) in enumerate([(r["rope_local_base_freq"], 1.0),
+                                       (r["rope_theta"], r["rope_scaling"]["factor"])]):
+            p = f"model.layers.{i}.self_attn."
+            x = out[f"layers.{i}.attention_norm_output"][0]
+            q = (x @ w[p + "q_proj.weight"].T).reshape(-1, H, hd)
+            q = q / np.sqrt((q * q).mean(-1, keepdims=True) + eps) * (1 + w[p + "q_norm.weight"])
+            t = x.shape[0] - 1
+            for h in range(H):
+                want = q[t, h].copy()
+                for j in range(hd // 2):
+                    ang = t * base ** (-2 * j / hd) / f
+                    a, b = q[t, h, j], q[t, h, j + hd // 2]
+                    want[j] = a * math.cos(ang) - b * math.sin(ang)
+                    want[j + hd // 2] = b * math.cos(ang) + a * math.sin(ang)
+                self.assertTrue(close(out[f"layers.{i}.attention_queries"][0, h, t], want), (i, h))
+
+    def test_gpt2_embeddings(self):
+        """wte[ids] + wpe[positions] enters block 0; token_embeddings is wte's output."""
+        cfg, w, res = run("gpt2")
+        out = res[-1]
+        ids = PROMPTS[-1]
+        want = w["wte.weight"][ids] + w["wpe.weight"][: len(ids)]
+        self.assertTrue(close(out["layers.0.layer_input"][0], want, 0))
+        self.assertTrue(close(out["token_embeddings"][0], w["wte.weight"][ids], 0))
+
     def test_gemma_norm_and_embedding_scale(self):
         cfg, w, res = run("gemma2")
         r = resolve(cfg)
@@ -299,9 +356,49 @@ class Independent(unittest.TestCase):
                 want = (1 - s) * base / 8 + s * base
             self.assertAlmostEqual(f, want, delta=1e-15 * max(1.0, want))
 
+    def test_projections_by_hand(self):
+        """Each block's output projection and MLP from the stored inputs and the on-disk tensors,
+        written out per family: nn.Linear is x W^T + b, GPT-2's Conv1D is x W + b ([in, out])."""
+        # the activations written again here, from activations.py's formulas
+        gelu_tanh = lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+        gelu_erf = np.vectorize(lambda x: 0.5 * x * (1 + math.erf(x / math.sqrt(2))))
+        silu = lambda x: x / (1 + np.exp(-x))
+        for fam in PRESETS:
+            cfg, w, res = run(fam)
+            r = resolve(cfg)
+            out = res[-1]
+            T = out["logits"].shape[1]
+            for i in range(r.get("num_hidden_layers", r.get("n_layer"))):
+                g = lambda n: out[f"layers.{i}.{n}"][0]
+                premix = g("attention_head_outputs").reshape(T, -1)
+                xn = g("mlp_norm_output")
+                if fam == "gpt2":
+                    p = f"h.{i}."
+                    a = premix @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+                    neu = gelu_tanh(xn @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])
+                    m = neu @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"]
+                elif fam == "gpt_neox":
+                    p = f"gpt_neox.layers.{i}."
+                    a = premix @ w[p + "attention.dense.weight"].T + w[p + "attention.dense.bias"]
+                    neu = gelu_erf(xn @ w[p + "mlp.dense_h_to_4h.weight"].T + w[p + "mlp.dense_h_to_4h.bias"])
+                    m = neu @ w[p + "mlp.dense_4h_to_h.weight"].T + w[p + "mlp.dense_4h_to_h.bias"]
+                else:
+                    p = f"model.layers.{i}."
+                    a = premix @ w[p + "self_attn.o_proj.weight"].T
+                    if f"layers.{i}.router_logits" in out:
+                        neu = m = None
+                    else:
+                        act = gelu_tanh if fam.startswith("gemma") else silu
+                        neu = act(xn @ w[p + "mlp.gate_proj.weight"].T) * (xn @ w[p + "mlp.up_proj.weight"].T)
+                        m = neu @ w[p + "mlp.down_proj.weight"].T
+                self.assertTrue(close(g("attention_output"), a), (fam, i))
+                if neu is not None:
+                    self.assertTrue(close(g("mlp_neurons"), neu), (fam, i))
+                    self.assertTrue(close(g("mlp_output"), m), (fam, i))
+
     def test_expert_slots_by_hand(self):
         """Each routing slot = its weight times the selected expert's SwiGLU on that token."""
-        from hf.common import silu
+        silu = lambda x: x * (1 / (1 + np.exp(-x)))
         for fam, names, blk in (("mixtral", ("w1", "w3", "w2"), "block_sparse_moe."),
                                 ("qwen3_moe", ("gate_proj", "up_proj", "down_proj"), "mlp.")):
             cfg, w, res = run(fam)

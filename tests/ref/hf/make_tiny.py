@@ -40,7 +40,7 @@ PRESETS = {
         decoder_sparse_step=1, mlp_only_layers=[1], router_aux_loss_coef=0.001,
         output_router_logits=False)),
     "gemma2": ("gemma-2-2b-it.GPM.json", dict(
-        LLAMA_DIMS, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
+        LLAMA_DIMS, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
         architectures=["Gemma2ForCausalLM"], _name_or_path="tiny")),
     "gemma3": ("gemma-2-2b-it.GPM.json", dict(
         LLAMA_DIMS, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
