@@ -39,10 +39,10 @@ PRESETS = {
         num_experts_per_tok=2, moe_intermediate_size=24, norm_topk_prob=True,
         decoder_sparse_step=1, mlp_only_layers=[1], router_aux_loss_coef=0.001,
         output_router_logits=False)),
-    "gemma2": ("gemma-2-2b-it.GPM.json", dict(
+    "gemma2": ("gemma-2-2b-it.json", dict(
         LLAMA_DIMS, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
-        architectures=["Gemma2ForCausalLM"], _name_or_path="tiny")),
-    "gemma3": ("gemma-2-2b-it.GPM.json", dict(
+        _name_or_path="tiny")),
+    "gemma3": ("gemma-2-2b-it.json", dict(
         LLAMA_DIMS, num_hidden_layers=3, head_dim=16, query_pre_attn_scalar=16, sliding_window=4,
         architectures=["Gemma3ForCausalLM"], model_type="gemma3_text", _name_or_path="tiny",
         attn_logit_softcapping=None, final_logit_softcapping=None, rope_theta=1000000.0,
