@@ -439,6 +439,37 @@ class Independent(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "architecture"):
             forward(dict(c, architectures=["BertModel"]), w, [[1, 2]])
 
+    def test_linear_and_dynamic_rope(self):
+        """_compute_linear_scaling_rope_parameters: inv_freq / factor. _compute_dynamic_ntk_parameters:
+        base * ((factor * L / max_pos) - (factor - 1)) ** (dim / (dim - 2)) once L > max_pos."""
+        from hf.common import rope_inv_freq
+        d, base = 8, 10000.0
+        plain = [base ** (-2 * j / d) for j in range(d // 2)]
+        lin, _ = rope_inv_freq(base, d, {"type": "linear", "factor": 4.0}, 16, 5)
+        self.assertTrue(close(lin, np.array(plain) / 4, 1e-15))
+        short, _ = rope_inv_freq(base, d, {"rope_type": "dynamic", "factor": 2.0}, 16, 16)
+        self.assertTrue(close(short, np.array(plain), 1e-15))
+        grown = base * ((2.0 * 20 / 16) - 1.0) ** (d / (d - 2))
+        long_, _ = rope_inv_freq(base, d, {"rope_type": "dynamic", "factor": 2.0}, 16, 20)
+        self.assertTrue(close(long_, np.array([grown ** (-2 * j / d) for j in range(d // 2)]), 1e-14))
+
+    def test_make_tiny_cli_gpt2_prefixed_f16(self):
+        """The command line writes GPT-2's `transformer.`-prefixed layout; it reads back to the same
+        logits as the unprefixed names with the same (F16-rounded) values."""
+        import subprocess
+        here = os.path.dirname(os.path.abspath(__file__))
+        with tempfile.TemporaryDirectory() as d:
+            subprocess.run([sys.executable, os.path.join(here, "hf", "make_tiny.py"), "gpt2", d,
+                            "--dtype", "F16", "--shards", "2", "--gpt2-prefix", "transformer."], check=True)
+            c, w = load_checkpoint(d)
+            self.assertIn("transformer.h.0.attn.c_attn.weight", w)
+            self.assertIn("transformer.h.0.attn.bias", w)  # the mask buffer rides along, as in the release
+            plain = {k[len("transformer."):]: v for k, v in w.items()}
+            a, b = forward(c, w, [[1, 2, 3]])[0], forward(c, plain, [[1, 2, 3]])[0]
+            self.assertTrue(close(a["logits"], b["logits"], 0))
+            ref = tiny_weights(c, 0, "F16", "transformer.")
+            self.assertTrue(all(np.array_equal(w[k], ref[k].astype(np.float64)) for k in ref))
+
     def test_bf16_shards_round_trip(self):
         cfg = tiny_config("qwen3_moe")
         w = tiny_weights(cfg, seed=3, dtype="BF16")

@@ -1,13 +1,14 @@
 """Tiny random checkpoints in the exact on-disk layout of each family, numpy only.
 
-    python3 make_tiny.py FAMILY OUTDIR [--dtype F32|BF16] [--shards N] [--seed S]
+    python3 make_tiny.py FAMILY OUTDIR [--dtype F32|F16|BF16] [--shards N] [--seed S]
+                         [--gpt2-prefix transformer.]
     from hf.make_tiny import tiny_config, tiny_weights, write_model
 
 Each tiny config.json keeps every key of a real release config (tests/ref/hf-configs, named in
 `_tiny_from`) with the dimensions shrunk; the weights have the release's tensor names and shapes
 (including GPT-2's unprefixed names and its `h.{i}.attn.bias` mask buffers, which
 openai-community/gpt2's safetensors carry and a loader must skip). Written as one model.safetensors
-or as N shards plus model.safetensors.index.json, F32 or BF16."""
+or as N shards plus model.safetensors.index.json, F32, F16 or BF16."""
 import json
 import os
 import sys
@@ -143,8 +144,8 @@ def _neox_tensors(r):
 
 
 def tiny_weights(cfg, seed=0, dtype="F32", gpt2_prefix=""):
-    """name -> float32 array (already rounded to BF16 when dtype is BF16, so a reader widening the
-    file gets exactly these values)."""
+    """name -> float32 array (already rounded to BF16 / F16 when that is the dtype, so a reader
+    widening the file gets exactly these values)."""
     from .config import resolve
     from .safetensors_io import bf16_to_f32, f32_to_bf16
     r = resolve(cfg)
@@ -170,6 +171,8 @@ def tiny_weights(cfg, seed=0, dtype="F32", gpt2_prefix=""):
         a = np.asarray(a, np.float32)
         if dtype == "BF16" and kind != "mask":
             a = bf16_to_f32(f32_to_bf16(a))
+        elif dtype == "F16":
+            a = a.astype(np.float16).astype(np.float32)
         out[name] = a
     return out
 
@@ -192,7 +195,7 @@ def write_model(outdir, cfg, tensors, dtype="F32", shards=1):
         write_safetensors(os.path.join(outdir, fn), {n: tensors[n] for n in part}, dtype)
         for n in part:
             wmap[n] = fn
-            total += tensors[n].size * (2 if dtype == "BF16" else 4)
+            total += tensors[n].size * (4 if dtype == "F32" else 2)
     with open(os.path.join(outdir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": wmap}, f, indent=2)
 
@@ -202,7 +205,7 @@ def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("family", choices=sorted(PRESETS))
     ap.add_argument("outdir")
-    ap.add_argument("--dtype", default="F32", choices=["F32", "BF16"])
+    ap.add_argument("--dtype", default="F32", choices=["F32", "F16", "BF16"])
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpt2-prefix", default="", help="'transformer.' for the prefixed GPT-2 layout")
