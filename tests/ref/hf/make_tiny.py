@@ -215,5 +215,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # run as a script: import this file as hf.make_tiny so the package's relative imports resolve
     sys.path.insert(0, os.path.dirname(HERE))
-    main(sys.argv[1:])
+    from hf.make_tiny import main as package_main
+    package_main(sys.argv[1:])
