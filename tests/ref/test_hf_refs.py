@@ -176,6 +176,38 @@ class Identities(unittest.TestCase):
                     self.assertTrue(close(out[f"layers.{i}.routed_output"], out[f"layers.{i}.mlp_output"]))
 
 
+class Aliases(unittest.TestCase):
+    def test_every_alias_names_a_value(self):
+        """Every alias maps to a value the reference returns (or to None where the family has none),
+        and TransformerLens's resid_post of block 6 is GPT-2's layers.6.layer_output."""
+        from hf.aliases import aliases
+        for fam in PRESETS:
+            cfg, _, res = run(fam)
+            table = aliases(cfg)
+            for alias, name in table.items():
+                if name is None:
+                    self.assertEqual((fam, alias.split(".")[-1]), ("gpt_neox", "hook_resid_mid"))
+                    continue
+                if "mlp_neurons" in name and f"{name.split('.mlp_')[0]}.router_logits" in res[0]:
+                    continue  # MoE layer: no single MLP's neurons
+                self.assertIn(name, res[0], (fam, alias))
+        g = aliases(tiny_config("gpt2"))
+        self.assertEqual(g["blocks.1.hook_resid_post"], "layers.1.layer_output")
+        self.assertEqual(g["transformer.h.1"], "layers.1.layer_output")
+        self.assertEqual(aliases(dict(tiny_config("gpt2"), n_layer=12))["blocks.6.hook_resid_post"],
+                         "layers.6.layer_output")
+
+    def test_pre_rope_values(self):
+        """hook_q's value: the queries before RoPE, which rotate into attention_queries."""
+        from hf.common import apply_rope, rope_inv_freq
+        cfg, _, res = run("qwen3")
+        r = resolve(cfg)
+        out = res[-1]
+        inv, _ = rope_inv_freq(r["rope_theta"], r["head_dim"], None, 0, 0)
+        self.assertTrue(close(apply_rope(out["layers.1.attention_queries_pre_rope"], inv),
+                              out["layers.1.attention_queries"]))
+
+
 class Independent(unittest.TestCase):
     def test_batch_equals_one_at_a_time(self):
         for fam in PRESETS:

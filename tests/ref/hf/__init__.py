@@ -14,6 +14,7 @@ from .config import family_of, resolve
 from .params import count_params
 from .safetensors_io import load_checkpoint, read_safetensors, write_safetensors
 from .models import forward
+from .aliases import aliases
 
 __all__ = ["family_of", "resolve", "count_params", "load_checkpoint", "read_safetensors",
-           "write_safetensors", "forward"]
+           "write_safetensors", "forward", "aliases"]

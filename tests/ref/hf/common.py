@@ -146,7 +146,7 @@ def split_outputs(outs, lens):
             a = a[b]
             if name.endswith("attention_scores") or name.endswith("attention_probabilities"):
                 a = a[:, :n, :n]
-            elif name.endswith("attention_queries") or name.endswith("_keys") or name.endswith("_values"):
+            elif any(name.endswith(n) for n in ("_queries", "_keys", "_values", "_pre_rope")):
                 a = a[:, :n]
             elif name == "next_token_probs":
                 pass

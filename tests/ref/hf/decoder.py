@@ -151,9 +151,11 @@ def forward(cfg, w, prompts, normalizer_dtype="float32"):
         if sp.qk_norm:
             q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps, sp.gemma)
             k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps, sp.gemma)
+        q, k = q.transpose(0, 2, 1, 3), k.transpose(0, 2, 1, 3)  # (B, heads, T, hd)
+        o("attention_queries_pre_rope", q)
+        o("attention_keys_pre_rope", k)
         inv, A = sp.rope(i, T)
-        q = apply_rope(q.transpose(0, 2, 1, 3), inv, A)  # (B, H, T, hd)
-        k = apply_rope(k.transpose(0, 2, 1, 3), inv, A)
+        q, k = apply_rope(q, inv, A), apply_rope(k, inv, A)
         v = v.transpose(0, 2, 1, 3)
         o("attention_queries", q)
         o("attention_keys", k)

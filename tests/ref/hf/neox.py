@@ -42,6 +42,8 @@ def forward(cfg, w, prompts):
         o("attention_norm_output", xn)
         qkv = lin(xn, p + "attention.query_key_value", bias).reshape(B, T, H, 3 * hd)
         q, k, v = (t.transpose(0, 2, 1, 3) for t in np.split(qkv, 3, axis=-1))
+        o("attention_queries_pre_rope", q)
+        o("attention_keys_pre_rope", k)
         q, k = apply_rope(q, inv, A), apply_rope(k, inv, A)
         o("attention_queries", q)
         o("attention_keys", k)
