@@ -57,6 +57,19 @@ PRESETS = {
 }
 
 
+def release_config(family, layers):
+    """The release config itself with only the layer count cut (for benchmarks at real sizes, e.g.
+    Llama-3.2-1B's dimensions with 2 layers)."""
+    src, over = PRESETS[family]
+    with open(os.path.join(CONFIGS, src)) as f:
+        cfg = json.load(f)
+    if over.get("architectures", cfg["architectures"]) != cfg["architectures"]:
+        raise ValueError(f"{family}: no release config in tests/ref/hf-configs (see SOURCES.md)")
+    cfg["n_layer" if "n_layer" in cfg else "num_hidden_layers"] = layers
+    cfg["_tiny_from"] = src + f" (release dimensions, {layers} layers)"
+    return cfg
+
+
 def tiny_config(family):
     src, over = PRESETS[family]
     with open(os.path.join(CONFIGS, src)) as f:
@@ -162,13 +175,15 @@ def tiny_weights(cfg, seed=0, dtype="F32", gpt2_prefix=""):
     for name, shape, kind in spec:
         if kind == "mask":
             a = np.tril(np.ones(shape[-2:], np.float32)).reshape(shape)
-        elif kind == "n":
-            a = rng.normal(0, 0.1, shape) + (0.0 if gemma else 1.0)
-        elif kind == "b":
-            a = rng.normal(0, 0.1, shape)
         else:
-            a = rng.normal(0, 1.0 / np.sqrt(shape[-1]), shape) * (3.0 if "embed" in name or "wte" in name else 1.0)
-        a = np.asarray(a, np.float32)
+            a = rng.standard_normal(shape, dtype=np.float32)
+            if kind == "n":
+                a = a * np.float32(0.1) + np.float32(0.0 if gemma else 1.0)
+            elif kind == "b":
+                a *= np.float32(0.1)
+            else:
+                big = "embed" in name or "wte" in name
+                a *= np.float32((3.0 if big else 1.0) / np.sqrt(shape[-1]))
         if dtype == "BF16" and kind != "mask":
             a = bf16_to_f32(f32_to_bf16(a))
         elif dtype == "F16":
@@ -209,8 +224,10 @@ def main(argv):
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--gpt2-prefix", default="", help="'transformer.' for the prefixed GPT-2 layout")
+    ap.add_argument("--release-layers", type=int, default=0,
+                    help="N > 0: the release config's own dimensions, cut to N layers (large!)")
     a = ap.parse_args(argv)
-    cfg = tiny_config(a.family)
+    cfg = release_config(a.family, a.release_layers) if a.release_layers else tiny_config(a.family)
     write_model(a.outdir, cfg, tiny_weights(cfg, a.seed, a.dtype, a.gpt2_prefix), a.dtype, a.shards)
 
 

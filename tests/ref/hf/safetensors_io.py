@@ -41,25 +41,29 @@ def read_safetensors(path):
     return out
 
 
+def _encode(a, dtype):
+    if dtype == "BF16":
+        return f32_to_bf16(a).astype("<u2").tobytes()
+    return np.asarray(a).astype(np.dtype(_NP[dtype]).newbyteorder("<")).tobytes()
+
+
 def write_safetensors(path, tensors, dtype="F32"):
-    """tensors: name -> array, written in `dtype` (F32, F16 or BF16), 8-byte aligned header."""
-    header, blobs, off = {}, [], 0
+    """tensors: name -> array, written in `dtype` (F32, F16 or BF16), header padded to 8 bytes, data
+    streamed tensor by tensor (memory: one tensor's encoding at a time)."""
+    width = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}[dtype]
+    header, off = {}, 0
     for name in sorted(tensors):
-        a = np.asarray(tensors[name])
-        if dtype == "BF16":
-            raw = f32_to_bf16(a).astype("<u2").tobytes()
-        else:
-            raw = a.astype(np.dtype(_NP[dtype]).newbyteorder("<")).tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
-        blobs.append(raw)
-        off += len(raw)
+        shape = list(np.shape(tensors[name]))
+        n = int(np.prod(shape, dtype=np.int64)) * width
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [off, off + n]}
+        off += n
     header["__metadata__"] = {"format": "pt"}
     h = json.dumps(header, separators=(",", ":")).encode()
     h += b" " * (-len(h) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(h)) + h)
-        for raw in blobs:
-            f.write(raw)
+        for name in sorted(tensors):
+            f.write(_encode(tensors[name], dtype))
 
 
 def load_checkpoint(model_dir):
