@@ -74,8 +74,10 @@ def tiny_config(family):
     src, over = PRESETS[family]
     with open(os.path.join(CONFIGS, src)) as f:
         cfg = json.load(f)
+    family_keys = over.get("architectures", cfg["architectures"]) != cfg["architectures"]
     cfg.update(over)
-    cfg["_tiny_from"] = src
+    cfg["_tiny_from"] = src + (f" + {cfg['architectures'][0]}'s keys (no release config of this family "
+                               "in tests/ref/hf-configs)" if family_keys else "")
     return cfg
 
 
