@@ -210,6 +210,23 @@ ids = write_lines(f"{work}/ids.jsonl", '{"input_ids": [99]}\n\n{"input_ids": []}
 p = run(harvest, "tokenize", TOKENIZER, ids, "--decode", check=0)
 check(len(p.stdout.splitlines()) == 3, f"tokenize --decode: one line a record: {p.stdout!r}")
 
+# ---- the spill file of token ids (OUT.h5.tokens) on a full disk: exit 2 naming that file ----
+disk = f"{work}/disk"
+os.makedirs(disk)
+if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", disk]).returncode != 0:
+    print("cannot mount a tmpfs here: the full-disk spill case is skipped")
+else:
+    try:
+        many = write_prompts(f"{work}/many.jsonl", [500] * 60, seed=5)  # 30,000 ids: 240 KB of spill
+        jp, out = job("spill_full", many, out=f"{disk}/out.h5")
+        p = run(harvest, "run", jp, timeout=120)
+        check(p.returncode == 2 and f"{disk}/out.h5.tokens" in p.stderr and "No space" in p.stderr,
+              f"spill on a full disk: exit {p.returncode}, expected 2 naming out.h5.tokens: {p.stderr.strip()[-400:]}")
+        if p.returncode == 2:
+            print(f"ok: spill_full: {p.stderr.strip().splitlines()[-1][:200]}")
+    finally:
+        subprocess.run(["umount", "-l", disk])
+
 # ---- paths over 4096 bytes (PATH_MAX): an error naming the path, never a path cut short ----
 deep = work + "/" + "/".join(["d" * 200] * 21)  # 4200+ bytes
 expect_run("model_path_too_long", 1, [deep[:150], "longer than the system allows"], f"{work}/small.jsonl",
