@@ -36,6 +36,12 @@ static int emit_ids(void *u, const char *text, size_t len, const char *where, lo
     k->ids.n = 0; // an empty record is a line too: `[]`, or the post-processor's special tokens
     int rc = tok_encode(k->tok, text, len, k->special, &k->ids);
     if (rc == -AH_EINVAL) return ah_fail(&k->err, AH_EINVAL, "%s: %s", where, tok_error(k->tok));
+    if (rc == -AH_ENOMEM)
+        return ah_fail(
+            &k->err, AH_ENOMEM,
+            "%s: cannot allocate memory to tokenize a text of %zu bytes (about %zu bytes "
+            "needed)",
+            where, len, 24 * len + 4096);
     if (rc < 0) return rc;
     fputs("{\"input_ids\": [", k->out);
     for (size_t i = 0; i < k->ids.n; i++) { // digits by hand: printf is a third of the time

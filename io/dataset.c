@@ -150,7 +150,12 @@ static int tokenize(struct loader *l, const char *text, size_t len, const char *
                        where, l->spec->model_dir ? l->spec->model_dir : "");
     // packed documents get no special tokens of their own: the contexts get the BOS
     int rc = tok_encode(l->spec->tok, text, len, l->spec->pack_len == 0, &l->ids);
-    if (rc == -AH_ENOMEM) return nomem(l->err, "a prompt's tokens", 24 * len + 4096);
+    if (rc == -AH_ENOMEM)
+        return ah_fail(
+            l->err, AH_ENOMEM,
+            "%s: cannot allocate memory to tokenize a text of %zu bytes (about %zu bytes "
+            "needed)",
+            where, len, 24 * len + 4096);
     if (rc < 0) return ah_fail(l->err, -rc, "%s: %s", where, tok_error(l->spec->tok));
     return rc;
 }

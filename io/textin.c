@@ -72,7 +72,7 @@ static int fill(struct reader *r, long lineno, struct ah_error *err) {
 static int next_line(struct reader *r, const char **s, size_t *n, long lineno,
                      struct ah_error *err) {
     for (;;) {
-        char *nl = memchr(r->buf + r->scanned, '\n', r->b - r->scanned);
+        char *nl = r->b > r->scanned ? memchr(r->buf + r->scanned, '\n', r->b - r->scanned) : NULL;
         if (nl || (r->eof && r->b > r->a)) {
             size_t end = nl ? (size_t)(nl - r->buf) : r->b;
             *s = r->buf + r->a;

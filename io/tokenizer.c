@@ -1028,6 +1028,8 @@ static int load_text(struct tokenizer **out, char *path, const char *text, size_
     t->cache_cap = 1 << 16;
     t->cache = calloc(t->cache_cap, sizeof *t->cache);
     if (rc == 0 && (!t->md || !t->mctx || !t->jit || !t->cache)) rc = -AH_ENOMEM;
+    if (rc == -AH_ENOMEM && (!err || !err->code))
+        rc = ah_fail(err, AH_ENOMEM, "%s: out of memory loading %zu bytes of JSON", t->path, len);
     if (rc < 0) {
         tok_free(t);
         return rc;

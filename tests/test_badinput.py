@@ -69,6 +69,8 @@ def expect_run(label, code, needles, data, inputs=(), model=None, timeout=120):
 
 
 def n_prompts(out):
+    if not check(out and os.path.exists(out), f"{out}: the output exists"):
+        return -1
     with h5py.File(out, "r") as f:
         check(f.attrs["complete"] == 1, f"{out}: complete")
         return len(f["prompts/length"])
@@ -209,6 +211,99 @@ check(len(p.stdout.splitlines()) == 3 and json.loads(p.stdout.splitlines()[1])["
 ids = write_lines(f"{work}/ids.jsonl", '{"input_ids": [99]}\n\n{"input_ids": []}\n')
 p = run(harvest, "tokenize", TOKENIZER, ids, "--decode", check=0)
 check(len(p.stdout.splitlines()) == 3, f"tokenize --decode: one line a record: {p.stdout!r}")
+
+# ---- checkpoints: fractional shapes and config integers, overlapping data, a tensor twice, NaN/Inf ----
+def read_st(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return f.read(n).decode(), f.read()
+
+
+def write_st(path, header_text, data):
+    h = header_text.encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + data)
+
+
+def model_variant(name, header=None, data=None, config=None):
+    """A copy of the base model; header(text) / data(bytes, header dict) / config(dict) edit it."""
+    d = f"{work}/{name}"
+    shutil.copytree(base, d)
+    text, raw = read_st(f"{d}/model.safetensors")
+    if header:
+        text = header(text)
+    if data:
+        raw = data(bytearray(raw), json.loads(text))
+    write_st(f"{d}/model.safetensors", text, bytes(raw))
+    if config:
+        c = json.load(open(f"{d}/config.json"))
+        config(c)
+        json.dump(c, open(f"{d}/config.json", "w"))
+    return d
+
+
+hdr = json.loads(read_st(f"{base}/model.safetensors")[0])
+names = [k for k in hdr if k != "__metadata__"]
+by_off = sorted(names, key=lambda k: hdr[k]["data_offsets"][0])
+t0, t1 = by_off[3], by_off[4]
+small = write_prompts(f"{work}/small.jsonl", [3, 4], seed=3)
+
+
+def set_entry(name, **kw):
+    def f(text):
+        h = json.loads(text)
+        h[name].update(kw)
+        return json.dumps(h)
+    return f
+
+
+st = "model.safetensors"
+sh = hdr[t0]["shape"]
+d = model_variant("frac_shape", header=set_entry(t0, shape=[sh[0] / 2 + 0.5] + sh[1:]))
+expect_run("fractional_shape", 1, [f"{d}/{st}", f'tensor "{t0}": shape entry 0: expected an integer'], small,
+           [d], model=d)
+o0, o1 = hdr[t0]["data_offsets"]
+d = model_variant("overlap", header=set_entry(t1, data_offsets=[o1 - 4, o1 - 4 + hdr[t1]["data_offsets"][1] - hdr[t1]["data_offsets"][0]]))
+expect_run("overlapping_offsets", 1, [f"{d}/{st}", f'tensors "{t0}" and "{t1}" overlap'], small, [d], model=d)
+d = model_variant("twice", header=lambda text: text.replace(f'"{t1}":', f'"{t0}":', 1))
+expect_run("tensor_twice", 1, [f"{d}/{st}", f'tensor "{t0}" appears twice'], small, [d], model=d)
+key = next(k for k, v in json.load(open(f"{base}/config.json")).items() if isinstance(v, int) and not isinstance(v, bool) and v > 1)
+d = model_variant("frac_cfg", config=lambda c: c.update({key: c[key] + 0.5}))
+expect_run("fractional_config_int", 1, [f"{d}/config.json", f'"{key}": expected an integer'], small, [d], model=d)
+
+
+def poke(name, index, value):
+    def f(raw, h):
+        o = h[name]["data_offsets"][0]
+        raw[o + 4 * index:o + 4 * index + 4] = value
+        return raw
+    return f
+
+
+bias = next(n for n in names if n.endswith("norm.weight"))
+for label, val, word in (("nan_weight", b"\x00\x00\xc0\x7f", "NaN"), ("inf_weight", b"\x00\x00\x80\xff", "-Inf")):
+    d = model_variant(label, data=poke(bias, 7, val))
+    expect_run(label, 1, [f"{d}/{st}", f'tensor "{bias}": element 7 (flat index) is {word}'], small, [d], model=d)
+
+# ---- an allocation that fails names its size: a 120 MB line under a 400 MB address-space limit ----
+import resource
+huge = f"{work}/huge.txt"
+with open(huge, "wb") as f:
+    f.write(b"a" * (120 << 20) + b"\n")
+
+
+def limit_memory():
+    resource.setrlimit(resource.RLIMIT_AS, (400 << 20, 400 << 20))
+
+
+p = subprocess.run([harvest, "tokenize", TOKENIZER, huge], preexec_fn=limit_memory, capture_output=True,
+                   text=True, timeout=120, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+check(p.returncode == 2 and f"{huge}: line 1" in p.stderr and "bytes" in p.stderr,
+      f"an allocation that fails: exit {p.returncode}, expected 2 naming the line and a size: {p.stderr.strip()[-300:]}")
+if p.returncode == 2:
+    print(f"ok: allocation_fails: {p.stderr.strip()[:200]}")
+os.remove(huge)
 
 # ---- the spill file of token ids (OUT.h5.tokens) on a full disk: exit 2 naming that file ----
 disk = f"{work}/disk"
