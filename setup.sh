@@ -16,9 +16,10 @@ PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-op
           hdf5-tools libopenblas-dev libcjson-dev libpcre2-dev libutf8proc-dev zlib1g-dev
           python3-numpy python3-h5py)
 # the Slurm tests start a real single-node cluster (slurmctld, slurmd, munge); the fuzz test
-# needs clang's libFuzzer; the tokenizer test compares with a JavaScript reference (node + npm)
+# needs clang's libFuzzer; the tokenizer test compares with a JavaScript reference (node + npm);
+# format-check runs clang-format
 if [ "${1:-}" = test ]; then
-    PACKAGES+=(slurm-wlm clang libclang-rt-dev)
+    PACKAGES+=(slurm-wlm clang libclang-rt-dev clang-format)
     command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 fi
 

@@ -32,10 +32,16 @@ struct tk {
 
 static int emit_ids(void *u, const char *text, size_t len, const char *where, long index) {
     struct tk *k = u;
-    (void)where, (void)index;
-    if (len == 0) return 0; // an empty line is no prompt
-    k->ids.n = 0;
+    (void)index;
+    k->ids.n = 0; // an empty record is a line too: `[]`, or the post-processor's special tokens
     int rc = tok_encode(k->tok, text, len, k->special, &k->ids);
+    if (rc == -AH_EINVAL) return ah_fail(&k->err, AH_EINVAL, "%s: %s", where, tok_error(k->tok));
+    if (rc == -AH_ENOMEM)
+        return ah_fail(
+            &k->err, AH_ENOMEM,
+            "%s: cannot allocate memory to tokenize a text of %zu bytes (about %zu bytes "
+            "needed)",
+            where, len, 24 * len + 4096);
     if (rc < 0) return rc;
     fputs("{\"input_ids\": [", k->out);
     for (size_t i = 0; i < k->ids.n; i++) { // digits by hand: printf is a third of the time
@@ -57,17 +63,28 @@ static int emit_ids(void *u, const char *text, size_t len, const char *where, lo
 static int emit_text(void *u, const char *line, size_t len, const char *where, long index) {
     struct tk *k = u;
     (void)index;
-    if (len == 0) return 0;
-    cJSON *j = cJSON_ParseWithLength(line, len);
+    if (len == 0) { // an empty line stays a line
+        fputs("{\"text\": \"\"}\n", k->out);
+        k->prompts++;
+        return 0;
+    }
+    cJSON *j = text_parse_json(line, len, where, &k->err);
+    if (!j) return k->err.code;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "input_ids"), *e;
     if (!cJSON_IsArray(a)) {
         cJSON_Delete(j);
         return ah_fail(&k->err, AH_EINVAL, "%s: expected {\"input_ids\": [...]}", where);
     }
     k->ids.n = 0;
-    int rc = 0;
+    int rc = 0, i = 0;
     cJSON_ArrayForEach(e, a) {
-        if ((rc = tok_ids_push(&k->ids, (int64_t)e->valuedouble)) < 0) break;
+        double d = e->valuedouble;
+        if (!cJSON_IsNumber(e) || d != (double)(int64_t)d || d < 0) {
+            rc = ah_fail(&k->err, AH_EINVAL, "%s: input_ids[%d]: expected a token id", where, i);
+            break;
+        }
+        if ((rc = tok_ids_push(&k->ids, (int64_t)d)) < 0) break;
+        i++;
     }
     cJSON_Delete(j);
     char *text = NULL;

@@ -18,11 +18,15 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
+static int nomem(struct ah_error *err, const char *what, size_t bytes) {
+    return ah_fail(err, AH_ENOMEM, "cannot allocate %zu bytes for %s (out of memory)", bytes, what);
+}
+
+static int grow(void **p, int64_t *cap, int64_t need, size_t elem, struct ah_error *err) {
     if (need <= *cap) return 0;
     int64_t c = *cap * 2 > need ? *cap * 2 : need + 1024;
     void *np = realloc(*p, (size_t)c * elem);
-    if (!np) return -AH_ENOMEM;
+    if (!np) return nomem(err, "the table of prompts", (size_t)c * elem);
     *p = np;
     *cap = c;
     return 0;
@@ -31,17 +35,23 @@ static int grow(void **p, int64_t *cap, int64_t need, size_t elem) {
 // Where the token ids go: memory, or a spill file mapped read-only once complete (the ids then
 // cost page cache, not memory, and every rank of a node shares one copy).
 struct idsink {
-    FILE *f;      // the spill file, or NULL
-    int64_t *mem; // else here
+    FILE *f;          // the spill file, or NULL
+    const char *path; // its name, for messages
+    int64_t *mem;     // else here
     int64_t cap;
+    struct ah_error *err;
 };
 
 static int sink_put(struct idsink *k, struct ds_prompts *p, const int64_t *v, int64_t n) {
-    if (k->f) return fwrite(v, sizeof *v, (size_t)n, k->f) == (size_t)n ? 0 : -AH_EIO;
+    if (k->f) {
+        if (fwrite(v, sizeof *v, (size_t)n, k->f) == (size_t)n) return 0;
+        return ah_fail(k->err, AH_EIO, "%s: cannot write the token ids (%lld bytes so far): %s",
+                       k->path, (long long)((p->n_tokens + n) * 8), strerror(errno));
+    }
     if (p->n_tokens + n > k->cap) {
         int64_t c = k->cap * 2 > p->n_tokens + n ? k->cap * 2 : p->n_tokens + n + 1024;
         int64_t *m = realloc(k->mem, (size_t)c * sizeof *m);
-        if (!m) return -AH_ENOMEM;
+        if (!m) return nomem(k->err, "the token ids", (size_t)c * sizeof *m);
         k->mem = m;
         k->cap = c;
     }
@@ -82,6 +92,8 @@ static int sink_finish(struct idsink *k, struct ds_prompts *p, const char *spill
 
 static int sink_open(struct idsink *k, const char *spill, struct ah_error *err) {
     memset(k, 0, sizeof *k);
+    k->path = spill;
+    k->err = err;
     if (!spill) return 0;
     k->f = fopen(spill, "wb");
     if (!k->f) return ah_fail(err, AH_EIO, "%s: cannot create: %s", spill, strerror(errno));
@@ -117,9 +129,9 @@ static int add_prompt(struct loader *l, long index, const char *where, const cha
     int64_t need = p->n + 1, c0 = l->cap_p, c1 = l->cap_p;
     int rc;
     if ((rc = sink_put(&l->sink, p, l->ids.v, use)) < 0 ||
-        (rc = grow((void **)&p->source, &l->cap_p, need, 8)) < 0 ||
-        (rc = grow((void **)&p->len, &c0, need, 8)) < 0 ||
-        (rc = grow((void **)&p->off, &c1, need, 8)) < 0)
+        (rc = grow((void **)&p->source, &l->cap_p, need, 8, l->err)) < 0 ||
+        (rc = grow((void **)&p->len, &c0, need, 8, l->err)) < 0 ||
+        (rc = grow((void **)&p->off, &c1, need, 8, l->err)) < 0)
         return rc;
     p->source[p->n] = index;
     p->len[p->n] = use;
@@ -137,7 +149,15 @@ static int tokenize(struct loader *l, const char *text, size_t len, const char *
                        "none; give {\"input_ids\": [..]} or add the model's tokenizer.json",
                        where, l->spec->model_dir ? l->spec->model_dir : "");
     // packed documents get no special tokens of their own: the contexts get the BOS
-    return tok_encode(l->spec->tok, text, len, l->spec->pack_len == 0, &l->ids);
+    int rc = tok_encode(l->spec->tok, text, len, l->spec->pack_len == 0, &l->ids);
+    if (rc == -AH_ENOMEM)
+        return ah_fail(
+            l->err, AH_ENOMEM,
+            "%s: cannot allocate memory to tokenize a text of %zu bytes (about %zu bytes "
+            "needed)",
+            where, len, 24 * len + 4096);
+    if (rc < 0) return ah_fail(l->err, -rc, "%s: %s", where, tok_error(l->spec->tok));
+    return rc;
 }
 
 // ---- Megatron indexed datasets: PREFIX.idx ("MMIDIDX\0\0", version, dtype, counts, sizes,
@@ -148,13 +168,15 @@ static int read_exact(FILE *f, void *p, size_t n) {
 }
 
 static int load_megatron(struct loader *l, const char *path) {
-    char prefix[4096], idx[4200], bin[4200];
-    snprintf(prefix, sizeof prefix, "%s", path);
-    size_t n = strlen(prefix);
-    if (n > 4 && (!strcmp(prefix + n - 4, ".bin") || !strcmp(prefix + n - 4, ".idx")))
-        prefix[n - 4] = '\0';
-    snprintf(idx, sizeof idx, "%s.idx", prefix);
-    snprintf(bin, sizeof bin, "%s.bin", prefix);
+    size_t n = strlen(path), cap = n + 8;
+    char *idx = malloc(cap), *bin = malloc(cap), *where = malloc(cap + 64);
+    if (!idx || !bin || !where) {
+        free(idx), free(bin), free(where);
+        return nomem(l->err, "the names of a Megatron dataset", 3 * cap + 64);
+    }
+    if (n > 4 && (!strcmp(path + n - 4, ".bin") || !strcmp(path + n - 4, ".idx"))) n -= 4;
+    snprintf(idx, cap, "%.*s.idx", (int)n, path);
+    snprintf(bin, cap, "%.*s.bin", (int)n, path);
     FILE *fi = fopen(idx, "rb"), *fb = fopen(bin, "rb");
     int rc = 0;
     char magic[9];
@@ -187,7 +209,7 @@ static int load_megatron(struct loader *l, const char *path) {
     sizes = malloc(count * sizeof *sizes + 1);
     ptrs = malloc(count * sizeof *ptrs + 1);
     if (!sizes || !ptrs) {
-        rc = -AH_ENOMEM;
+        rc = nomem(l->err, "a Megatron index", count * 12);
         goto done;
     }
     if (read_exact(fi, sizes, count * sizeof *sizes) ||
@@ -198,9 +220,8 @@ static int load_megatron(struct loader *l, const char *path) {
     }
     unsigned char *raw = NULL;
     size_t raw_cap = 0;
-    char where[4300];
     for (uint64_t i = 0; i < count && rc == 0; i++) {
-        snprintf(where, sizeof where, "%s: sequence %llu", bin, (unsigned long long)i);
+        snprintf(where, cap + 64, "%s: sequence %llu", bin, (unsigned long long)i);
         l->p->n_lines = (int64_t)i + 1;
         l->ids.n = 0;
         if (sizes[i] < 0 || fseeko(fb, (off_t)ptrs[i], SEEK_SET) != 0) {
@@ -210,15 +231,15 @@ static int load_megatron(struct loader *l, const char *path) {
         size_t bytes = (size_t)sizes[i] * (size_t)w;
         if (bytes > raw_cap) {
             unsigned char *nr = realloc(raw, bytes);
-            size_t cap = (size_t)sizes[i];
-            int64_t *nv = nr ? realloc(l->ids.v, cap * sizeof *nv + 1) : NULL;
+            size_t ncap = (size_t)sizes[i];
+            int64_t *nv = nr ? realloc(l->ids.v, ncap * sizeof *nv + 1) : NULL;
             if (nr) raw = nr;
             if (!nv) {
-                rc = -AH_ENOMEM;
+                rc = nomem(l->err, "a Megatron sequence", bytes + ncap * 8);
                 break;
             }
             l->ids.v = nv;
-            l->ids.cap = cap;
+            l->ids.cap = ncap;
             raw_cap = bytes;
         }
         if (read_exact(fb, raw, bytes)) {
@@ -245,6 +266,7 @@ done:
     if (fb) fclose(fb);
     free(sizes);
     free(ptrs);
+    free(idx), free(bin), free(where);
     return rc;
 }
 
@@ -258,7 +280,7 @@ static int pack(struct ds_prompts *p, struct idsink *k, int64_t len, int64_t sep
             *off = malloc((size_t)(n_ctx + 1) * sizeof *off);
     int64_t piece[4096], np = 0; // ids on their way to the sink
     struct ds_prompts out = {0}; // counts the sink's tokens
-    int rc = src && ln && off ? 0 : -AH_ENOMEM;
+    int rc = src && ln && off ? 0 : nomem(k->err, "the packed contexts", 24 * (size_t)(n_ctx + 1));
     int64_t c = 0, t = 0, in_ctx = body; // in_ctx == body: start a new context
     for (int64_t d = 0; rc == 0 && d < p->n; d++) {
         int64_t first = d > 0 && sep >= 0 ? -1 : 0; // -1: the separator before the document
@@ -313,7 +335,8 @@ static int on_line(void *u, const char *text, size_t len, const char *where, lon
         int rc = tokenize(l, text, len, where);
         return rc < 0 ? rc : add_prompt(l, index, where, "text");
     }
-    cJSON *o = cJSON_ParseWithLength(text, len);
+    cJSON *o = text_parse_json(text, len, where, l->err);
+    if (!o) return l->err ? l->err->code : -AH_EFORMAT;
     const char *key = l->spec->field;
     if (!key)
         key = cJSON_GetObjectItemCaseSensitive(o, "input_ids") ||
@@ -342,7 +365,10 @@ static int on_line(void *u, const char *text, size_t len, const char *where, lon
                              cJSON_IsNumber(e) ? d : 0.0, (long long)l->vocab);
                 break;
             }
-            if ((rc = tok_ids_push(&l->ids, (int64_t)d)) < 0) break;
+            if ((rc = tok_ids_push(&l->ids, (int64_t)d)) < 0) {
+                rc = nomem(l->err, "a prompt's token ids", 16 * l->ids.cap + 8);
+                break;
+            }
             i++;
         }
     }
@@ -376,9 +402,13 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
                          "vocabulary [0, %lld)",
                          k ? "bos" : "separator", (long long)id, (long long)vocab);
     }
+    char *tmp = NULL;
+    if (rc == 0 && s.pack_len > 0 && spill) {
+        size_t cap = strlen(spill) + 8;
+        if (!(tmp = malloc(cap))) rc = nomem(err, "a file name", cap);
+        if (tmp) snprintf(tmp, cap, "%s.pack", spill);
+    }
     if (rc == 0 && s.pack_len > 0) { // the documents' ids, read once, become the contexts'
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.pack", spill ? spill : "");
         struct idsink k;
         if ((rc = sink_open(&k, spill ? tmp : NULL, err)) == 0)
             rc = pack(p, &k, s.pack_len, s.pack_separator, s.pack_bos);
@@ -390,6 +420,7 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
             rc = ah_fail(err, AH_EIO, "%s: cannot rename to %s: %s", tmp, spill, strerror(errno));
         if (spill && rc < 0) remove(tmp);
     }
+    free(tmp);
     if (l.sink.f) fclose(l.sink.f);
     free(l.sink.mem);
     if (rc < 0) ds_free(p);

@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,21 @@ const char *st_dtype_name(enum st_dtype t) {
 
 size_t st_dtype_size(enum st_dtype t) {
     return dtype_sizes[t];
+}
+
+// a JSON number that is a whole count (shape entries, offsets)
+static bool is_count(const cJSON *d) {
+    return cJSON_IsNumber(d) && d->valuedouble >= 0 && d->valuedouble <= 9.0e15 &&
+           d->valuedouble == (double)(int64_t)d->valuedouble;
+}
+
+// a short rendering of a JSON value for messages (a static buffer)
+static const char *json_text(const cJSON *v) {
+    static _Thread_local char buf[48];
+    char *s = v ? cJSON_PrintUnformatted(v) : NULL;
+    snprintf(buf, sizeof buf, "%s", s ? s : "nothing");
+    free(s);
+    return buf;
 }
 
 static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, const char *path,
@@ -51,12 +67,18 @@ static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, co
     double count = 1;
     for (int i = 0; i < t->ndim; i++) {
         const cJSON *d = cJSON_GetArrayItem(sh, i);
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9.0e15)
-            return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": bad shape entry %d", path, t->name,
-                           i);
+        if (!is_count(d))
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: tensor \"%s\": shape entry %d: expected an integer >= 0, not %s",
+                           path, t->name, i, json_text(d));
         t->shape[i] = (int64_t)d->valuedouble;
         count *= (double)t->shape[i];
     }
+    for (int i = 0; i < 2; i++)
+        if (!is_count(cJSON_GetArrayItem(of, i)))
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: tensor \"%s\": data_offsets[%d]: expected an integer >= 0, not %s",
+                           path, t->name, i, json_text(cJSON_GetArrayItem(of, i)));
     double b = cJSON_GetArrayItem(of, 0)->valuedouble, e_ = cJSON_GetArrayItem(of, 1)->valuedouble;
     if (!(b >= 0 && e_ >= b && e_ <= (double)data_size))
         return ah_fail(err, AH_EFORMAT,
@@ -72,6 +94,64 @@ static int parse_entry(struct st_tensor *t, const cJSON *e, size_t data_size, co
     return 0;
 }
 
+static int not_regular(const char *path, const struct stat *sb, struct ah_error *err) {
+    const char *kind = S_ISFIFO(sb->st_mode)  ? " (a FIFO)"
+                       : S_ISDIR(sb->st_mode) ? " (a folder)"
+                                              : "";
+    return ah_fail(err, AH_EINVAL, "%s: not a regular file%s", path, kind);
+}
+
+int st_regular(const char *path, struct ah_error *err) {
+    struct stat sb;
+    if (stat(path, &sb) != 0 && errno == ENAMETOOLONG)
+        return ah_fail(err, AH_EINVAL,
+                       "%.200s...: a path of %zu bytes, longer than the system allows", path,
+                       strlen(path));
+    if (stat(path, &sb) != 0)
+        return ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
+                       strerror(errno));
+    return S_ISREG(sb.st_mode) ? 0 : not_regular(path, &sb, err);
+}
+
+static int by_name(const void *x, const void *y) {
+    const struct st_tensor *const *a = x, *const *b = y;
+    return strcmp((*a)->name, (*b)->name);
+}
+
+static int by_offset(const void *x, const void *y) {
+    const struct st_tensor *const *a = x, *const *b = y;
+    uintptr_t pa = (uintptr_t)(*a)->data, pb = (uintptr_t)(*b)->data;
+    return pa < pb ? -1 : pa > pb ? 1 : 0;
+}
+
+// Each tensor named once; no two tensors' bytes overlap (a header that lies about its offsets
+// would make two weights share data).
+static int check_layout(const struct st_file *f, const unsigned char *data, struct ah_error *err) {
+    const struct st_tensor **v = malloc(((size_t)f->n + 1) * sizeof *v);
+    int rc = 0;
+    if (!v) return ah_fail(err, AH_ENOMEM, "%s: cannot allocate the tensor index", f->path);
+    for (int i = 0; i < f->n; i++)
+        v[i] = &f->t[i];
+    qsort(v, (size_t)f->n, sizeof *v, by_name);
+    for (int i = 1; i < f->n && rc == 0; i++)
+        if (!strcmp(v[i - 1]->name, v[i]->name))
+            rc = ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\" appears twice in the header", f->path,
+                         v[i]->name);
+    qsort(v, (size_t)f->n, sizeof *v, by_offset);
+    for (int i = 1; i < f->n && rc == 0; i++) {
+        size_t a0 = (size_t)((const unsigned char *)v[i - 1]->data - data),
+               a1 = a0 + v[i - 1]->nbytes, b0 = (size_t)((const unsigned char *)v[i]->data - data),
+               b1 = b0 + v[i]->nbytes;
+        if (v[i]->nbytes && v[i - 1]->nbytes && a1 > b0)
+            rc = ah_fail(err, AH_EFORMAT,
+                         "%s: tensors \"%s\" and \"%s\" overlap: data_offsets [%zu, %zu] and "
+                         "[%zu, %zu]",
+                         f->path, v[i - 1]->name, v[i]->name, a0, a1, b0, b1);
+    }
+    free(v);
+    return rc;
+}
+
 int st_open(struct st_file *f, const char *path, struct ah_error *err) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
@@ -80,7 +160,7 @@ int st_open(struct st_file *f, const char *path, struct ah_error *err) {
     char *text = NULL;
     f->path = strdup(path);
     if (!f->path) return -AH_ENOMEM;
-    f->fd = open(path, O_RDONLY);
+    f->fd = open(path, O_RDONLY | O_NONBLOCK); // a FIFO without a writer must not block
     if (f->fd < 0) {
         rc = ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
                      strerror(errno));
@@ -89,6 +169,10 @@ int st_open(struct st_file *f, const char *path, struct ah_error *err) {
     struct stat sb;
     if (fstat(f->fd, &sb) != 0) {
         rc = ah_fail(err, AH_EIO, "%s: cannot stat: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        rc = not_regular(path, &sb, err);
         goto fail;
     }
     f->size = (size_t)sb.st_size;
@@ -144,6 +228,7 @@ int st_open(struct st_file *f, const char *path, struct ah_error *err) {
         if ((rc = parse_entry(t, e, data_size, path, err)) < 0) goto fail;
         t->data = data + (uintptr_t)t->data;
     }
+    if ((rc = check_layout(f, data, err)) < 0) goto fail;
     free(text);
     cJSON_Delete(h);
     return 0;

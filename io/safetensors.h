@@ -33,8 +33,14 @@ struct st_file {
     int n;
 };
 
-// Returns 0, or -AH_ENOENT / -AH_EFORMAT / -AH_ENOMEM with a message naming the file.
+// Returns 0, or -AH_ENOENT / -AH_EFORMAT / -AH_ENOMEM with a message naming the file. The file
+// must be a regular file (a FIFO would block; it is refused before it is opened). The header
+// must name each tensor once, with integer shapes, and no two tensors' data_offsets may overlap.
 int st_open(struct st_file *f, const char *path, struct ah_error *err);
+
+// 0 when path is a regular file; else -AH_ENOENT (missing) or -AH_EINVAL ("PATH: not a regular
+// file"), without opening it.
+int st_regular(const char *path, struct ah_error *err);
 const struct st_tensor *st_find(const struct st_file *f, const char *name); // NULL if absent
 void st_close(struct st_file *f); // safe on a zeroed struct with fd = -1, or a closed one
 

@@ -2,7 +2,10 @@
 // or a prompt a file), each possibly gzip'd, named by a path or a glob (sorted).
 //
 // Files are streamed through zlib (which reads plain files as they are): memory holds one line,
-// or one file with per_file.
+// or one file with per_file. A path that exists is read as itself even when it holds *?[; only a
+// path that does not exist is expanded as a glob. Regular files, FIFOs and character devices are
+// read once, as streams ("-" is standard input); a folder is refused. A gzip stream that stops
+// early is an error, and so is a NUL byte anywhere in the text (naming the line).
 #ifndef AH_TEXTIN_H
 #define AH_TEXTIN_H
 
@@ -10,6 +13,7 @@
 #include <stddef.h>
 
 struct ah_error;
+struct cJSON;
 
 struct text_source {
     const char *field; // JSON Lines: the field that holds the text
@@ -28,5 +32,11 @@ typedef int (*text_cb)(void *u, const char *text, size_t len, const char *where,
 // that matches nothing.
 int text_read(struct text_source *s, const char *path_or_glob, text_cb cb, void *u,
               struct ah_error *err);
+
+// One line of JSON Lines as a JSON value: nothing but white space may follow it, no object in it
+// may name a key twice, and it may hold no NUL (raw or \u0000). Returns the tree (the caller
+// frees it with cJSON_Delete), or NULL with err filled ("WHERE: what is wrong").
+struct cJSON *text_parse_json(const char *line, size_t len, const char *where,
+                              struct ah_error *err);
 
 #endif

@@ -13,6 +13,7 @@
 #include <pcre2.h>
 #include <utf8proc.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -240,8 +241,13 @@ static int regex_translate(const char *src, struct buf *out) {
     return buf_put(out, "", 1); // NUL
 }
 
-static int regex_compile(pcre2_code **re, const char *pattern, const char *where, const char *path,
-                         struct ah_error *err) {
+struct tokenizer;
+static int regex_name(struct tokenizer *t, const pcre2_code *re, const char *where,
+                      const char *kind, const char *pattern);
+static const char *tok_path(const struct tokenizer *t);
+
+static int regex_compile(struct tokenizer *t, pcre2_code **re, const char *pattern,
+                         const char *where, struct ah_error *err) {
     struct buf b = {0};
     if (regex_translate(pattern, &b) < 0) return -AH_ENOMEM;
     int code;
@@ -251,15 +257,15 @@ static int regex_compile(pcre2_code **re, const char *pattern, const char *where
     if (!*re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
-        return ah_fail(err, AH_EFORMAT, "%s: %s: regex %s: %s at offset %zu", path, where, pattern,
-                       (const char *)msg, (size_t)at);
+        return ah_fail(err, AH_EFORMAT, "%s: %s: regex %s: %s at offset %zu", tok_path(t), where,
+                       pattern, (const char *)msg, (size_t)at);
     }
     pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE); // falls back to the interpreter if unavailable
-    return 0;
+    return regex_name(t, *re, where, "regex", pattern);
 }
 
 // a string pattern: every ASCII punctuation character escaped
-static int regex_literal(pcre2_code **re, const char *s, const char *where, const char *path,
+static int regex_literal(struct tokenizer *t, pcre2_code **re, const char *s, const char *where,
                          struct ah_error *err) {
     struct buf b = {0};
     int rc = 0;
@@ -279,8 +285,8 @@ static int regex_literal(pcre2_code **re, const char *s, const char *where, cons
     PCRE2_SIZE at;
     *re = pcre2_compile((PCRE2_SPTR)b.p, b.n - 1, PCRE2_UTF, &code, &at, NULL);
     free(b.p);
-    if (!*re) return ah_fail(err, AH_EFORMAT, "%s: %s: bad string pattern", path, where);
-    return 0;
+    if (!*re) return ah_fail(err, AH_EFORMAT, "%s: %s: bad string pattern", tok_path(t), where);
+    return regex_name(t, *re, where, "string", s);
 }
 
 // match spans of re in s[0..n), JavaScript's matchAll: an empty match moves on by a code point
@@ -299,14 +305,22 @@ static int spans_add(struct spans *sp, size_t a, size_t b, bool match) {
     return 0;
 }
 
-// spans covering s: gaps (match false) and matches (match true), in order, none empty
-static int regex_spans(const pcre2_code *re, pcre2_match_data *md, const char *s, size_t n,
+static int regex_gave_up(struct tokenizer *t, const pcre2_code *re, int rc, size_t n, size_t at);
+static pcre2_match_data *tok_md(const struct tokenizer *t);
+static pcre2_match_context *tok_mctx(const struct tokenizer *t);
+
+// spans covering s: gaps (match false) and matches (match true), in order, none empty. PCRE2
+// giving up (its match or depth limit, on a regex that backtracks without end) is an error naming
+// the regex, never taken for "no match".
+static int regex_spans(struct tokenizer *t, const pcre2_code *re, const char *s, size_t n,
                        struct spans *sp) {
     sp->n = 0;
     size_t at = 0, prev = 0;
+    pcre2_match_data *md = tok_md(t);
     while (at <= n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
-        if (rc < 0) break; // no match (or a resource limit: the rest is a gap)
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, tok_mctx(t));
+        if (rc == PCRE2_ERROR_NOMATCH) break;
+        if (rc < 0) return regex_gave_up(t, re, rc, n, at);
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t a = ov[0], b = ov[1];
         if (a > prev && spans_add(sp, prev, a, false) < 0) return -AH_ENOMEM;
@@ -366,6 +380,16 @@ struct trie_node {
     unsigned char byte;
 };
 
+struct regex_name {
+    const pcre2_code *re;
+    char *what; // "pre_tokenizer Split regex PATTERN"
+};
+
+// PCRE2's limits, set explicitly (its defaults, written down): a regex needing more is an error
+#define TOK_MATCH_LIMIT 10000000u
+#define TOK_DEPTH_LIMIT 10000000u
+#define TOK_JIT_STACK   (8u << 20)
+
 struct vocab_entry {
     uint32_t off, len;
     int64_t id; // -1: empty slot
@@ -406,8 +430,13 @@ struct tokenizer {
     struct post post;        // applied when special tokens are asked for
     int32_t byte_char[256];  // ByteLevel: byte -> code point
     int16_t char_byte[324];  // and back, -1 where no byte maps
+    struct regex_name *rx;   // (n_rx) what each compiled regex is, for messages
+    int n_rx;
+    char error[768]; // the last encode error (a regex that gave up)
     // per-call scratch
     pcre2_match_data *md;
+    pcre2_match_context *mctx; // explicit match and depth limits; the JIT stack
+    pcre2_jit_stack *jit;
     struct spans spans;
     struct pieces pa, pb, pc;
     struct buf nb, nb2;
@@ -420,6 +449,48 @@ struct tokenizer {
     struct buf cache_keys;
     struct tok_ids cache_ids;
 };
+
+static int regex_name(struct tokenizer *t, const pcre2_code *re, const char *where,
+                      const char *kind, const char *pattern) {
+    struct regex_name *v = realloc(t->rx, (size_t)(t->n_rx + 1) * sizeof *v);
+    if (!v) return -AH_ENOMEM;
+    t->rx = v;
+    size_t n = strlen(where) + strlen(kind) + strlen(pattern) + 8;
+    char *w = malloc(n);
+    if (!w) return -AH_ENOMEM;
+    snprintf(w, n, "%s %s %s", where, kind, pattern);
+    t->rx[t->n_rx++] = (struct regex_name){re, w};
+    return 0;
+}
+
+static const char *tok_path(const struct tokenizer *t) {
+    return t->path;
+}
+
+static pcre2_match_data *tok_md(const struct tokenizer *t) {
+    return t->md;
+}
+
+static pcre2_match_context *tok_mctx(const struct tokenizer *t) {
+    return t->mctx;
+}
+
+static int regex_gave_up(struct tokenizer *t, const pcre2_code *re, int rc, size_t n, size_t at) {
+    const char *what = "a regex";
+    for (int i = 0; i < t->n_rx; i++)
+        if (t->rx[i].re == re) what = t->rx[i].what;
+    PCRE2_UCHAR msg[160];
+    pcre2_get_error_message(rc, msg, sizeof msg);
+    snprintf(t->error, sizeof t->error,
+             "%s: %s: PCRE2 gave up at byte %zu of a %zu-byte piece of text: %s (limits: %u "
+             "matches, depth %u); the tokenizer's ids for this text are undefined",
+             t->path, what, at, n, (const char *)msg, TOK_MATCH_LIMIT, TOK_DEPTH_LIMIT);
+    return -AH_EINVAL;
+}
+
+const char *tok_error(const struct tokenizer *t) {
+    return t->error;
+}
 
 static void bytes_to_unicode(int32_t *map) {
     bool direct[256] = {false};
@@ -535,8 +606,8 @@ static int load_norm(struct tokenizer *t, const cJSON *j, struct norm *n, struct
         if (n->k == N_REPLACE) {
             const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pattern");
             const char *rx = jstr(p, "Regex"), *lit = jstr(p, "String");
-            if (rx) return regex_compile(&n->re, rx, "normalizer Replace", t->path, err);
-            if (lit) return regex_literal(&n->re, lit, "normalizer Replace", t->path, err);
+            if (rx) return regex_compile(t, &n->re, rx, "normalizer Replace", err);
+            if (lit) return regex_literal(t, &n->re, lit, "normalizer Replace", err);
             return ah_fail(err, AH_EFORMAT, "%s: normalizer Replace: expected a pattern", t->path);
         }
     } else if (n->k == N_STRIP) {
@@ -577,8 +648,8 @@ static int load_pre(struct tokenizer *t, const cJSON *j, struct pre *p, bool nes
                            t->path, bh ? bh : "?");
         p->behavior = (enum split_behavior)b;
         p->invert = jbool(j, "invert", false);
-        if (rx) return regex_compile(&p->re, rx, "pre_tokenizer Split", t->path, err);
-        if (lit) return regex_literal(&p->re, lit, "pre_tokenizer Split", t->path, err);
+        if (rx) return regex_compile(t, &p->re, rx, "pre_tokenizer Split", err);
+        if (lit) return regex_literal(t, &p->re, lit, "pre_tokenizer Split", err);
         return ah_fail(err, AH_EFORMAT, "%s: pre_tokenizer Split: expected a pattern", t->path);
     }
     if (type && !strcmp(type, "ByteLevel")) {
@@ -586,17 +657,17 @@ static int load_pre(struct tokenizer *t, const cJSON *j, struct pre *p, bool nes
         p->add_prefix_space = jbool(j, "add_prefix_space", false);
         p->matches_only = true;
         if (!jbool(j, "use_regex", true)) return 0;
-        return regex_compile(&p->re,
+        return regex_compile(t, &p->re,
                              "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
                              "\\s+(?!\\S)|\\s+",
-                             "pre_tokenizer ByteLevel", t->path, err);
+                             "pre_tokenizer ByteLevel", err);
     }
     if (type && !strcmp(type, "Digits")) {
         p->k = P_DIGITS;
         p->matches_only = true;
-        return regex_compile(&p->re,
+        return regex_compile(t, &p->re,
                              jbool(j, "individual_digits", false) ? "[^\\d]+|\\d" : "[^\\d]+|\\d+",
-                             "pre_tokenizer Digits", t->path, err);
+                             "pre_tokenizer Digits", err);
     }
     return ah_fail(err, AH_EFORMAT,
                    "%s: \"pre_tokenizer\": type \"%s\" is not supported (expected Sequence, "
@@ -720,16 +791,18 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
                        t->path);
     int64_t max_id = -1, n_vocab = 0;
     cJSON_ArrayForEach(e, vocab) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 16777215)
-            return ah_fail(err, AH_EFORMAT, "%s: \"model.vocab\": \"%s\": expected an id", t->path,
-                           e->string);
+        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 16777215 ||
+            e->valuedouble != (double)(int64_t)e->valuedouble)
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: \"model.vocab\": \"%s\": expected an integer id from 0 to 16777215",
+                           t->path, e->string);
         max_id = (int64_t)e->valuedouble > max_id ? (int64_t)e->valuedouble : max_id;
         n_vocab++;
     }
     cJSON_ArrayForEach(e, added_list) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
         if (!cJSON_IsNumber(id) || !jstr(e, "content") || id->valuedouble < 0 ||
-            id->valuedouble > 16777215)
+            id->valuedouble > 16777215 || id->valuedouble != (double)(int64_t)id->valuedouble)
             return ah_fail(err, AH_EFORMAT, "%s: \"added_tokens\": expected {\"id\", \"content\"}",
                            t->path);
         max_id = (int64_t)id->valuedouble > max_id ? (int64_t)id->valuedouble : max_id;
@@ -757,9 +830,17 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
     t->trie[0] = (struct trie_node){-1, -1, -1, 0};
     t->n_trie = 1;
     int rc;
-    cJSON_ArrayForEach(e, vocab) {
-        if ((rc = vocab_set(t, e->string, strlen(e->string), (int64_t)e->valuedouble)) < 0)
-            return rc;
+    cJSON_ArrayForEach(e, vocab) { // each token once, each id once
+        int64_t id = (int64_t)e->valuedouble;
+        size_t n = strlen(e->string);
+        if (vocab_get(t, e->string, n) >= 0)
+            return ah_fail(err, AH_EFORMAT, "%s: \"model.vocab\": \"%s\" appears twice", t->path,
+                           e->string);
+        if (t->id_len[id] != UINT32_MAX)
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: \"model.vocab\": \"%s\" and \"%.*s\" both have id %lld", t->path,
+                           e->string, (int)t->id_len[id], t->str.p + t->id_off[id], (long long)id);
+        if ((rc = vocab_set(t, e->string, n, id)) < 0) return rc;
     }
     cJSON_ArrayForEach(e, added_list) { // added tokens join the vocabulary, as in transformers.js
         struct added *a = &t->added[t->n_added];
@@ -814,7 +895,15 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
         int64_t ia = vocab_get(t, a, la), ib = vocab_get(t, b, lb),
                 ir = vocab_get(t, pair.p, pair.n);
         rank++;
-        if (ia < 0 || ib < 0 || ir < 0) continue; // can never apply
+        if (ia < 0 || ib < 0 || ir < 0) { // as Hugging Face's BPE builder: an error
+            int bad_n = (int)(ia < 0 ? la : ib < 0 ? lb : pair.n);
+            const char *bad = ia < 0 ? a : ib < 0 ? b : pair.p;
+            rc = ah_fail(err, AH_EFORMAT,
+                         "%s: \"model.merges\"[%d]: %s \"%.*s\" is not in the vocabulary", t->path,
+                         rank - 1, ia < 0 || ib < 0 ? "token" : "the merged token", bad_n, bad);
+            free(pair.p);
+            return rc;
+        }
         struct merge_entry *m2 = merge_slot(t, (uint64_t)ia << 32 | (uint64_t)ib);
         if (m2->rank >= 0) continue; // the first rank of a pair wins
         *m2 = (struct merge_entry){(uint64_t)ia << 32 | (uint64_t)ib, rank - 1, (int32_t)ir};
@@ -868,6 +957,11 @@ void tok_free(struct tokenizer *t) {
     free(t->post.before);
     free(t->post.after);
     pcre2_match_data_free(t->md);
+    pcre2_match_context_free(t->mctx);
+    pcre2_jit_stack_free(t->jit);
+    for (int i = 0; i < t->n_rx; i++)
+        free(t->rx[i].what);
+    free(t->rx);
     free(t->spans.v);
     pieces_free(&t->pa);
     pieces_free(&t->pb);
@@ -924,9 +1018,18 @@ static int load_text(struct tokenizer **out, char *path, const char *text, size_
     for (int k = t->trie ? t->trie[0].child : -1; k >= 0; k = t->trie[k].sibling)
         t->trie_first[t->trie[k].byte] = k;
     t->md = pcre2_match_data_create(4, NULL);
+    t->mctx = pcre2_match_context_create(NULL);
+    t->jit = pcre2_jit_stack_create(32u << 10, TOK_JIT_STACK, NULL);
+    if (t->mctx) {
+        pcre2_set_match_limit(t->mctx, TOK_MATCH_LIMIT);
+        pcre2_set_depth_limit(t->mctx, TOK_DEPTH_LIMIT);
+        if (t->jit) pcre2_jit_stack_assign(t->mctx, NULL, t->jit);
+    }
     t->cache_cap = 1 << 16;
     t->cache = calloc(t->cache_cap, sizeof *t->cache);
-    if (rc == 0 && (!t->md || !t->cache)) rc = -AH_ENOMEM;
+    if (rc == 0 && (!t->md || !t->mctx || !t->jit || !t->cache)) rc = -AH_ENOMEM;
+    if (rc == -AH_ENOMEM && (!err || !err->code))
+        rc = ah_fail(err, AH_ENOMEM, "%s: out of memory loading %zu bytes of JSON", t->path, len);
     if (rc < 0) {
         tok_free(t);
         return rc;
@@ -945,7 +1048,15 @@ int tok_load(struct tokenizer **out, const char *path, struct ah_error *err) {
         snprintf(full, pl, "%s/tokenizer.json", path);
     else
         snprintf(full, pl, "%s", path);
-    int rc = ah_read_file(full, &text, err);
+    int rc = 0;
+    if (stat(full, &st) != 0 && errno == ENAMETOOLONG)
+        rc =
+            ah_fail(err, AH_EINVAL, "%.200s...: a path of %zu bytes, longer than the system allows",
+                    full, strlen(full));
+    else if (stat(full, &st) == 0 && !S_ISREG(st.st_mode)) // a FIFO would block the open forever
+        rc = ah_fail(err, AH_EINVAL, "%s: not a regular file (a tokenizer.json is read whole)",
+                     full);
+    if (rc == 0) rc = ah_read_file(full, &text, err);
     if (rc < 0) {
         free(full);
         return rc;
@@ -1029,7 +1140,7 @@ static int norm_apply(struct tokenizer *t, const struct norm *n, struct buf *s) 
         size_t b = n->right ? trim_end(s->p, a, s->n) : s->n;
         rc = buf_put(o, s->p + a, b - a);
     } else { // Replace: every match by content
-        if ((rc = regex_spans(n->re, t->md, s->p, s->n, &t->spans)) < 0) return rc;
+        if ((rc = regex_spans(t, n->re, s->p, s->n, &t->spans)) < 0) return rc;
         for (size_t i = 0; i < t->spans.n && rc == 0; i++) {
             const struct span *sp = &t->spans.v[i];
             rc = sp->match ? buf_put(o, n->content, strlen(n->content))
@@ -1103,7 +1214,7 @@ static int pre_one(struct tokenizer *t, const struct pre *p, const struct pieces
                 return -AH_ENOMEM;
             s = w->p, n = w->n;
             if (p->re) {
-                if ((rc = regex_spans(p->re, t->md, s, n, &t->spans)) < 0) return rc;
+                if ((rc = regex_spans(t, p->re, s, n, &t->spans)) < 0) return rc;
             } else {
                 t->spans.n = 0;
                 if ((rc = spans_add(&t->spans, 0, n, true)) < 0) return rc;
@@ -1120,7 +1231,7 @@ static int pre_one(struct tokenizer *t, const struct pre *p, const struct pieces
             }
             continue;
         }
-        if ((rc = regex_spans(p->re, t->md, s, n, &t->spans)) < 0) return rc;
+        if ((rc = regex_spans(t, p->re, s, n, &t->spans)) < 0) return rc;
         if ((rc = split_piece(p, s, &t->spans, out)) < 0) return rc;
     }
     return 0;

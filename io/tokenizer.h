@@ -29,8 +29,10 @@ struct tok_ids {
 void tok_ids_free(struct tok_ids *ids);
 int tok_ids_push(struct tok_ids *ids, int64_t id); // 0 or -AH_ENOMEM
 
-// path: a tokenizer.json, or a folder that holds one. Errors name the file and the JSON field
-// (an unsupported normalizer or pre-tokenizer type, a bad regex with its offset, ...).
+// path: a tokenizer.json, or a folder that holds one (a regular file). Errors name the file and
+// the JSON field (an unsupported normalizer or pre-tokenizer type, a bad regex with its offset, a
+// vocabulary id that is fractional or given twice, a merge naming a token not in the
+// vocabulary, ...).
 int tok_load(struct tokenizer **out, const char *path, struct ah_error *err);
 void tok_free(struct tokenizer *t); // safe on NULL
 // The same from JSON text in memory; name stands for the file in messages.
@@ -38,9 +40,12 @@ int tok_load_json(struct tokenizer **out, const char *json, size_t len, const ch
                   struct ah_error *err);
 
 // Appends the ids of text[0..len) (any bytes) to out; add_special runs the post-processor (the
-// BOS a model prepends, say). Returns 0 or -AH_ENOMEM.
+// BOS a model prepends, say). Returns 0, -AH_ENOMEM, or -AH_EINVAL when one of the tokenizer's
+// regexes made PCRE2 give up (its match or depth limit: a pattern that backtracks without end);
+// tok_error then says which regex, naming the tokenizer.json.
 int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_special,
                struct tok_ids *out);
+const char *tok_error(const struct tokenizer *t); // the last encode error's message
 
 // Text of ids (malloc'd, NUL-terminated, *len bytes): added tokens as their content, the rest
 // through the ByteLevel decoder; skip_special drops special tokens. An id outside the vocabulary

@@ -73,6 +73,29 @@ static int get_int(const cJSON *obj, const char *key, const char *path, const ch
     return 0;
 }
 
+// A key named twice in one object (cJSON keeps both and reads the first): an error naming the key
+// by its dotted path ("output.path").
+static int duplicate_keys(const cJSON *j, const char *where, const char *path,
+                          struct ah_error *err) {
+    const cJSON *e, *f;
+    for (e = j->child; e; e = e->next) {
+        char sub[256];
+        if (cJSON_IsObject(j)) {
+            for (f = j->child; f != e; f = f->next)
+                if (!strcmp(f->string, e->string))
+                    return ah_fail(err, AH_EINVAL, "%s: key \"%s%s\" appears twice", path, where,
+                                   e->string);
+            snprintf(sub, sizeof sub, "%s%s.", where, e->string);
+        } else {
+            snprintf(sub, sizeof sub, "%.*s[].", (int)(strlen(where) ? strlen(where) - 1 : 0),
+                     where);
+        }
+        int rc = duplicate_keys(e, sub, path, err);
+        if (rc < 0) return rc;
+    }
+    return 0;
+}
+
 static int line_of(const char *text, const char *at) {
     int line = 1;
     for (const char *p = text; p < at && *p; p++)
@@ -243,7 +266,8 @@ int job_load(struct job *j, const char *path, struct ah_error *err) {
     free(text);
     j->path = strdup(path);
     j->text = cJSON_PrintUnformatted(root);
-    rc = parse(j, root, path, err);
+    rc = duplicate_keys(root, "", path, err);
+    if (rc == 0) rc = parse(j, root, path, err);
     cJSON_Delete(root);
     if (rc == 0 && (!j->path || !j->text)) rc = -AH_ENOMEM;
     if (rc < 0) job_free(j);

@@ -1,7 +1,9 @@
-# Checks every C file against .clang-format; exits 77 (skip) when clang-format is absent.
+# Checks every C file against .clang-format. Without clang-format it prints "clang-format not
+# found: skipping", which the test's SKIP_REGULAR_EXPRESSION turns into a skip (CMake 3.25, as on
+# Debian 12, has no cmake_language(EXIT)).
 if(NOT CLANG_FORMAT)
   message("clang-format not found: skipping")
-  cmake_language(EXIT 77)
+  return()
 endif()
 file(GLOB_RECURSE files ${ROOT}/model/*.[ch] ${ROOT}/io/*.[ch] ${ROOT}/jobs/*.[ch]
      ${ROOT}/harvest/*.[ch] ${ROOT}/tests/*.[ch])

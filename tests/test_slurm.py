@@ -2,17 +2,24 @@
 --mpi=pmix` runs harvest as data-parallel replicas and as two pipeline stages, each giving the
 singleton output bit for bit; slurm/harvest.sbatch runs a job to completion; a USR1 to the batch
 script stops the harvest (exit 3), the script requeues it, and the restart resumes to the same
-output. Skipped (77) where the Slurm daemons cannot start (the reason is printed)."""
+output. Skipped (77) where the Slurm daemons cannot start (the reason is printed).
+
+The cluster's state (slurm.conf, spool, logs) lives in a short folder made under /tmp, not in the
+scratch folder: slurmd puts PMIx's Unix socket in its spool folder, and a socket path may hold only
+107 bytes, so a build folder with a long path would break every srun. A failing srun or sbatch is
+reported as a failed check with its stderr and the daemons' logs, never as a traceback."""
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import h5py
 
+import util
 from util import (BOOKKEEPING, HERE, args, check, finish, has_segment, init_model, output_diff, run,
                   write_job, write_prompts)
 
@@ -21,7 +28,7 @@ if not shutil.which("slurmctld") or not shutil.which("munged"):
     print("slurm-wlm is not installed: skipped")
     sys.exit(77)
 host = socket.gethostname().split(".")[0]
-conf = f"{work}/slurm"
+conf = tempfile.mkdtemp(prefix="ahslurm-", dir="/tmp")  # short: PMIx's socket path <= 107 bytes
 os.makedirs(f"{conf}/state", exist_ok=True)
 os.makedirs(f"{conf}/spool", exist_ok=True)
 node = subprocess.run(["slurmd", "-C"], capture_output=True, text=True).stdout.splitlines()[0]
@@ -69,12 +76,37 @@ def stop_daemons():
     time.sleep(1)
 
 
-def skip(why):
-    logs = "".join(f"--- {n} (end)\n" + open(f"{conf}/{n}").read()[-1500:]
+def daemon_logs():
+    return "".join(f"--- {n} (end)\n" + open(f"{conf}/{n}").read()[-1500:]
                    for n in ("slurmctld.log", "slurmd.log") if os.path.exists(f"{conf}/{n}"))
-    print(f"{why}: skipped\n{logs}")
+
+
+def skip(why):
+    print(f"{why}: skipped\n{daemon_logs()}")
     stop_daemons()
+    shutil.rmtree(conf, ignore_errors=True)
     sys.exit(77)
+
+
+def srun(*cmd, timeout=300):
+    """srun's CompletedProcess, or None (a failed check with srun's own words) if it failed."""
+    label = "srun " + " ".join(cmd[:4])
+    try:
+        p = sh("srun", *cmd, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        check(False, f"{label}: no answer within {timeout} s\n{daemon_logs()}")
+        return None
+    if not check(p.returncode == 0, f"{label}: srun failed, exit {p.returncode}:\n{p.stderr[-1500:]}"):
+        return None
+    return p
+
+
+def same_output(ref, out, label):
+    """Whether out exists and equals ref (a failed check otherwise)."""
+    if not check(os.path.exists(out), f"{label}: no output {out}"):
+        return False
+    d = output_diff(ref, out, BOOKKEEPING | {"job"})
+    return check(d is None, f"{label}: differs from the singleton run in {d}")
 
 
 def munge_works():
@@ -117,7 +149,7 @@ class Watchdog(Exception):
 
 
 def watchdog(*_):
-    raise Watchdog("test_slurm: still running after 600 s; daemon logs in " + conf)
+    raise Watchdog("test_slurm: still running after 600 s")
 
 
 signal.signal(signal.SIGALRM, watchdog)
@@ -134,10 +166,8 @@ try:
 
     run(harvest, "run", job("single"), "--quiet", check=0)
     for name, stages in (("srun_dp2", 1), ("srun_pp2", 2)):
-        p = sh("srun", "--mpi=pmix", "-n", "2", harvest, "run", job(name, stages), "--quiet", timeout=300)
-        if check(p.returncode == 0, f"{name}: srun exit {p.returncode}: {p.stderr[-800:]}"):
-            d = output_diff(f"{work}/single.h5", f"{work}/{name}.h5", BOOKKEEPING | {"job"})
-            check(d is None, f"{name}: differs from the singleton run in {d}")
+        p = srun("--mpi=pmix", "-n", "2", harvest, "run", job(name, stages), "--quiet")
+        if p and same_output(f"{work}/single.h5", f"{work}/{name}.h5", name):
             with h5py.File(f"{work}/{name}.h5", "r") as f:
                 import json
                 ranks = json.loads(f.attrs["provenance"])["ranks"]
@@ -149,9 +179,11 @@ try:
     henv = dict(env, HARVEST=harvest)
 
     def submit(jp, log):
-        out = subprocess.run(["sbatch", "--parsable", "-n", "2", "-o", log, sbatch, jp], env=henv,
-                             capture_output=True, text=True, timeout=60).stdout.strip()
-        return out.split(";")[0]
+        p = subprocess.run(["sbatch", "--parsable", "-n", "2", "-o", log, sbatch, jp], env=henv,
+                           capture_output=True, text=True, timeout=60)
+        if not check(p.returncode == 0, f"sbatch failed, exit {p.returncode}: {p.stderr[-800:]}"):
+            raise Watchdog("sbatch failed")
+        return p.stdout.strip().split(";")[0]
 
     def read(path):
         return open(path).read() if os.path.exists(path) else ""
@@ -169,8 +201,7 @@ try:
     check(wait_gone(jid), "sbatch: the job ended")
     log = read(f"{work}/batch.log")
     check("harvest: exit 0" in log, f"sbatch: the harvest finished: {log[-600:]}")
-    check(output_diff(f"{work}/single.h5", f"{work}/batch.h5", BOOKKEEPING | {"job"}) is None,
-          "sbatch: same output as the singleton run")
+    same_output(f"{work}/single.h5", f"{work}/batch.h5", "sbatch")
     print("sbatch slurm/harvest.sbatch: completed, same output", flush=True)
 
     # preemption: USR1 to the batch script -> exit 3 -> requeue -> --resume -> same output
@@ -193,9 +224,13 @@ try:
     stopped = "harvest: exit 3 (restart 0)" in log
     check(stopped and "harvest: exit 0 (restart 1)" in log,
           f"preempt: stopped (exit 3), requeued, finished on restart 1: {log[-800:]}")
-    check(output_diff(f"{work}/long_single.h5", f"{work}/preempt.h5", BOOKKEEPING | {"job"}) is None,
-          "preempt: the resumed output equals the singleton run")
+    same_output(f"{work}/long_single.h5", f"{work}/preempt.h5", "preempt")
     print("preempt: USR1 -> exit 3 -> requeue -> --resume -> same output", flush=True)
+except Watchdog as e:
+    check(False, f"{e}\n{daemon_logs()}")
 finally:
     stop_daemons()
+    if util.failures:
+        print(f"Slurm daemon logs:\n{daemon_logs()}")
+    shutil.rmtree(conf, ignore_errors=True)
 finish()

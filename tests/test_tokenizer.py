@@ -90,7 +90,7 @@ def cases():
             i = rng.randint(0, len(b))
             b = b[:i] + bytes([rng.choice([0x80, 0xbf, 0xc3, 0xe2, 0xf0, 0xff])]) + b[i:]
         out.append(b or b"z")
-    return out
+    return out + [b""]  # the empty text: the post-processor's special tokens alone (one line still)
 
 
 os.makedirs(f"{work}/cases", exist_ok=True)
@@ -281,7 +281,8 @@ check(p.returncode == 1 and "p.txt: line 1: text prompts need a tokenizer.json i
 # plain text, a prompt a line
 open(f"{work}/lines.txt", "w").write("first line\n\nsecond line\r\nthird\n")
 r = run(harvest, "tokenize", TOKENIZERS["qwen3"], f"{work}/lines.txt", "--quiet", check=0).stdout
-check(len(r.splitlines()) == 3, "plain text: a prompt a non-empty line")
+check(len(r.splitlines()) == 4 and json.loads(r.splitlines()[1])["input_ids"] == [],
+      "plain text: a prompt a line, the blank one an empty prompt (qwen3 adds no special tokens)")
 
 # bad input: each a clear message naming the file and what was expected
 bad = f"{work}/bad"
