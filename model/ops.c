@@ -15,8 +15,15 @@
 // fork costs more than it saves.
 #define PAR_MIN (1 << 14)
 
+static int n_threads; // set by the first op_threads() (kernels are called from one thread)
+
+void op_set_threads(int n) {
+    AH_ASSERT(n >= 1);
+    n_threads = n;
+}
+
 int op_threads(void) {
-    static int n; // set by the first call (kernels are called from one thread)
+    int n = n_threads;
     if (n == 0) {
 #ifdef _OPENMP
         const char *e = getenv("OMP_NUM_THREADS");
@@ -24,7 +31,7 @@ int op_threads(void) {
 #else
         int t = 1;
 #endif
-        n = t > 0 ? t : 1;
+        n = n_threads = t > 0 ? t : 1;
     }
     return n;
 }

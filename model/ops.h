@@ -71,5 +71,7 @@ void op_add(float *out, const float *a, const float *b, int64_t n);
 // OpenBLAS's count (OPENBLAS_NUM_THREADS, else the CPUs this process may run on), so that one
 // variable sets both and `OPENBLAS_NUM_THREADS=1` for one rank per core keeps every rank on one.
 int op_threads(void);
+// Sets the thread count op_threads() returns from now on (n >= 1), as `harvest bench --threads`.
+void op_set_threads(int n);
 
 #endif
