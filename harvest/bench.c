@@ -155,11 +155,12 @@ static void reset_peak_rss(void) {
 }
 
 // Harvests the last block's output of DIR's checkpoint for n prompts of T random tokens, best of
-// 2 runs, between two rounds of sgemm at the model's own shapes (the machine may be shared: the
-// ratio is of rates measured in this run). FLOPs per token from model_block_flops: executed (the
-// full T x T attention) and necessary (the causal half of its T^2 term; sliding windows are not
-// subtracted).
-static int bench_model(const char *model_arg, const char *dir, int T, int batch, int n_prompts) {
+// `runs` runs, between two rounds of sgemm at the model's own shapes (the machine may be shared:
+// the ratio is of rates measured in this run). FLOPs per token from model_block_flops: executed
+// (the full T x T attention) and necessary (the causal half of its T^2 term; sliding windows are
+// not subtracted).
+static int bench_model(const char *model_arg, const char *dir, int T, int batch, int n_prompts,
+                       int runs) {
     char model_dir[PATH_MAX], path[4200];
     struct model m = {0};
     struct ah_error err = {0};
@@ -205,7 +206,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
     sync();
     reset_peak_rss();
     struct run_stats fw = {0}, st;
-    for (int r = 0; r < 2 && rc == 0; r++) {
+    for (int r = 0; r < runs && rc == 0; r++) {
         rc = bench_job(dir, model_dir, "fwd", acts, T, batch, &st, &err);
         if (r == 0 || st.seconds < fw.seconds) fw = st;
     }
@@ -216,8 +217,8 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
     double peak = best[0] > best[1] ? best[0] : best[1];
     peak = best[2] > peak ? best[2] : peak;
     double tps = (double)fw.tokens / fw.seconds, gf = exec / T * tps * 1e-9;
-    printf("  %.1f tokens/s (best of 2: %.1f s for %lld tokens, %.2f s of it writing)\n", tps,
-           fw.seconds, (long long)fw.tokens, fw.seconds_write);
+    printf("  %.1f tokens/s (best of %d: %.1f s for %lld tokens, %.2f s of it writing)\n", tps,
+           runs, fw.seconds, (long long)fw.tokens, fw.seconds_write);
     printf("  GFLOP a token: %.3f executed, %.3f necessary (causal attention's half)\n",
            exec / T * 1e-9, need / T * 1e-9);
     printf("  model %.1f GFLOP/s executed = %.0f%% of the best sgemm rate at its shapes (%.1f "
@@ -231,7 +232,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
 }
 
 int cmd_bench(int argc, char **argv) {
-    int n_prompts = -1, io_prompts = 4, T = 512, batch = 8, threads = 0;
+    int n_prompts = -1, io_prompts = 4, T = 512, batch = 8, threads = 0, runs = 2;
     const char *dir_arg = NULL, *model = NULL;
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--prompts"))
@@ -248,6 +249,8 @@ int cmd_bench(int argc, char **argv) {
             model = argv[i + 1];
         else if (!strcmp(argv[i], "--threads"))
             threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--runs"))
+            runs = atoi(argv[i + 1]);
         else
             argc = -1;
     }
@@ -257,7 +260,7 @@ int cmd_bench(int argc, char **argv) {
         fprintf(stderr, "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
                         "[--batch N] [--threads N] [--dir DIR]\n"
                         "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "
-                        "[--threads N] [--dir DIR]\n");
+                        "[--threads N] [--runs N] [--dir DIR]\n");
         return 1;
     }
     if (threads > 0) { // both pools: OpenBLAS's GEMMs and the kernels' OpenMP threads
@@ -272,7 +275,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (model) {
-        int ret = bench_model(model, dir, T, batch, n_prompts);
+        int ret = bench_model(model, dir, T, batch, n_prompts, runs);
         snprintf(path, sizeof path, "rm -rf '%s'", dir);
         if (system(path) != 0) fprintf(stderr, "harvest: bench: could not remove %s\n", dir);
         return ret;
