@@ -111,6 +111,11 @@ json.dump({"input_ids": [1, 2, 3, 4, 5]}, open(os.path.join(work, "p.jsonl"), "w
 json.dump({"model": "cut", "data": "p.jsonl", "activations": ["layers.1.layer_output"],
            "output": {"path": "o.h5"}}, open(os.path.join(work, "job.json"), "w"))
 run(harvest, "run", os.path.join(work, "job.json"), "--quiet", check=0)
+# and `bench --model` runs it (figures only: the names and the lines are checked, not the speed)
+p = run(harvest, "bench", "--model", out, "--T", "16", "--batch", "2", "--prompts", "2", "--runs", "1",
+        "--threads", "1", "--dir", work, check=0)
+check("harvesting layers.1.layer_output" in p.stdout and " tokens/s" in p.stdout and
+      "of the best sgemm rate" in p.stdout and "peak RSS" in p.stdout, f"bench --model: {p.stdout}")
 
 # ---- bad arguments: an error naming the option, nothing half-made
 for extra, words in ((["--layers", "41"], ["--layers 41", "40 layers"]),
