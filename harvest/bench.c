@@ -4,11 +4,16 @@
 //      GFLOP/s, and their ratio to the best sgemm rate,
 //   3. an I/O-bound harvest of all 214 names: HDF5 MB/s (time inside the writer, close included)
 //      against a plain sequential write() of the same number of bytes into the same folder.
-#define _DEFAULT_SOURCE // defines: mkdtemp, sync
+// `harvest bench --model DIR` instead harvests one residual of any checkpoint folder (see
+// bench_model).
+#define _DEFAULT_SOURCE // defines: mkdtemp, sync, realpath
 #include "harvest/harvest.h"
 
-#include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads
+#include "model/ops.h" // defines: op_set_threads, op_threads, op_bf16_panel_floats
+
+#include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,15 +30,16 @@ static double sgemm_gflops(int M, int K, int N) {
         a[i] = (float)(i % 7) * 0.1f;
     for (size_t i = 0; i < (size_t)N * K; i++)
         b[i] = (float)(i % 5) * 0.1f;
-    double best = 1e30;
-    for (int r = 0; r < 6; r++) { // the first round warms up
+    double best = 1e30, flops = 2.0 * M * K * N;
+    int rounds = flops > 1e11 ? 3 : 6; // large shapes: best of 2
+    for (int r = 0; r < rounds; r++) { // the first round warms up
         double t = now_seconds();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, a, K, b, K, 0.0f, c, N);
         t = now_seconds() - t;
         if (r > 0 && t < best) best = t;
     }
     free(a), free(b), free(c);
-    return 2.0 * M * K * N / best * 1e-9;
+    return flops / best * 1e-9;
 }
 
 static int write_text(const char *path, const char *text) {
@@ -43,7 +49,7 @@ static int write_text(const char *path, const char *text) {
     return fclose(fp) == 0 && ok ? 0 : -1;
 }
 
-static int write_prompts(const char *path, int n, int T) {
+static int write_prompts(const char *path, int n, int T, int64_t vocab) {
     FILE *fp = fopen(path, "w");
     if (!fp) return -1;
     uint64_t s = 42;
@@ -51,7 +57,7 @@ static int write_prompts(const char *path, int n, int T) {
         fputs("{\"input_ids\": [", fp);
         for (int t = 0; t < T; t++) {
             s = s * 6364136223846793005ull + 1442695040888963407ull;
-            fprintf(fp, "%s%llu", t ? ", " : "", (unsigned long long)((s >> 33) % 8192));
+            fprintf(fp, "%s%llu", t ? ", " : "", (unsigned long long)((s >> 33) % (uint64_t)vocab));
         }
         fputs("]}\n", fp);
     }
@@ -85,22 +91,150 @@ static double plain_write_mbs(const char *path, int64_t bytes) {
     return (double)bytes / t * 1e-6;
 }
 
-static int bench_job(const char *dir, const char *name, const char *acts, int T, int batch,
-                     struct run_stats *st, struct ah_error *err) {
-    char job[4096], path[4096];
+static int bench_job(const char *dir, const char *model, const char *name, const char *acts, int T,
+                     int batch, struct run_stats *st, struct ah_error *err) {
+    char job[16384], path[4096];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
     snprintf(job, sizeof job,
-             "{\"model\": \"model\", \"data\": \"%s.jsonl\", \"activations\": [%s], "
+             "{\"model\": \"%s\", \"data\": \"%s.jsonl\", \"activations\": [%s], "
              "\"max_seq_len\": %d, \"batch_size\": %d, \"output\": {\"path\": \"%s.h5\"}}",
-             name, acts, T, batch, name);
+             model, name, acts, T, batch, name);
     if (write_text(path, job) != 0) return ah_fail(err, AH_EIO, "%s: cannot write", path);
     struct run_opts o = {.job_path = path, .overwrite = true, .quiet = true};
     return harvest_run(&o, st, err);
 }
 
+// ----------------------------------------------------------------------------
+// --model DIR
+
+// sgemm at the model's shapes at M = batch * T: hidden x hidden, hidden -> ffn, ffn -> hidden;
+// best[i] keeps the best rate of each over calls
+static void model_sgemm(int M, int D, int F, double best[3], bool print) {
+    const int shapes[3][2] = {{D, D}, {D, F}, {F, D}};
+    for (int i = 0; i < 3; i++) {
+        double g = sgemm_gflops(M, shapes[i][0], shapes[i][1]);
+        best[i] = g > best[i] ? g : best[i];
+        if (print)
+            printf("  sgemm M=%d K=%d N=%d: %.1f GFLOP/s\n", M, shapes[i][0], shapes[i][1],
+                   best[i]);
+    }
+}
+
+// The residual a benchmark harvests: the last value of the last block with a (batch, sequence,
+// hidden) shape - the block's output. The ffn width: the largest fixed axis of block 0.
+static int pick_residual(const struct model *m, int *ffn) {
+    int pick = -1, D = model_hidden(m);
+    *ffn = D;
+    for (int i = 0; i < m->n_cat; i++) {
+        const struct tap_desc *d = &m->cat[i];
+        if (d->block == m->n_blocks - 1 && d->ndim == 3 &&
+            model_axis_size(m, d->block, d->axes[2]) == D)
+            pick = i;
+        for (int a = 0; d->block == 0 && a < d->ndim; a++)
+            if (tap_axis_kind(d->axes[a]) == TAP_AXIS_FIXED) {
+                int64_t n = model_axis_size(m, 0, d->axes[a]);
+                *ffn = n > *ffn && n < m->vocab ? (int)n : *ffn;
+            }
+    }
+    return pick;
+}
+
+// the process's peak resident set since the last reset_peak_rss(), bytes (0 if unknown)
+static int64_t peak_rss(void) {
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = 0;
+    while (fp && fgets(line, sizeof line, fp))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    if (fp) fclose(fp);
+    return (int64_t)kb * 1024;
+}
+
+static void reset_peak_rss(void) {
+    FILE *fp = fopen("/proc/self/clear_refs", "w");
+    if (fp) fputs("5", fp), fclose(fp);
+}
+
+// Harvests the last block's output of DIR's checkpoint for n prompts of T random tokens, best of
+// `runs` runs, between two rounds of sgemm at the model's own shapes (the machine may be shared:
+// the ratio is of rates measured in this run). FLOPs per token from model_block_flops: executed
+// (the full T x T attention) and necessary (the causal half of its T^2 term; sliding windows are
+// not subtracted).
+static int bench_model(const char *model_arg, const char *dir, int T, int batch, int n_prompts,
+                       int runs) {
+    char model_dir[PATH_MAX], path[4200];
+    struct model m = {0};
+    struct ah_error err = {0};
+    if (!realpath(model_arg, model_dir)) {
+        fprintf(stderr, "harvest: bench: %s: no such folder\n", model_arg);
+        return 1;
+    }
+    int rc = model_load(&m, model_dir, false, &err), ffn = 0, pick = -1;
+    if (rc == 0 && T > m.max_pos)
+        rc = ah_fail(&err, AH_EINVAL, "bench: --T %d: the model takes at most %d tokens", T,
+                     m.max_pos);
+    if (rc == 0 && (pick = pick_residual(&m, &ffn)) < 0)
+        rc = ah_fail(&err, AH_EINVAL, "bench: %s: no (batch, sequence, hidden) value to harvest",
+                     model_dir);
+    snprintf(path, sizeof path, "%s/fwd.jsonl", dir);
+    if (rc == 0 && write_prompts(path, n_prompts, T, m.vocab) != 0)
+        rc = ah_fail(&err, AH_EIO, "%s: cannot write", path);
+    if (rc < 0) {
+        model_free(&m);
+        return report(rc, &err);
+    }
+    int D = model_hidden(&m), M = batch * T;
+    double exec = 0.0, quad = 0.0; // FLOPs a prompt: all, and the T^2 term (attention)
+    for (int b = 0; b < m.n_blocks; b++) {
+        double f = model_block_flops(&m, b, T);
+        exec += f;
+        quad += (model_block_flops(&m, b, 2 * T) - 2.0 * f) / 2.0;
+    }
+    double need = exec - quad * (T - 1) / (2.0 * T);
+    const char *kind;
+    int64_t wbytes = model_stage_bytes(&m, 0, m.n_blocks, false, 0, 1, &kind);
+    int64_t panel =
+        4 * op_bf16_panel_floats(D > ffn ? D : ffn, (int)(m.vocab > ffn ? m.vocab : ffn));
+    printf(
+        "harvest bench: %s, harvesting %s\n  T = %d, batch %d, %d prompts; threads: OpenBLAS %d, "
+        "kernels %d; folder %s\n",
+        model_dir, m.cat[pick].name, T, batch, n_prompts, openblas_get_num_threads(), op_threads(),
+        dir);
+    char acts[300];
+    snprintf(acts, sizeof acts, "\"%s\"", m.cat[pick].name);
+    double best[3] = {0, 0, 0};
+    model_sgemm(M, D, ffn, best, false);
+    sync();
+    reset_peak_rss();
+    struct run_stats fw = {0}, st;
+    for (int r = 0; r < runs && rc == 0; r++) {
+        rc = bench_job(dir, model_dir, "fwd", acts, T, batch, &st, &err);
+        if (r == 0 || st.seconds < fw.seconds) fw = st;
+    }
+    int64_t rss = peak_rss();
+    if (rc == 0) model_sgemm(M, D, ffn, best, true);
+    model_free(&m);
+    if (rc < 0) return report(rc, &err);
+    double peak = best[0] > best[1] ? best[0] : best[1];
+    peak = best[2] > peak ? best[2] : peak;
+    double tps = (double)fw.tokens / fw.seconds, gf = exec / T * tps * 1e-9;
+    printf("  %.1f tokens/s (best of %d: %.1f s for %lld tokens, %.2f s of it writing)\n", tps,
+           runs, fw.seconds, (long long)fw.tokens, fw.seconds_write);
+    printf("  GFLOP a token: %.3f executed, %.3f necessary (causal attention's half)\n",
+           exec / T * 1e-9, need / T * 1e-9);
+    printf("  model %.1f GFLOP/s executed = %.0f%% of the best sgemm rate at its shapes (%.1f "
+           "GFLOP/s)\n",
+           gf, 100.0 * gf / peak, peak);
+    printf("  peak RSS %.0f MiB: weights %.0f MiB (%s) + %.0f MiB else (the BF16 panel at most "
+           "%.0f MiB)\n",
+           (double)rss / 1048576.0, (double)wbytes / 1048576.0, kind,
+           (double)(rss - wbytes) / 1048576.0, (double)panel / 1048576.0);
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
-    int n_prompts = 32, io_prompts = 4, T = 512, batch = 8;
-    const char *dir_arg = NULL;
+    int n_prompts = -1, io_prompts = 4, T = 512, batch = 8, threads = 0, runs = 2;
+    const char *dir_arg = NULL, *model = NULL;
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--prompts"))
             n_prompts = atoi(argv[i + 1]);
@@ -112,13 +246,27 @@ int cmd_bench(int argc, char **argv) {
             batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--dir"))
             dir_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "--model"))
+            model = argv[i + 1];
+        else if (!strcmp(argv[i], "--threads"))
+            threads = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--runs"))
+            runs = atoi(argv[i + 1]);
         else
             argc = -1;
     }
-    if (argc < 0 || argc % 2 || n_prompts < 1 || io_prompts < 1 || T < 1 || T > 512 || batch < 1) {
+    if (n_prompts == -1) n_prompts = model ? 8 : 32;
+    if (argc < 0 || argc % 2 || n_prompts < 1 || io_prompts < 1 || T < 1 || (T > 512 && !model) ||
+        batch < 1 || threads < 0) {
         fprintf(stderr, "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
-                        "[--batch N] [--dir DIR]\n");
+                        "[--batch N] [--threads N] [--dir DIR]\n"
+                        "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "
+                        "[--threads N] [--runs N] [--dir DIR]\n");
         return 1;
+    }
+    if (threads > 0) { // both pools: OpenBLAS's GEMMs and the kernels' OpenMP threads
+        openblas_set_num_threads(threads);
+        op_set_threads(threads);
     }
     char dir[4096], path[4200];
     snprintf(dir, sizeof dir, "%s/harvest-bench-XXXXXX", dir_arg ? dir_arg : "/tmp");
@@ -127,13 +275,21 @@ int cmd_bench(int argc, char **argv) {
                 dir_arg ? dir_arg : "/tmp");
         return 2;
     }
+    if (model) {
+        int ret = bench_model(model, dir, T, batch, n_prompts, runs);
+        snprintf(path, sizeof path, "rm -rf '%s'", dir);
+        if (system(path) != 0) fprintf(stderr, "harvest: bench: could not remove %s\n", dir);
+        return ret;
+    }
     struct ah_error err = {0};
     snprintf(path, sizeof path, "%s/model", dir);
     int rc = init_model_encdec(path, 0, 0, 1, &err);
     snprintf(path, sizeof path, "%s/fwd.jsonl", dir);
-    if (rc == 0 && write_prompts(path, n_prompts, T) != 0) rc = ah_fail(&err, AH_EIO, "%s", path);
+    if (rc == 0 && write_prompts(path, n_prompts, T, 8192) != 0)
+        rc = ah_fail(&err, AH_EIO, "%s", path);
     snprintf(path, sizeof path, "%s/io.jsonl", dir);
-    if (rc == 0 && write_prompts(path, io_prompts, T) != 0) rc = ah_fail(&err, AH_EIO, "%s", path);
+    if (rc == 0 && write_prompts(path, io_prompts, T, 8192) != 0)
+        rc = ah_fail(&err, AH_EIO, "%s", path);
     if (rc < 0) return report(rc, &err);
     sync(); // the freshly written model must not be flushed on the harvest's time
 
@@ -152,8 +308,8 @@ int cmd_bench(int argc, char **argv) {
     // shared
     struct run_stats fw = {0}, io = {0}, st;
     for (int r = 0; r < 2; r++) {
-        rc = bench_job(dir, "fwd", "\"encoder_*_output\", \"decoder_*_output\"", T, batch, &st,
-                       &err);
+        rc = bench_job(dir, "model", "fwd", "\"encoder_*_output\", \"decoder_*_output\"", T, batch,
+                       &st, &err);
         if (rc < 0) return report(rc, &err);
         if (r == 0 || st.seconds < fw.seconds) fw = st;
     }
@@ -170,7 +326,7 @@ int cmd_bench(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/plain.bin", dir);
     for (int r = 0; r < 3; r++) {
         sync();
-        rc = bench_job(dir, "io", "\"*\"", T, batch, &st, &err);
+        rc = bench_job(dir, "model", "io", "\"*\"", T, batch, &st, &err);
         if (rc < 0) return report(rc, &err);
         if (r == 0 || st.seconds_write < io.seconds_write) io = st;
         sync();

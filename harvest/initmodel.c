@@ -47,15 +47,43 @@ struct wspec {
 };
 
 // Norm weights near 1, projections N(0, 1/fan_in), embeddings N(0, 1), a router's selection bias
-// N(0, 0.1^2).
-static void fill(float *w, const struct wspec *t, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ name_hash(t->name);
-    int64_t n = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+// N(0, 0.1^2): fill_next gives a tensor's values in order.
+struct filler {
+    uint64_t s;
+    double mean, sd;
+};
+
+static struct filler fill_begin(const struct wspec *t, uint64_t seed) {
     bool bias = strstr(t->name, "bias") != NULL, norm = t->ndim == 1 && !bias;
     bool emb = strstr(t->name, "embed") != NULL;
     double sd = norm || bias ? 0.1 : emb ? 1.0 : 1.0 / sqrt((double)t->shape[1]);
-    for (int64_t i = 0; i < n; i++)
-        w[i] = (float)((norm ? 1.0 : 0.0) + sd * gauss(&s));
+    return (struct filler){seed * 0x9e3779b97f4a7c15ull ^ name_hash(t->name), norm ? 1.0 : 0.0, sd};
+}
+
+static float fill_next(struct filler *g) {
+    return (float)(g->mean + g->sd * gauss(&g->s));
+}
+
+static int64_t wspec_count(const struct wspec *t) {
+    return t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+}
+
+// t's values in its on-disk dtype, in a new buffer (2 bytes a value for F16/BF16: the float32
+// values are never held at once); NULL when out of memory
+static void *fill(const struct wspec *t, uint64_t seed) {
+    int64_t n = wspec_count(t);
+    struct filler g = fill_begin(t, seed);
+    void *buf = malloc((size_t)n * st_dtype_size(t->dt) + 1);
+    float *f = buf;
+    uint16_t *h = buf;
+    for (int64_t i = 0; buf && i < n; i++) {
+        float v = fill_next(&g);
+        if (t->dt == ST_F32)
+            f[i] = v;
+        else
+            h[i] = t->dt == ST_F16 ? hc_f32_to_f16(v) : hc_f32_to_bf16(v);
+    }
+    return buf;
 }
 
 // dir/config.json from o (consumed)
@@ -92,39 +120,41 @@ static int write_config(const char *dir, const struct encdec_config *c, struct a
     return write_json(dir, "config.json", o, err);
 }
 
+// A shard holds at least one tensor.
+static int shards_fit(int shards, int n, struct ah_error *err) {
+    if (shards <= n) return 0;
+    return ah_fail(err, AH_EINVAL,
+                   "init-model: --shards %d is more than the checkpoint's %d tensors", shards, n);
+}
+
+// One safetensors file of the tensors [b, e) of list, made and freed here: init-model holds one
+// shard's weights at a time, so a checkpoint of gigabytes is written in flat memory.
+static int write_shard(const char *path, const struct wspec *list, int b, int e, uint64_t seed,
+                       struct ah_error *err) {
+    int rc = 0;
+    struct st_wtensor *w = calloc((size_t)(e - b), sizeof *w);
+    if (!w) return -AH_ENOMEM;
+    for (int i = b; rc == 0 && i < e; i++) {
+        void *data = fill(&list[i], seed);
+        if (!data) rc = ah_fail(err, AH_ENOMEM, "init-model: no memory for %s", list[i].name);
+        w[i - b] = (struct st_wtensor){
+            list[i].name, list[i].dt, list[i].ndim, {list[i].shape[0], list[i].shape[1]}, data};
+    }
+    if (rc == 0) rc = st_write(path, w, e - b, err);
+    for (int i = 0; i < e - b; i++)
+        free((void *)(uintptr_t)w[i].data);
+    free(w);
+    return rc;
+}
+
 static int write_weights(const char *dir, const struct wspec *list, int n, uint64_t seed,
                          int shards, struct ah_error *err) {
-    int rc = 0;
-    struct st_wtensor *w = calloc((size_t)n, sizeof *w);
-    void **bufs = calloc((size_t)n, sizeof *bufs);
-    if (!w || !bufs) {
-        rc = -AH_ENOMEM;
-        goto done;
-    }
-    for (int i = 0; i < n; i++) {
-        int64_t cnt = list[i].shape[0] * (list[i].ndim == 2 ? list[i].shape[1] : 1);
-        float *f = malloc((size_t)cnt * sizeof(float));
-        if (!f) {
-            rc = -AH_ENOMEM;
-            goto done;
-        }
-        fill(f, &list[i], seed);
-        enum st_dtype dt = list[i].dt;
-        if (dt != ST_F32) {
-            uint16_t *h = (uint16_t *)(void *)f; // narrow in place, front to back
-            for (int64_t k = 0; k < cnt; k++)
-                h[k] = dt == ST_F16 ? hc_f32_to_f16(f[k]) : hc_f32_to_bf16(f[k]);
-        }
-        bufs[i] = f;
-        w[i] = (struct st_wtensor){
-            list[i].name, dt, list[i].ndim, {list[i].shape[0], list[i].shape[1]}, f};
-    }
     char path[4096];
     if (shards <= 1) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        rc = st_write(path, w, n, err);
-        goto done;
+        return write_shard(path, list, 0, n, seed, err);
     }
+    int rc = 0;
     cJSON *idx = cJSON_CreateObject(), *wm = cJSON_AddObjectToObject(idx, "weight_map");
     cJSON_AddObjectToObject(idx, "metadata");
     for (int s = 0; s < shards && rc == 0; s++) {
@@ -132,19 +162,14 @@ static int write_weights(const char *dir, const struct wspec *list, int n, uint6
         char leaf[64];
         snprintf(leaf, sizeof leaf, "model-%05d-of-%05d.safetensors", s + 1, shards);
         snprintf(path, sizeof path, "%s/%s", dir, leaf);
-        rc = st_write(path, w + b, e - b, err);
+        rc = write_shard(path, list, b, e, seed, err);
         for (int i = b; i < e; i++)
-            cJSON_AddStringToObject(wm, w[i].name, leaf);
+            cJSON_AddStringToObject(wm, list[i].name, leaf);
     }
     if (rc == 0)
         rc = write_json(dir, "model.safetensors.index.json", idx, err);
     else
         cJSON_Delete(idx);
-done:
-    for (int i = 0; bufs && i < n; i++)
-        free(bufs[i]);
-    free(bufs);
-    free(w);
     return rc;
 }
 
@@ -169,7 +194,8 @@ int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
     struct model_tensor *list = NULL;
     struct encdec_config c = encdec_spec_config();
     int n = encdec_init(&m, &c, &list);
-    int rc = n < 0 ? n : write_config(dir, &c, err);
+    int rc = n < 0 ? n : shards_fit(shards, n, err);
+    if (rc == 0) rc = write_config(dir, &c, err);
     struct wspec *ws = rc == 0 ? calloc((size_t)n, sizeof *ws) : NULL;
     if (rc == 0 && !ws) rc = -AH_ENOMEM;
     for (int i = 0; rc == 0 && i < n; i++)
@@ -303,21 +329,77 @@ static cJSON *laguna_config_json(const struct laguna_preset *p) {
     return o;
 }
 
-static int init_model_laguna(const char *dir, const char *preset, uint64_t seed, int shards,
-                             struct ah_error *err) {
+// A release's config.json (FILE) cut to its first `layers` layers: num_hidden_layers and every
+// per-layer list (an array as long as num_hidden_layers) cut, mlp_only_layers filtered. Errors
+// name FILE and the key.
+static int laguna_config_cut(const char *file, int layers, cJSON **out, struct ah_error *err) {
+    FILE *fp = fopen(file, "rb");
+    if (!fp)
+        return ah_fail(err, AH_EINVAL, "init-model: %s: cannot open: %s", file, strerror(errno));
+    char *text = NULL;
+    size_t len = 0;
+    for (size_t cap = 0, got = 1; got > 0; len += got) {
+        if (len + 4096 > cap) {
+            char *t = realloc(text, cap = cap * 2 + 65536);
+            if (!t) {
+                free(text), fclose(fp);
+                return ah_fail(err, AH_ENOMEM, "init-model: %s: no memory to read it", file);
+            }
+            text = t;
+        }
+        got = fread(text + len, 1, cap - len - 1, fp);
+    }
+    fclose(fp);
+    cJSON *o = text ? (text[len] = '\0', cJSON_Parse(text)) : NULL;
+    free(text);
+    if (!o) return ah_fail(err, AH_EINVAL, "init-model: %s: not a JSON object", file);
+    const cJSON *nl = cJSON_GetObjectItemCaseSensitive(o, "num_hidden_layers");
+    int n = cJSON_IsNumber(nl) ? nl->valueint : 0;
+    if (n < 1 || !cJSON_IsNumber(nl) || nl->valuedouble != n) {
+        cJSON_Delete(o);
+        return ah_fail(err, AH_EINVAL, "init-model: %s: num_hidden_layers: expected a count", file);
+    }
+    if (layers < 1 || layers > n) {
+        cJSON_Delete(o);
+        return ah_fail(err, AH_EINVAL, "init-model: --layers %d: %s has %d layers", layers, file,
+                       n);
+    }
+    for (cJSON *e = o->child; e; e = e->next) {
+        if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == n)
+            for (int i = n - 1; i >= layers; i--)
+                cJSON_DeleteItemFromArray(e, i);
+        if (cJSON_IsArray(e) && !strcmp(e->string, "mlp_only_layers"))
+            for (int i = cJSON_GetArraySize(e) - 1; i >= 0; i--)
+                if (cJSON_GetArrayItem(e, i)->valuedouble >= layers)
+                    cJSON_DeleteItemFromArray(e, i);
+    }
+    cJSON_ReplaceItemInObjectCaseSensitive(o, "num_hidden_layers", cJSON_CreateNumber(layers));
+    *out = o;
+    return 0;
+}
+
+// A Laguna checkpoint: config from a preset's tiny dimensions, or (config_file) a release's
+// config.json cut to `layers` layers at its real dimensions; weights in the published layout.
+static int init_model_laguna(const char *dir, const char *preset, const char *config_file,
+                             int layers, uint64_t seed, int shards, struct ah_error *err) {
     const struct laguna_preset *p = NULL;
     char names[128] = "";
     for (size_t i = 0; i < sizeof laguna_presets / sizeof laguna_presets[0]; i++) {
-        if (!strcmp(preset, laguna_presets[i].name)) p = &laguna_presets[i];
+        if (preset && !strcmp(preset, laguna_presets[i].name)) p = &laguna_presets[i];
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
                  laguna_presets[i].name);
     }
-    if (!p)
+    if (!p && !config_file)
         return ah_fail(err, AH_EINVAL, "init-model: unknown preset \"%s\" for laguna (expected %s)",
                        preset, names);
-    if (make_dirs(dir) != 0)
+    cJSON *cfg = NULL;
+    int rc = config_file ? laguna_config_cut(config_file, layers, &cfg, err) : 0;
+    if (rc < 0) return rc;
+    if (make_dirs(dir) != 0) {
+        cJSON_Delete(cfg);
         return ah_fail(err, AH_EIO, "init-model: cannot create %s: %s", dir, strerror(errno));
-    int rc = write_json(dir, "config.json", laguna_config_json(p), err);
+    }
+    rc = write_json(dir, "config.json", cfg ? cfg : laguna_config_json(p), err);
     struct modeldir md = {0};
     struct laguna_config c;
     struct laguna m = {0};
@@ -327,11 +409,21 @@ static int init_model_laguna(const char *dir, const char *preset, uint64_t seed,
     if (rc == 0 && (rc = md_open(&md, dir, true, err)) == 0 &&
         (rc = laguna_config_read(&md, &c, err)) == 0 && (n = rc = laguna_init(&m, &c, &list)) > 0)
         rc = (ws = calloc((size_t)n, sizeof *ws)) ? 0 : -AH_ENOMEM;
-    for (int i = 0; rc == 0 && i < n; i++) // published dtypes: BF16, the selection bias F32
+    int64_t bytes = 0;
+    for (int i = 0; rc == 0 && i < n; i++) { // published dtypes: BF16, the selection bias F32
         ws[i] = (struct wspec){list[i].name,
                                list[i].ndim,
                                {list[i].shape[0], list[i].shape[1]},
                                strstr(list[i].name, "e_score_correction_bias") ? ST_F32 : ST_BF16};
+        bytes += wspec_count(&ws[i]) * (int64_t)st_dtype_size(ws[i].dt);
+    }
+    if (shards == 0) // about 256 MiB a shard, and at least 3 (the releases are sharded)
+        shards = (int)(bytes >> 28) + 1 > 3 ? (int)(bytes >> 28) + 1 : 3;
+    if (rc == 0 && (rc = shards_fit(shards, n, err)) < 0) { // nothing half-made stays behind
+        char path[4096];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        remove(path);
+    }
     if (rc == 0) rc = write_weights(dir, ws, n, seed, shards, err);
     free(ws);
     free(list);
@@ -340,18 +432,25 @@ static int init_model_laguna(const char *dir, const char *preset, uint64_t seed,
     return rc;
 }
 
+#define INIT_MAX_SHARDS 1000
+
 static int usage(void) {
-    fprintf(stderr, "usage: harvest init-model --family encdec [--preset spec] [--seed N] "
-                    "[--dtype f32|f16|bf16] [--shards N] OUT_DIR\n"
-                    "       harvest init-model --family laguna --preset XS-2.1|XS.2|S-2.1|M.1 "
-                    "[--seed N] [--shards N] OUT_DIR\n");
+    fprintf(stderr,
+            "usage: harvest init-model --family encdec [--preset spec] [--seed N] "
+            "[--dtype f32|f16|bf16] [--shards N] OUT_DIR\n"
+            "       harvest init-model --family laguna --preset XS-2.1|XS.2|S-2.1|M.1 "
+            "[--seed N] [--shards N] OUT_DIR\n"
+            "       harvest init-model --family laguna --config CONFIG.json --layers N "
+            "[--seed N] [--shards N] OUT_DIR\n"
+            "--shards: 1 to %d, and at most the number of tensors\n",
+            INIT_MAX_SHARDS);
     return 1;
 }
 
 int cmd_init_model(int argc, char **argv) {
-    const char *family = NULL, *preset = NULL, *dir = NULL, *dts = "f32";
+    const char *family = NULL, *preset = NULL, *dir = NULL, *dts = "f32", *config = NULL;
     unsigned long long seed = 0;
-    int shards = 0;
+    int shards = 0, layers = -1; // -1: no --layers
     for (int i = 0; i < argc; i++) {
         bool more = i + 1 < argc;
         if (!strcmp(argv[i], "--family") && more)
@@ -364,17 +463,29 @@ int cmd_init_model(int argc, char **argv) {
             dts = argv[++i];
         else if (!strcmp(argv[i], "--shards") && more)
             shards = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--config") && more)
+            config = argv[++i];
+        else if (!strcmp(argv[i], "--layers") && more)
+            layers = atoi(argv[++i]);
         else if (argv[i][0] == '-' || dir)
             return usage();
         else
             dir = argv[i];
     }
-    if (!family || !dir || shards < 0) return usage();
+    if (!family || !dir) return usage();
+    if (shards < 0 || shards > INIT_MAX_SHARDS) {
+        fprintf(stderr, "harvest: init-model: --shards %d: expected 1 to %d\n", shards,
+                INIT_MAX_SHARDS);
+        return 1;
+    }
     struct ah_error err = {0};
     if (!strcmp(family, "laguna")) {
-        if (!preset) return usage();
-        int rc = init_model_laguna(dir, preset, seed, shards ? shards : 3, &err);
-        if (rc == 0)
+        if (!preset == !config || (config != NULL) != (layers != -1)) return usage();
+        int rc = init_model_laguna(dir, preset, config, layers, seed, shards, &err);
+        if (rc == 0 && config)
+            fprintf(stderr, "harvest: wrote laguna %s cut to %d layers (seed %llu, BF16) to %s\n",
+                    config, layers, seed, dir);
+        else if (rc == 0)
             fprintf(stderr, "harvest: wrote a tiny laguna %s checkpoint (seed %llu, BF16) to %s\n",
                     preset, seed, dir);
         return report(rc, &err);

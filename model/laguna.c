@@ -470,7 +470,8 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         wants_kind(m, want, LG_ATTENTION_SCORES) || wants_kind(m, want, LG_ATTENTION_PROBABILITIES);
     s->keep_experts = shard || wants_kind(m, want, LG_EXPERT_OUTPUTS);
     s->shard = shard;
-    int64_t tile = max3(OP_TILE, max3(D, HD, F), Ie);
+    int64_t tile = op_bf16_panel_floats((int)max3(D, HD, max3(F, Ie, E)),
+                                        (int)max3(c->vocab, HD, max3(F, Ie, E)));
     struct {
         void **p;
         int64_t n; // 4-byte elements

@@ -3,9 +3,38 @@
 
 #include "model/ah.h"
 
-#include <cblas.h> // defines: cblas_sgemm
+#include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h> // defines: omp_get_max_threads
+#endif
+
+// A loop is split over threads only when it has at least this many floats to touch: below it the
+// fork costs more than it saves.
+#define PAR_MIN (1 << 14)
+
+static int n_threads; // set by the first op_threads() (kernels are called from one thread)
+
+void op_set_threads(int n) {
+    AH_ASSERT(n >= 1);
+    n_threads = n;
+}
+
+int op_threads(void) {
+    int n = n_threads;
+    if (n == 0) {
+#ifdef _OPENMP
+        const char *e = getenv("OMP_NUM_THREADS");
+        int t = e && *e ? omp_get_max_threads() : openblas_get_num_threads();
+#else
+        int t = 1;
+#endif
+        n = n_threads = t > 0 ? t : 1;
+    }
+    return n;
+}
 
 // ----------------------------------------------------------------------------
 // matmul
@@ -16,18 +45,39 @@ void op_matmul(float *out, const float *in, const float *w, int M, int K, int N)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, in, K, w, K, 0.0f, out, N);
 }
 
+// Rows of the largest panel: every row when N*K <= OP_PANEL_FLOATS, else about
+// max(OP_PANEL_MIN_ROWS, OP_PANEL_FLOATS / K) - the N rows split evenly, so that no panel is a
+// small remainder (a small call may take OpenBLAS's small-matrix path, which rounds differently).
+static int64_t panel_rows(int64_t K, int64_t N) {
+    int64_t most =
+        OP_PANEL_FLOATS / K > OP_PANEL_MIN_ROWS ? OP_PANEL_FLOATS / K : OP_PANEL_MIN_ROWS;
+    int64_t n_panels = (N + most - 1) / most;
+    return (N + n_panels - 1) / n_panels;
+}
+
+int64_t op_bf16_panel_floats(int K, int N) {
+    AH_ASSERT(K > 0 && N > 0);
+    int64_t big = (int64_t)OP_PANEL_MIN_ROWS * K > OP_PANEL_FLOATS ? (int64_t)OP_PANEL_MIN_ROWS * K
+                                                                   : OP_PANEL_FLOATS;
+    return (int64_t)K * N < big ? (int64_t)K * N : big; // >= panel_rows(K, N) * K
+}
+
+// One sgemm per panel of whole weight rows (see ops.h): a 4096 x 8192 x 2048 product is one or two
+// calls, not hundreds each repacking `in`.
 void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
-                    float *tile) {
+                    float *panel) {
     AH_ASSERT(M >= 0 && K > 0 && N > 0);
     if (M == 0) return;
-    int rows = OP_TILE / K > 0 ? OP_TILE / K : 1;
-    for (int n0 = 0; n0 < N; n0 += rows) {
-        int nr = N - n0 < rows ? N - n0 : rows;
-        const uint16_t *src = w16 + (int64_t)n0 * K;
-        for (int64_t i = 0; i < (int64_t)nr * K; i++)
-            tile[i] = op_bf16(src[i]);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, nr, K, 1.0f, in, K, tile, K, 0.0f,
-                    out + n0, N);
+    int64_t rows = panel_rows(K, N);
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+        int64_t nr = N - n0 < rows ? N - n0 : rows;
+        const uint16_t *src = w16 + n0 * K;
+#pragma omp parallel for num_threads(op_threads()) if (nr * K >= PAR_MIN) schedule(static)
+        for (int64_t r = 0; r < nr; r++)
+            for (int64_t k = 0; k < K; k++)
+                panel[r * K + k] = op_bf16(src[r * K + k]);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, (int)nr, K, 1.0f, in, K, panel, K,
+                    0.0f, out + n0, N);
     }
 }
 
@@ -46,6 +96,7 @@ void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, in
 // rmsnorm
 
 void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float eps) {
+#pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * C >= PAR_MIN) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *x = in + (int64_t)t * C;
         float *o = out + (int64_t)t * C;
@@ -88,6 +139,8 @@ void op_rope_table(float *cos_t, float *sin_t, int T, int head_dim, int n_rot, d
 void op_rope(float *x, const float *cos_t, const float *sin_t, int T, int H, int head_dim,
              int n_rot, int stride) {
     int half = n_rot / 2;
+#pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * H * n_rot >= PAR_MIN) \
+    schedule(static)
     for (int t = 0; t < T; t++) {
         const float *c = cos_t + (int64_t)t * half;
         const float *s = sin_t + (int64_t)t * half;
@@ -168,6 +221,7 @@ void op_softmax_rows_ref(float *x, int rows, int n) {
 // elementwise
 
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++) {
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
@@ -182,6 +236,7 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n) {
 }
 
 void op_add(float *out, const float *a, const float *b, int64_t n) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
 }

@@ -2,6 +2,10 @@
 //
 // Kernels never fail and never allocate; preconditions are AH_ASSERTs. Parameters go outputs,
 // inputs, weights, sizes. Matrices are row-major; a weight `w` is [out, in] like torch.nn.Linear.
+//
+// Threads: the GEMMs run on OpenBLAS's threads; the other kernels (and the BF16 widening) split
+// their rows over op_threads() OpenMP threads, each row computed whole by one thread, so results
+// do not depend on the thread count. Call them from one thread at a time.
 #ifndef AH_OPS_H
 #define AH_OPS_H
 
@@ -11,11 +15,21 @@
 void op_matmul(float *out, const float *in, const float *w, int M, int K, int N);
 void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N);
 
-// BF16 weights stay BF16 in memory: w16[N,K] is widened OP_TILE floats at a time into `tile`
-// (at least max(OP_TILE, K) floats) and multiplied in float32: out[M,N] = in[M,K] . w16^T.
-#define OP_TILE (1 << 16)
+// BF16 weights stay BF16 in memory: w16[N,K] is widened into `panel` a block of whole rows at a
+// time and each block is one sgemm: out[M,N] = in[M,K] . w16^T. A block is every row of w16 when
+// N*K <= OP_PANEL_FLOATS, else the rows split evenly into blocks of at most
+// max(OP_PANEL_MIN_ROWS, OP_PANEL_FLOATS / K) rows: large, so that each sgemm call amortises its
+// packing of `in`, and each output element is one dot product over the full K. (With OpenBLAS
+// 0.3.21 the result then equals one sgemm of the whole widened matrix bit for bit at M >= 64;
+// tests/test_ops.c checks it.)
+// `panel` holds at least op_bf16_panel_floats(K, N) floats = min(N*K, max(OP_PANEL_FLOATS,
+// OP_PANEL_MIN_ROWS*K)), which grows with K and with N: a caller sizes one buffer for all its
+// matrices from the largest K and the largest N.
+#define OP_PANEL_FLOATS   ((int64_t)1 << 22) // 16 MiB of float32
+#define OP_PANEL_MIN_ROWS 1024
+int64_t op_bf16_panel_floats(int K, int N);
 void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
-                    float *tile);
+                    float *panel);
 static inline float op_bf16(uint16_t h) {
     union {
         uint32_t u;
@@ -52,5 +66,12 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
 // out[i] = a[i] + b[i]; out may equal a
 void op_add(float *out, const float *a, const float *b, int64_t n);
+
+// Threads of the non-GEMM kernels, fixed at the first call: OMP_NUM_THREADS if it is set, else
+// OpenBLAS's count (OPENBLAS_NUM_THREADS, else the CPUs this process may run on), so that one
+// variable sets both and `OPENBLAS_NUM_THREADS=1` for one rank per core keeps every rank on one.
+int op_threads(void);
+// Sets the thread count op_threads() returns from now on (n >= 1), as `harvest bench --threads`.
+void op_set_threads(int n);
 
 #endif

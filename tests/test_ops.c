@@ -2,6 +2,7 @@
 #include "model/ops.h"
 #include "tests/check.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,42 +24,74 @@ static void test_matmul_matches_naive(void) {
     }
 }
 
-// BF16 weights widened tile by tile: equal to the float32 matmul of the widened matrix, across
-// tile edges (K = 700 gives 93 rows a tile; N = 250 makes three tiles, the last partial)
-static void test_matmul_bf16_tiles(void) {
-    int M = 5, K = 700, N = 250;
-    float *in = malloc(sizeof(float) * (size_t)(M * K)),
-          *wf = malloc(sizeof(float) * (size_t)(N * K));
-    uint16_t *w16 = malloc(sizeof(uint16_t) * (size_t)(N * K));
-    float *a = malloc(sizeof(float) * (size_t)(M * N)),
-          *b = malloc(sizeof(float) * (size_t)(M * N));
-    float *tile = malloc(sizeof(float) * OP_TILE);
-    check_fill(in, M * K, 7);
-    check_fill(wf, N * K, 8);
-    for (int i = 0; i < N * K; i++) { // truncate to bf16: the top 16 bits
-        uint32_t u;
-        memcpy(&u, &wf[i], 4);
-        w16[i] = (uint16_t)(u >> 16);
-        wf[i] = op_bf16(w16[i]);
+// BF16 weights widened panel by panel, on odd shapes: equal to the naive float64 matmul of the
+// widened matrix, and at M >= 64 bitwise equal to one float32 sgemm of the whole widened matrix
+// (the result does not depend on the panel size). K = 4099 allows 1024-row panels: N = 2050
+// makes three of 684/684/682 rows.
+static void test_matmul_bf16_panels(void) {
+    const int shapes[][3] = {{1, 1, 1},    {5, 700, 250},    {17, 33, 9},
+                             {3, 4099, 5}, {64, 4099, 2050}, {0, 8, 8}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        size_t mk = (size_t)M * K + 1, nk = (size_t)N * K, mn = (size_t)M * N + 1;
+        float *in = malloc(sizeof(float) * mk), *wf = malloc(sizeof(float) * nk);
+        uint16_t *w16 = malloc(sizeof(uint16_t) * nk);
+        float *a = malloc(sizeof(float) * mn), *b = malloc(sizeof(float) * mn),
+              *c = malloc(sizeof(float) * mn);
+        float *panel = malloc(sizeof(float) * (size_t)op_bf16_panel_floats(K, N));
+        check_fill(in, (int64_t)mk, 7 + s);
+        check_fill(wf, (int64_t)nk, 8 + s);
+        for (size_t i = 0; i < nk; i++) { // truncate to bf16: the top 16 bits
+            uint32_t u;
+            memcpy(&u, &wf[i], 4);
+            w16[i] = (uint16_t)(u >> 16);
+            wf[i] = op_bf16(w16[i]);
+        }
+        op_matmul_bf16(a, in, w16, M, K, N, panel);
+        op_matmul_ref(b, in, wf, M, K, N);
+        check_close("matmul_bf16", a, b, (int64_t)M * N, 1e-6f * sqrtf((float)K), 1e-5f);
+        if (M >= 64) {
+            op_matmul(c, in, wf, M, K, N);
+            CHECK(memcmp(a, c, sizeof(float) * (size_t)M * N) == 0);
+        }
+        free(in), free(wf), free(w16), free(a), free(b), free(c), free(panel);
     }
-    op_matmul_bf16(a, in, w16, M, K, N, tile);
-    op_matmul_ref(b, in, wf, M, K, N);
-    check_close("matmul_bf16", a, b, M * N, 1e-5f, 1e-5f);
     CHECK(op_bf16(0x3f80) == 1.0f && op_bf16(0xc000) == -2.0f);
-    free(in), free(wf), free(w16), free(a), free(b), free(tile);
 }
 
+// the panel is whole matrices up to OP_PANEL_FLOATS, else blocks of >= OP_PANEL_MIN_ROWS rows,
+// and grows with K and with N (callers size one buffer from the largest of each)
+static void test_bf16_panel_floats(void) {
+    CHECK_EQ(op_bf16_panel_floats(33, 9), 33 * 9);
+    CHECK_EQ(op_bf16_panel_floats(2048, 8192), OP_PANEL_FLOATS);
+    CHECK_EQ(op_bf16_panel_floats(8192, 2048), (int64_t)OP_PANEL_MIN_ROWS * 8192);
+    CHECK_EQ(op_bf16_panel_floats(4099, 2050), (int64_t)OP_PANEL_MIN_ROWS * 4099);
+    CHECK_EQ(op_bf16_panel_floats(2048, 100352), OP_PANEL_FLOATS);
+    int64_t prev = 0;
+    for (int K = 1; K <= 1 << 16; K = K * 3 + 1)
+        for (int N = 1; N <= 1 << 18; N = N * 5 + 3) {
+            int64_t f = op_bf16_panel_floats(K, N);
+            CHECK(f <= (int64_t)K * N && f >= op_bf16_panel_floats(K, N / 2 + 1));
+            CHECK(K == 1 || f >= op_bf16_panel_floats(K / 2 + 1, N));
+            prev = f;
+        }
+    CHECK(prev > 0);
+}
+
+// T = 7 runs on one thread, T = 70 is split over op_threads()
 static void test_rmsnorm_matches_naive(void) {
-    int T = 7, C = 385;
-    float x[7 * 385], w[385], a[7 * 385], b[7 * 385];
-    check_fill(x, T * C, 2);
-    check_fill(w, C, 3);
-    op_rmsnorm(a, x, w, T, C, 1e-6f);
-    op_rmsnorm_ref(b, x, w, T, C, 1e-6f);
-    check_close("rmsnorm", a, b, T * C, 1e-6f, 1e-5f);
-    memcpy(a, x, sizeof x); // in place
-    op_rmsnorm(a, a, w, T, C, 1e-6f);
-    check_close("rmsnorm in place", a, b, T * C, 1e-6f, 1e-5f);
+    static float x[70 * 385], w[385], a[70 * 385], b[70 * 385];
+    int C = 385;
+    for (int T = 7; T <= 70; T += 63) {
+        check_fill(x, T * C, 2);
+        check_fill(w, C, 3);
+        op_rmsnorm(a, x, w, T, C, 1e-6f);
+        op_rmsnorm_ref(b, x, w, T, C, 1e-6f);
+        check_close("rmsnorm", a, b, T * C, 1e-6f, 1e-5f);
+        memcpy(a, x, sizeof x); // in place
+        op_rmsnorm(a, a, w, T, C, 1e-6f);
+        check_close("rmsnorm in place", a, b, T * C, 1e-6f, 1e-5f);
+    }
 }
 
 static void test_rope_matches_naive(void) {
@@ -130,24 +163,33 @@ static void test_softmax_ranges_matches_masked_naive(void) {
     }
 }
 
-static void test_swiglu_matches_naive(void) {
-    float g[101], u[101], a[101], b[101];
-    check_fill(g, 101, 7);
-    check_fill(u, 101, 8);
-    for (int i = 0; i < 101; i++)
-        g[i] *= 20.0f; // saturating tails
-    op_swiglu(a, g, u, 101);
-    op_swiglu_ref(b, g, u, 101);
-    check_close("swiglu", a, b, 101, 1e-6f, 1e-5f);
+// n = 101 on one thread, n = 40001 split over op_threads(); op_add likewise
+static void test_swiglu_add_match_naive(void) {
+    static float g[40001], u[40001], a[40001], b[40001];
+    for (int n = 101; n <= 40001; n += 39900) {
+        check_fill(g, n, 7);
+        check_fill(u, n, 8);
+        for (int i = 0; i < n; i++)
+            g[i] *= 20.0f; // saturating tails
+        op_swiglu(a, g, u, n);
+        op_swiglu_ref(b, g, u, n);
+        check_close("swiglu", a, b, n, 1e-6f, 1e-5f);
+        for (int i = 0; i < n; i++)
+            b[i] = g[i] + u[i];
+        op_add(g, g, u, n);
+        check_close("add", g, b, n, 0.0f, 0.0f);
+    }
+    CHECK(op_threads() >= 1);
 }
 
 int main(void) {
     test_matmul_matches_naive();
-    test_matmul_bf16_tiles();
+    test_matmul_bf16_panels();
+    test_bf16_panel_floats();
     test_rmsnorm_matches_naive();
     test_rope_matches_naive();
     test_softmax_ranges_causal_rows();
     test_softmax_ranges_matches_masked_naive();
-    test_swiglu_matches_naive();
+    test_swiglu_add_match_naive();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
