@@ -1,5 +1,6 @@
 // test_stats.c - the running per-feature statistics (io/stats.c) against a naive two-pass float64
 // computation, and their determinism: splits, merges, serialisation, empty and non-finite rows.
+#define _POSIX_C_SOURCE 200809L // defines: clock_gettime
 #include "io/stats.h"
 #include "model/ah.h"
 #include "tests/check.h"
@@ -7,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 // |got - want| <= rtol * scale (the tensor's scale, as a relative tolerance must be for a mean
 // near 0)
@@ -280,7 +282,33 @@ static void test_stats_pack_roundtrip(void) {
     free(x);
 }
 
-int main(void) {
+// `test_stats --bench`: the cost of stats_add_rows, ns per element (d = 384, as the spec model's
+// block outputs), best of 5
+static void bench(void) {
+    const int64_t n = 4096, F = 384;
+    float *x = make_rows(n, F, 9, 0.1f, 1.0f);
+    struct stats s;
+    AH_ASSERT(stats_init(&s, F) == 0);
+    double best = 1e30;
+    for (int rep = 0; rep < 5; rep++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        stats_add_rows(&s, x, n);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double sec = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        best = sec < best ? sec : best;
+    }
+    printf("stats_add_rows: %.3f ns per element, %.0f rows of d=384 per second\n",
+           best * 1e9 / (double)(n * F), (double)n / best);
+    stats_free(&s);
+    free(x);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--bench")) {
+        bench();
+        return 0;
+    }
     test_stats_one_pass_matches_two_pass();
     test_stats_split_calls_same_bits();
     test_stats_merge();
