@@ -7,7 +7,8 @@ io/stats.c does); the prompt layout (head-split values transposed to token rows)
 bits as the token layout; float16 storage is taken as stored; the master is replaced whole and
 keeps every other dataset and attribute; a second run gives the same bits and --names keeps the
 other statistics; an incomplete output, a name matching nothing, an activation without token rows
-and a file that is no output are refused, naming them, with the file unchanged; --print."""
+and a file that is no output are refused, naming them, with the file unchanged; a --resume of
+the complete output keeps them; --print."""
 import hashlib
 import math
 import os
@@ -160,6 +161,11 @@ with h5py.File(tok, "r") as f:
     check(sorted(f["stats"]) == names, "--names keeps the other statistics")
     check(all(np.array_equal(f["stats/" + n + "/mean"][:], first[n]) for n in names),
           "recomputed statistics are the same bits")
+
+# a --resume of the complete output leaves the master, statistics included, as it is
+h = sha(tok)
+run(harvest, "run", f"{work}/tok.json", "--resume", "--quiet", check=0)
+check(sha(tok) == h, "--resume of a complete output keeps the master with its statistics")
 
 # ---- prompt layout (head-split values transposed): the same bits as the token layout ----
 pr = harvest_out("pr", acts=ACTS + ["decoder_2_attn_probs"])
