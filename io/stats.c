@@ -159,3 +159,146 @@ int stats_unpack(struct stats *s, const double *buf, int64_t len) {
     memcpy(s->max, buf + 6 + 3 * F, b);
     return 0;
 }
+
+// ---------------------------------------------------------------------------------------------
+// in-order merging of batch partials
+
+int stats_fold_init(struct stats_fold *f, int n_sets, const int64_t *n_features) {
+    memset(f, 0, sizeof *f);
+    AH_ASSERT(n_sets >= 1);
+    f->total = calloc((size_t)n_sets, sizeof *f->total);
+    f->tmp = calloc((size_t)n_sets, sizeof *f->tmp);
+    if (!f->total || !f->tmp) return -AH_ENOMEM;
+    f->n_sets = n_sets;
+    for (int i = 0; i < n_sets; i++) {
+        if (stats_init(&f->total[i], n_features[i]) < 0 ||
+            stats_init(&f->tmp[i], n_features[i]) < 0)
+            return -AH_ENOMEM;
+        f->batch_len += stats_buf_len(n_features[i]);
+    }
+    return 0;
+}
+
+void stats_fold_free(struct stats_fold *f) {
+    for (int i = 0; i < f->n_sets; i++) {
+        if (f->total) stats_free(&f->total[i]);
+        if (f->tmp) stats_free(&f->tmp[i]);
+    }
+    free(f->total);
+    free(f->tmp);
+    free(f->early_batch);
+    free(f->early);
+    memset(f, 0, sizeof *f);
+}
+
+void stats_fold_pack_batch(const struct stats_fold *f, const struct stats *parts, double *buf) {
+    for (int i = 0; i < f->n_sets; i++) {
+        AH_ASSERT(parts[i].n_features == f->total[i].n_features);
+        stats_pack(&parts[i], buf);
+        buf += stats_buf_len(parts[i].n_features);
+    }
+}
+
+// merges one batch's packed partials into the totals
+static int fold_merge(struct stats_fold *f, const double *buf) {
+    for (int i = 0; i < f->n_sets; i++) {
+        int64_t n = stats_buf_len(f->tmp[i].n_features);
+        if (stats_unpack(&f->tmp[i], buf, n) < 0) return -AH_EFORMAT;
+        buf += n;
+    }
+    for (int i = 0; i < f->n_sets; i++)
+        stats_merge(&f->total[i], &f->tmp[i]);
+    return 0;
+}
+
+// keeps batch k's partials until the batches before it are in
+static int fold_keep(struct stats_fold *f, int64_t batch, const double *buf) {
+    const double *b0 = buf;
+    for (int i = 0; i < f->n_sets; i++) { // a bad buffer is refused now, not when its turn comes
+        int64_t n = stats_buf_len(f->tmp[i].n_features);
+        if (stats_unpack(&f->tmp[i], b0, n) < 0) return -AH_EFORMAT;
+        b0 += n;
+    }
+    int64_t at = 0;
+    while (at < f->n_early && f->early_batch[at] < batch)
+        at++;
+    if (at < f->n_early && f->early_batch[at] == batch) return -AH_EINVAL;
+    if (f->n_early == f->cap) {
+        int64_t cap = f->cap ? 2 * f->cap : 8;
+        int64_t *b = realloc(f->early_batch, (size_t)cap * sizeof *b);
+        if (b) f->early_batch = b;
+        double *e = b ? realloc(f->early, (size_t)(cap * f->batch_len) * sizeof *e) : NULL;
+        if (!e) return -AH_ENOMEM;
+        f->early = e;
+        f->cap = cap;
+    }
+    size_t row = (size_t)f->batch_len * sizeof(double);
+    memmove(f->early + (at + 1) * f->batch_len, f->early + at * f->batch_len,
+            (size_t)(f->n_early - at) * row);
+    memmove(f->early_batch + at + 1, f->early_batch + at,
+            (size_t)(f->n_early - at) * sizeof(int64_t));
+    memcpy(f->early + at * f->batch_len, buf, row);
+    f->early_batch[at] = batch;
+    f->n_early++;
+    return 0;
+}
+
+int stats_fold_add(struct stats_fold *f, int64_t batch, const double *buf) {
+    if (batch < f->next) return -AH_EINVAL;
+    int rc = batch > f->next ? fold_keep(f, batch, buf) : fold_merge(f, buf);
+    if (rc < 0 || batch > f->next) return rc;
+    f->next++;
+    int64_t k = 0; // then the early batches that now follow on
+    while (k < f->n_early && f->early_batch[k] == f->next) {
+        if ((rc = fold_merge(f, f->early + k * f->batch_len)) < 0) return rc;
+        f->next++, k++;
+    }
+    if (k == 0) return 0;
+    memmove(f->early, f->early + k * f->batch_len,
+            (size_t)((f->n_early - k) * f->batch_len) * sizeof(double));
+    memmove(f->early_batch, f->early_batch + k, (size_t)(f->n_early - k) * sizeof(int64_t));
+    f->n_early -= k;
+    return 0;
+}
+
+int64_t stats_fold_state_len(const struct stats_fold *f) {
+    return 2 + f->n_early + (1 + f->n_early) * f->batch_len;
+}
+
+void stats_fold_pack_state(const struct stats_fold *f, double *buf) {
+    buf[0] = (double)f->next;
+    buf[1] = (double)f->n_early;
+    for (int64_t k = 0; k < f->n_early; k++)
+        buf[2 + k] = (double)f->early_batch[k];
+    double *t = buf + 2 + f->n_early;
+    stats_fold_pack_batch(f, f->total, t);
+    if (f->n_early)
+        memcpy(t + f->batch_len, f->early, (size_t)(f->n_early * f->batch_len) * sizeof(double));
+}
+
+int stats_fold_unpack_state(struct stats_fold *f, const double *buf, int64_t len) {
+    for (int i = 0; i < f->n_sets; i++)
+        stats_reset(&f->total[i]);
+    f->next = f->n_early = 0;
+    if (len < 2 || !(buf[0] >= 0) || !(buf[1] >= 0) || buf[0] > 0x1p53 || buf[1] > 0x1p40 ||
+        buf[0] != floor(buf[0]) || buf[1] != floor(buf[1]))
+        return -AH_EFORMAT;
+    int64_t next = (int64_t)buf[0], n_early = (int64_t)buf[1];
+    if (len != 2 + n_early + (1 + n_early) * f->batch_len) return -AH_EFORMAT;
+    const double *t = buf + 2 + n_early;
+    int rc = fold_merge(f, t); // into the empty totals: an exact copy
+    for (int64_t k = 0; rc == 0 && k < n_early; k++) {
+        double b = buf[2 + k];
+        if (!(b > (double)next) || b != floor(b) || (k && !(b > buf[1 + k])))
+            rc = -AH_EFORMAT;
+        else
+            rc = fold_keep(f, (int64_t)b, t + (1 + k) * f->batch_len);
+    }
+    if (rc == 0) f->next = next;
+    if (rc < 0) { // back to empty
+        for (int i = 0; i < f->n_sets; i++)
+            stats_reset(&f->total[i]);
+        f->n_early = 0;
+    }
+    return rc == -AH_ENOMEM ? rc : rc < 0 ? -AH_EFORMAT : 0;
+}

@@ -58,4 +58,34 @@ void stats_pack(const struct stats *s, double *buf);
 // that is not a partial of n_features features.
 int stats_unpack(struct stats *s, const double *buf, int64_t len);
 
+// ---- in-order merging of batch partials (the run's rank 0; checkpointed with the segments) ----
+// One batch's partials are those of n_sets activations, packed one after the other (stats_pack).
+// Batches arrive in any order (replicas finish when they finish); the fold merges batch k only
+// after batches 0 .. k-1, keeping the ones that came early, so the totals are the same bits
+// whatever the arrival order. Its state (the totals of batches [0, next) and the early ones,
+// stats_fold_pack_state) goes into a checkpoint beside the segments holding those batches.
+struct stats_fold {
+    int n_sets;
+    struct stats *total; // (n_sets) batches [0, next) merged; owned
+    struct stats *tmp;   // (n_sets) unpacking room; owned
+    int64_t next;        // the next batch to merge
+    int64_t batch_len;   // doubles of one batch's packed partials
+    int64_t n_early, cap;
+    int64_t *early_batch; // (n_early) increasing; owned
+    double *early;        // (n_early, batch_len) their packed partials; owned
+};
+// n_features: (n_sets). Returns 0 or -AH_ENOMEM (then f is freeable).
+int stats_fold_init(struct stats_fold *f, int n_sets, const int64_t *n_features);
+void stats_fold_free(struct stats_fold *f); // safe on a zeroed or half-built struct
+// Packs parts (n_sets of them) as one batch's partials into buf (f->batch_len doubles).
+void stats_fold_pack_batch(const struct stats_fold *f, const struct stats *parts, double *buf);
+// Takes batch k's partials (copied). -AH_EINVAL for a batch already taken, -AH_EFORMAT for a
+// buffer that is not partials of these sets, -AH_ENOMEM.
+int stats_fold_add(struct stats_fold *f, int64_t batch, const double *buf);
+// Checkpoint state: [next, n_early, early_batch[n_early], totals packed, early packed].
+int64_t stats_fold_state_len(const struct stats_fold *f);
+void stats_fold_pack_state(const struct stats_fold *f, double *buf);
+// Restores a state packed by a fold of the same sets (-AH_EFORMAT otherwise, f then empty).
+int stats_fold_unpack_state(struct stats_fold *f, const double *buf, int64_t len);
+
 #endif

@@ -282,6 +282,77 @@ static void test_stats_pack_roundtrip(void) {
     free(x);
 }
 
+// batch partials of 3 activations arriving in a shuffled order, with a checkpoint and a restore
+// half-way: the same totals, bit for bit, as merging them in batch order
+static void test_stats_fold_any_arrival_order(void) {
+    enum { NB = 23, NS = 3 };
+    const int64_t F[NS] = {5, 16, 1}, rows = 9;
+    struct stats parts[NB][NS], inorder[NS];
+    for (int s = 0; s < NS; s++) {
+        CHECK_EQ(stats_init(&inorder[s], F[s]), 0);
+        for (int b = 0; b < NB; b++) {
+            CHECK_EQ(stats_init(&parts[b][s], F[s]), 0);
+            float *x = make_rows(rows, F[s], (uint64_t)(100 * b + s), 0.5f, 2.0f);
+            stats_add_rows(&parts[b][s], x, b % 7 == 3 ? 0 : rows - b % 4); // some batches empty
+            free(x);
+            stats_merge(&inorder[s], &parts[b][s]);
+        }
+    }
+    struct stats_fold f, g;
+    CHECK_EQ(stats_fold_init(&f, NS, F), 0);
+    CHECK_EQ(stats_fold_init(&g, NS, F), 0);
+    int order[NB];
+    for (int b = 0; b < NB; b++)
+        order[b] = b;
+    for (int b = NB - 1; b > 0; b--) { // a fixed shuffle
+        int k = (int)((uint64_t)b * 2654435761u % (uint64_t)(b + 1)), t = order[b];
+        order[b] = order[k], order[k] = t;
+    }
+    double *buf = malloc((size_t)f.batch_len * sizeof(double));
+    AH_ASSERT(buf);
+    for (int i = 0; i < NB; i++) {
+        stats_fold_pack_batch(&f, parts[order[i]], buf);
+        CHECK_EQ(stats_fold_add(&f, order[i], buf), 0);
+        if (i == NB / 2) { // checkpoint, then carry on in another fold as a resume would
+            int64_t len = stats_fold_state_len(&f);
+            double *st = malloc((size_t)len * sizeof(double)),
+                   *st2 = malloc((size_t)len * sizeof(double));
+            AH_ASSERT(st && st2);
+            stats_fold_pack_state(&f, st);
+            CHECK(f.n_early > 0); // the shuffle left some early batches to carry
+            CHECK_EQ(stats_fold_unpack_state(&g, st, len), 0);
+            stats_fold_pack_state(&g, st2);
+            CHECK(!memcmp(st, st2, (size_t)len * sizeof(double)));
+            CHECK_EQ(stats_fold_unpack_state(&g, st, len - 1), -AH_EFORMAT);
+            CHECK_EQ(stats_fold_unpack_state(&g, st, len), 0);
+            stats_fold_free(&f);
+            f = g;
+            memset(&g, 0, sizeof g);
+            free(st), free(st2);
+        }
+    }
+    CHECK_EQ(f.next, NB);
+    CHECK_EQ(f.n_early, 0);
+    for (int s = 0; s < NS; s++)
+        CHECK(same_bits(&f.total[s], &inorder[s]));
+    // a batch taken twice, early or merged; a buffer that is no partial
+    stats_fold_pack_batch(&f, parts[0], buf);
+    CHECK_EQ(stats_fold_add(&f, 3, buf), -AH_EINVAL);
+    CHECK_EQ(stats_fold_add(&f, NB + 2, buf), 0);
+    CHECK_EQ(stats_fold_add(&f, NB + 2, buf), -AH_EINVAL);
+    buf[0] = 0;
+    CHECK_EQ(stats_fold_add(&f, NB + 5, buf), -AH_EFORMAT);
+    CHECK_EQ(stats_fold_add(&f, NB, buf), -AH_EFORMAT);
+    free(buf);
+    stats_fold_free(&f);
+    stats_fold_free(&g);
+    for (int s = 0; s < NS; s++) {
+        stats_free(&inorder[s]);
+        for (int b = 0; b < NB; b++)
+            stats_free(&parts[b][s]);
+    }
+}
+
 // `test_stats --bench`: the cost of stats_add_rows, ns per element (d = 384, as the spec model's
 // block outputs), best of 5
 static void bench(void) {
@@ -315,6 +386,7 @@ int main(int argc, char **argv) {
     test_stats_empty_and_single();
     test_stats_nonfinite_rows_skipped();
     test_stats_pack_roundtrip();
+    test_stats_fold_any_arrival_order();
     if (!check_failures) printf("test_stats: all passed\n");
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
