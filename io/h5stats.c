@@ -5,6 +5,7 @@
 #include "model/ah.h"
 #include "model/tap.h"
 
+#include <cjson/cJSON.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -199,18 +200,23 @@ struct tables {
     int64_t n_prompts, batch;
 };
 
-// rows [r0, r0 + n) of a token-layout dataset into buf (n, F)
-static herr_t read_token_rows(const struct src *x, int64_t r0, int64_t n, float *buf) {
-    hsize_t st[TAP_MAX_DIMS] = {0}, cnt[TAP_MAX_DIMS];
-    memcpy(cnt, x->dims, sizeof cnt);
-    st[0] = (hsize_t)r0;
-    cnt[0] = (hsize_t)n;
+// the block start/count of dataset x into buf (float32)
+static herr_t read_slab(const struct src *x, const hsize_t *st, const hsize_t *cnt, float *buf) {
     hid_t fs = H5Dget_space(x->ds), ms = H5Screate_simple(x->ndim, cnt, NULL);
     herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
     if (r >= 0) r = H5Dread(x->ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
     H5Sclose(ms);
     H5Sclose(fs);
     return r;
+}
+
+// rows [r0, r0 + n) of a token-layout dataset into buf (n, F)
+static herr_t read_token_rows(const struct src *x, int64_t r0, int64_t n, float *buf) {
+    hsize_t st[TAP_MAX_DIMS] = {0}, cnt[TAP_MAX_DIMS];
+    memcpy(cnt, x->dims, sizeof cnt);
+    st[0] = (hsize_t)r0;
+    cnt[0] = (hsize_t)n;
+    return read_slab(x, st, cnt, buf);
 }
 
 // positions [t0, t0 + n) of prompt p of a prompt-layout dataset into buf (n, pre, post), by way of
@@ -221,12 +227,7 @@ static herr_t read_prompt_rows(const struct src *x, int64_t p, int64_t t0, int64
     memcpy(cnt, x->dims, sizeof cnt);
     st[0] = (hsize_t)p, cnt[0] = 1;
     st[x->seq] = (hsize_t)t0, cnt[x->seq] = (hsize_t)n;
-    float *to = x->pre == 1 ? buf : tmp;
-    hid_t fs = H5Dget_space(x->ds), ms = H5Screate_simple(x->ndim, cnt, NULL);
-    herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-    if (r >= 0) r = H5Dread(x->ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, to);
-    H5Sclose(ms);
-    H5Sclose(fs);
+    herr_t r = read_slab(x, st, cnt, x->pre == 1 ? buf : tmp);
     for (int64_t i = 0; r >= 0 && x->pre > 1 && i < x->pre; i++) // (pre, n, post) -> (n, pre, post)
         for (int64_t t = 0; t < n; t++)
             memcpy(buf + (t * x->pre + i) * x->post, tmp + (i * n + t) * x->post,
@@ -369,6 +370,49 @@ struct result {
     struct stats s;
 };
 
+static char *attr_text(hid_t obj, const char *name) {
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    char *v = NULL, *out = NULL;
+    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
+        out = malloc(strlen(v) + 1);
+        if (out) strcpy(out, v);
+        H5free_memory(v);
+    }
+    H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return out;
+}
+
+// Every segment the master lists opens as HDF5: a lost or truncated one would read as NaN rows
+// through the virtual datasets, which a complete output must not have.
+static int check_segments(const char *path, hid_t f, struct ah_error *err) {
+    char *text = attr_text(f, "segments");
+    cJSON *segs = text ? cJSON_Parse(text) : NULL, *e;
+    int rc = cJSON_IsArray(segs) ? 0 : ah_fail(err, AH_EFORMAT, "%s: no segments attribute", path);
+    cJSON_ArrayForEach(e, segs) {
+        const cJSON *file = cJSON_GetObjectItemCaseSensitive(e, "file");
+        char seg[4400];
+        snprintf(seg, sizeof seg, "%s.parts/%s", path,
+                 cJSON_IsString(file) ? file->valuestring : "?");
+        hid_t s = cJSON_IsString(file) ? H5Fopen(seg, H5F_ACC_RDONLY, H5P_DEFAULT) : -1;
+        if (s >= 0) {
+            H5Fclose(s);
+            continue;
+        }
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s: the output is damaged: its segment %s is missing or does not open as "
+                     "HDF5 (statistics would take its rows as NaN)",
+                     path, seg);
+        break;
+    }
+    cJSON_Delete(segs);
+    free(text);
+    return rc;
+}
+
 // opens the output read-only and checks it is a complete harvest output; fills tb
 static int open_output(const char *path, hid_t *f, struct tables *tb, struct ah_error *err) {
     int64_t fmt = -1, complete = 0, done = -1;
@@ -400,7 +444,7 @@ static int open_output(const char *path, hid_t *f, struct tables *tb, struct ah_
                        path);
     if (H5Lexists(*f, "tokens/selected", H5P_DEFAULT) > 0)
         tb->selected = H5Dopen2(*f, "tokens/selected", H5P_DEFAULT);
-    return 0;
+    return check_segments(path, *f, err);
 }
 
 static void close_output(hid_t f, struct tables *tb) {
@@ -470,9 +514,14 @@ static int compute_all(const char *path, hid_t f, const struct tables *tb, struc
             rc = stats_of(path, &x, tb, &r->s, err);
         }
         if (rc == 0 && log)
-            fprintf(log, "stats: %s: %lld rows of %lld features, norm mean %.6g%s\n", r->name,
-                    (long long)r->s.count, (long long)r->s.n_features, r->s.norm_mean,
-                    r->s.nonfinite ? " (rows with NaN/inf left out: see n_rows_nonfinite)" : "");
+            fprintf(log, "stats: %s: %lld rows of %lld features, norm mean %.6g\n", r->name,
+                    (long long)r->s.count, (long long)r->s.n_features, r->s.norm_mean);
+        if (rc == 0 && r->s.nonfinite) // even with --quiet: a lost segment reads as NaN
+            fprintf(stderr,
+                    "harvest stats: warning: %s: %s: %lld rows hold a NaN or an infinity and are "
+                    "left out (n_rows_nonfinite); rows of a missing segment read as NaN: see "
+                    "`harvest inspect`\n",
+                    path, r->name, (long long)r->s.nonfinite);
         if (x.ds >= 0) H5Dclose(x.ds);
     }
     return rc;

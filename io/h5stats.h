@@ -29,7 +29,8 @@ int h5stats_write(hid_t loc, const char *name, int ndim, const int64_t *dims, co
 // and no key axis whose name matches one of globs (n_globs 0: all of them); then replaces the
 // master with a copy holding a new /stats group (written to PATH.tmp, fsynced, renamed: the master
 // stays whole at every moment). An incomplete output, or a glob matching no such activation, is
-// an error naming it (-AH_EINVAL). log (may be NULL) gets a line per activation.
+// an error naming it (-AH_EINVAL). log (may be NULL) gets a line per activation; an activation
+// with rows holding NaN or infinity (left out, counted) is a warning on stderr whatever log is.
 int h5stats_recompute(const char *path, const char *const *globs, int n_globs, FILE *log,
                       struct ah_error *err);
 

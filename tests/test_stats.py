@@ -7,7 +7,8 @@ io/stats.c does); the prompt layout (head-split values transposed to token rows)
 bits as the token layout; float16 storage is taken as stored; the master is replaced whole and
 keeps every other dataset and attribute; a second run gives the same bits and --names keeps the
 other statistics; an incomplete output, a name matching nothing, an activation without token rows
-and a file that is no output are refused, naming them, with the file unchanged; a --resume of
+a lost segment and a file that is no output are refused, naming them, with the file unchanged;
+a NaN row is left out whole, counted and warned of; a --resume of
 the complete output keeps them; --print."""
 import hashlib
 import math
@@ -208,6 +209,33 @@ check(sha(pr) == h, "refused runs leave the output unchanged")
 p = run(harvest, "stats", f"{work}/prompts.jsonl", check=1)
 check("prompts.jsonl" in p.stderr, f"not an output: {p.stderr.strip()}")
 run(harvest, "stats", check=1)
+
+# a lost segment (its rows would read as NaN through the master): refused, naming it
+dmg = harvest_out("dmg", acts=["encoder_3_output"], layout="token")
+segs = sorted(n for n in os.listdir(dmg + ".parts") if n.startswith("seg-"))
+os.rename(f"{dmg}.parts/{segs[0]}", f"{work}/lost.h5")
+h = sha(dmg)
+p = run(harvest, "stats", dmg, check=1)
+check("damaged" in p.stderr and segs[0] in p.stderr, f"a lost segment is named: {p.stderr.strip()}")
+check(sha(dmg) == h, "the damaged output is unchanged")
+# a NaN in a stored row (as a model's NaN would be): that row left out whole, counted, warned of
+os.rename(f"{work}/lost.h5", f"{dmg}.parts/{segs[0]}")
+with h5py.File(dmg, "r") as f:
+    v = f["activations/encoder_3_output"].virtual_sources()[0]
+    x = token_rows(f, "encoder_3_output")
+with h5py.File(os.path.join(work, v.file_name), "r+") as seg:
+    seg[v.dset_name][4, 7] = np.nan
+p = run(harvest, "stats", dmg, "--quiet", check=0)
+check("warning" in p.stderr and "encoder_3_output" in p.stderr and "1 rows" in p.stderr,
+      f"NaN rows are warned of even with --quiet: {p.stderr.strip()}")
+with h5py.File(dmg, "r") as f:
+    g = f["stats/encoder_3_output"]
+    keep = np.delete(x, 4, axis=0).astype(np.float64)
+    check(g.attrs["n_rows_nonfinite"] == 1 and (g["count"][:] == len(keep)).all(),
+          "the NaN row is counted in n_rows_nonfinite, not in count")
+    err = np.abs(g["mean"][:] - keep.mean(0)).max() / np.abs(keep).max()
+    check(err <= 1e-12 and np.isfinite(g["var"][:]).all(),
+          f"the other rows' statistics, unpoisoned ({err:.1e})")
 
 # ---- --print ----
 p = run(harvest, "stats", tok, "--print", "--top", "3", check=0)
