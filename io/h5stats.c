@@ -300,10 +300,12 @@ static int stats_of(const char *path, const struct src *x, const struct tables *
                      rows);
         goto fail;
     }
+    char what[TAP_NAME_MAX + 64];
+    snprintf(what, sizeof what, "read the rows of /activations/%s", x->name);
     for (int64_t p0 = 0; p0 < tb->n_prompts; p0 += tb->batch) {
         int64_t nb = tb->n_prompts - p0 < tb->batch ? tb->n_prompts - p0 : tb->batch;
         stats_reset(&part);
-        H5TRY(add_batch(x, tb, &w, p0, nb, &part), path, "read rows");
+        H5TRY(add_batch(x, tb, &w, p0, nb, &part), path, what);
         stats_merge(total, &part);
     }
 fail:
