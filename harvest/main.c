@@ -22,6 +22,7 @@ static const char usage_text[] =
     "  run JOB.json [--resume | --overwrite] [--quiet]   harvest activations into HDF5\n"
     "  activations MODEL_DIR [GLOB] [--json]            list the named activations\n"
     "  inspect OUT.h5 [--text P [--tokenizer PATH]]     summarise an output file\n"
+    "  stats OUT.h5 [--names GLOB,..] [--quiet] | --print [GLOB]  per-feature statistics\n"
     "  tokenize MODEL_DIR_OR_TOKENIZER FILE... [--decode] text <-> token ids (JSON Lines)\n"
     "  plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] [--expert-parallel E]\n"
     "                                                   parameters, bytes, weights a rank\n"
@@ -41,6 +42,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "init-model")) return cmd_init_model(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "stats")) return cmd_stats(argc - 2, argv + 2);
     if (strcmp(cmd, "run") && strcmp(cmd, "bench")) {
         fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
         return 1;
