@@ -1,0 +1,316 @@
+"""harvest_data: fast reading of harvest's training shards and outputs (numpy; torch optional).
+
+    from harvest_data import Shards, open_output, stats
+    for x in Shards("shards").batches("decoder_3_output", 4096, seed=0, torch=True):
+        ...                                   # x: a torch tensor [4096, 384], shuffled
+
+Shards (written by `harvest export OUT.h5 --shards DIR`) hold contiguous datasets, so a run of rows
+is one read at the dataset's file offset: no HDF5 call per batch, and bfloat16 (stored as its raw
+uint16 bits) is widened in numpy, `(u16.astype(uint32) << 16).view(float32)`, at memory speed.
+Needs numpy and h5py (Debian's python3-numpy, python3-h5py); torch only for torch=True.
+"""
+import json
+import os
+
+import numpy as np
+
+__all__ = ["Shards", "open_output", "stats", "widen_bf16"]
+
+
+def widen_bf16(u16):
+    """Raw bfloat16 bits (uint16) to float32, exactly."""
+    return (np.asarray(u16, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _as_torch(a):
+    import torch
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+class _Column:
+    """Where one dataset lives in each shard file: byte offset, element dtype, row shape."""
+
+    def __init__(self, files, path):
+        import h5py
+        self.offsets, self.bf16 = [], False
+        for fn in files:
+            with h5py.File(fn, "r") as f:
+                d = f[path]
+                off = d.id.get_offset()
+                if off is None and d.shape[0] > 0:
+                    raise ValueError(f"{fn}: {path} is not contiguous")
+                self.offsets.append(off or 0)
+                self.dtype, self.row = d.dtype, d.shape[1:]
+                storage = d.attrs.get("storage", "")
+                storage = storage.decode() if isinstance(storage, bytes) else storage
+                self.bf16 = storage == "bfloat16-as-uint16"
+        self.row_elems = int(np.prod(self.row, dtype=np.int64))
+        self.row_bytes = self.row_elems * self.dtype.itemsize
+
+
+class Shards:
+    """The shards of one split ("train" or "val") of an export folder."""
+
+    def __init__(self, path, split="train"):
+        self.path = path
+        with open(os.path.join(path, "manifest.json")) as f:
+            self.manifest = json.load(f)
+        sp = self.manifest["splits"][split]
+        self.split = split
+        self.files = [os.path.join(path, s["file"]) for s in sp["shards"]]
+        self.tokens = [int(s["tokens"]) for s in sp["shards"]]
+        self.n_tokens = int(sp["tokens"])
+        self.shard_tokens = int(self.manifest["shard_tokens"])
+        self.names = [n["name"] for n in self.manifest["names"]]
+        self._cols = {}
+        self._fds = {}
+        self._pid = None
+
+    def __len__(self):
+        return self.n_tokens
+
+    def _column(self, name):
+        if name not in self._cols:
+            path = "activations/" + name if name in self.names else "tokens/" + name
+            if name not in self.names and name not in self.manifest["columns"]:
+                raise KeyError(f"{self.path}: no name {name!r} (it has {self.names} and "
+                               f"{self.manifest['columns']})")
+            self._cols[name] = _Column(self.files, path)
+        return self._cols[name]
+
+    def _fd(self, i):
+        if self._pid != os.getpid():  # a forked DataLoader worker opens its own files
+            self._fds, self._pid = {}, os.getpid()
+        if i not in self._fds:
+            self._fds[i] = os.open(self.files[i], os.O_RDONLY)
+        return self._fds[i]
+
+    def read(self, name, shard, start, count, out=None):
+        """Rows [start, start + count) of shard `shard` as stored (bfloat16: raw uint16)."""
+        c = self._column(name)
+        if out is None:
+            out = np.empty((count,) + c.row, c.dtype)
+        mv = memoryview(out.reshape(-1).view(np.uint8))[:count * c.row_bytes]
+        pos, got = c.offsets[shard] + start * c.row_bytes, 0
+        while got < len(mv):
+            n = os.preadv(self._fd(shard), [mv[got:]], pos + got)
+            if n <= 0:
+                raise IOError(f"{self.files[shard]}: short read")
+            got += n
+        return out
+
+    def rows(self, name, shard=None, widen=True):
+        """A whole shard (or all, concatenated in shard order) of one name, widened."""
+        shards = range(len(self.files)) if shard is None else [shard]
+        c = self._column(name)
+        x = np.concatenate([self.read(name, i, 0, self.tokens[i]) for i in shards]) \
+            if shards else np.empty((0,) + c.row, c.dtype)
+        return widen_bf16(x) if widen and c.bf16 else x
+
+    def batches(self, name, batch_tokens, seed=0, rank=0, world=1, torch=False, epoch=0,
+                run_tokens=None, buffer_tokens=None, drop_last=False, with_index=False,
+                widen=True):
+        """Yields shuffled batches [batch_tokens, ...] of `name`: every token of the split exactly
+        once per epoch over all ranks (the last batch of a rank may be short unless drop_last).
+
+        Runs of run_tokens contiguous rows (default batch_tokens) are read whole, in an order drawn
+        from (seed, epoch), rank r of world taking every world-th run (and DataLoader workers
+        splitting a rank's runs); a buffer of buffer_tokens rows (default 8 batches) mixes rows of
+        several runs and shards. The shards are already globally shuffled by the export; this
+        reshuffles them every epoch. with_index: yields (batch, index) with each row's position in
+        the split (shard * shard_tokens + row). widen: bfloat16 to float32 (else raw uint16).
+        """
+        c = self._column(name)
+        run = int(run_tokens or batch_tokens)
+        cap = int(buffer_tokens or 8 * batch_tokens)
+        cap = max(cap, batch_tokens)
+        rng = np.random.default_rng([seed, epoch])
+        runs = [(i, a, min(run, n - a)) for i, n in enumerate(self.tokens) for a in range(0, n, run)]
+        order = rng.permutation(len(runs)) if runs else np.zeros(0, np.int64)
+        part, parts = rank, world
+        try:
+            if torch:
+                import torch.utils.data as tud
+                w = tud.get_worker_info()
+                if w is not None:
+                    part, parts = rank * w.num_workers + w.id, world * w.num_workers
+        except ImportError:
+            pass
+        mine = order[part::parts]
+        rng = np.random.default_rng([seed, epoch, part])
+        buf = np.empty((cap + run,) + c.row, c.dtype)
+        idx = np.empty(cap + run, np.int64)
+        fill = 0
+
+        def emit(rows, final):
+            nonlocal fill
+            perm = rng.permutation(rows)
+            whole = rows // batch_tokens * batch_tokens
+            stop = rows if final and not drop_last else whole
+            for a in range(0, stop, batch_tokens):
+                sel = perm[a:a + batch_tokens]
+                x = buf[sel]
+                if widen and c.bf16:
+                    x = widen_bf16(x)
+                if torch:
+                    x = _as_torch(x)
+                yield (x, idx[sel]) if with_index else x
+            rest = perm[whole:]
+            buf[:len(rest)] = buf[rest]
+            idx[:len(rest)] = idx[rest]
+            fill = len(rest)
+
+        for k in mine:
+            i, a, n = runs[k]
+            self.read(name, i, a, n, out=buf[fill:fill + n])
+            idx[fill:fill + n] = np.arange(a, a + n) + i * self.shard_tokens
+            fill += n
+            if fill >= cap:
+                yield from emit(fill, False)
+        if fill:
+            yield from emit(fill, True)
+
+    def close(self):
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# harvest outputs
+
+
+class Output:
+    """A harvest output (OUT.h5 + OUT.h5.parts/) read through its segment files directly, in
+    their stored type (bfloat16 as raw bits, widened in numpy): no virtual-dataset penalty."""
+
+    def __init__(self, path):
+        import h5py
+        self.path = path
+        self.f = h5py.File(path, "r")
+        self.attrs = dict(self.f.attrs)
+        self.length = self.f["prompts/length"][:]
+        self.token_offset = self.f["prompts/token_offset"][:]
+        self.source_index = self.f["prompts/source_index"][:]
+        self.n_prompts = len(self.length)
+        self.n_tokens = self.f["tokens/input_ids"].shape[0]
+        self.names = sorted(self.f["activations"].keys())
+        self._maps = {}
+        self._files = {}
+
+    def _map(self, name):
+        """[(v0, v1, file, dataset, s0)]: virtual rows [v0, v1) are rows s0.. of file/dataset."""
+        if name not in self._maps:
+            d = self.f["activations/" + name]
+            runs = []
+            if d.is_virtual:
+                base = os.path.dirname(os.path.abspath(self.path))
+                for m in d.virtual_sources():
+                    (v0, *_), (v1, *_) = m.vspace.get_select_bounds()
+                    (s0, *_), _ = m.src_space.get_select_bounds()
+                    runs.append((v0, v1 + 1, os.path.join(base, m.file_name), m.dset_name, s0))
+            else:
+                runs.append((0, d.shape[0], None, "activations/" + name, 0))
+            runs.sort()
+            ft = d.id.get_type()
+            bf16 = d.dtype == np.float32 and ft.get_size() == 2 and ft.get_fields()[4] == 7
+            f16 = d.dtype == np.float16 or (ft.get_size() == 2 and not bf16)
+            self._maps[name] = (runs, d.shape[1:], bf16, f16, d)
+        return self._maps[name]
+
+    def _dset(self, file, dset):
+        import h5py
+        if file is None:
+            return self.f[dset]
+        if file not in self._files:
+            self._files[file] = h5py.File(file, "r")
+        return self._files[file][dset]
+
+    def rows(self, name, r0, r1, raw=False):
+        """Stored rows [r0, r1) of a dataset (prompts or tokens, by its layout); floats as
+        float32 (raw=True: bfloat16 as uint16 bits). Rows no segment holds are NaN / 0."""
+        import h5py
+        runs, shape, bf16, f16, d = self._map(name)
+        dt = np.uint16 if bf16 else np.float16 if f16 else d.dtype
+        dt = np.dtype(dt)
+        fill = 0x7fc0 if bf16 else np.nan if dt.kind == "f" else 0  # 0x7fc0: a bfloat16 NaN
+        out = np.full((r1 - r0,) + shape, fill, dt)
+        for v0, v1, file, dset, s0 in runs:
+            a, b = max(r0, v0), min(r1, v1)
+            if a >= b:
+                continue
+            sd = self._dset(file, dset)
+            fs = sd.id.get_space()
+            start = (s0 + a - v0,) + (0,) * len(shape)
+            fs.select_hyperslab(start, (b - a,) + shape)
+            dest = out[a - r0:b - r0]
+            ms = h5py.h5s.create_simple(dest.shape)
+            sd.id.read(ms, fs, dest, mtype=sd.id.get_type() if bf16 else None)
+        if bf16 and not raw:
+            return widen_bf16(out)
+        return out.astype(np.float32) if f16 and not raw else out
+
+    def prompt(self, name, p, raw=False):
+        """Prompt p's rows of a dataset: its T = length[p] tokens (token layout), or the leading
+        corner [:T] of its stored row along the sequence axis (prompt layout)."""
+        T = int(self.length[p])
+        axes = [a.decode() if isinstance(a, bytes) else a
+                for a in self.f["activations/" + name].attrs["stored_axes"]]
+        if axes[0] == "token":
+            o = int(self.token_offset[p])
+            return self.rows(name, o, o + T, raw)
+        x = self.rows(name, p, p + 1, raw)[0]
+        seq = next(k for k, a in enumerate(axes[1:]) if a in ("sequence", "seq", "query"))
+        return np.take(x, np.arange(T), axis=seq)
+
+    def tokens(self, name, t0, t1, raw=False):
+        """Token rows [t0, t1) (token layout), or gathered from prompt rows (prompt layout)."""
+        axes = [a.decode() if isinstance(a, bytes) else a
+                for a in self.f["activations/" + name].attrs["stored_axes"]]
+        if axes[0] == "token":
+            return self.rows(name, t0, t1, raw)
+        p0 = int(np.searchsorted(self.token_offset, t0, side="right") - 1)
+        parts, t = [], t0
+        for p in range(p0, self.n_prompts):
+            if t >= t1:
+                break
+            x = self.prompt(name, p, raw)
+            seq = next(k for k, a in enumerate(axes[1:]) if a in ("sequence", "seq", "query"))
+            x = np.moveaxis(x, seq, 0)
+            a = t - int(self.token_offset[p])
+            b = min(int(self.length[p]), t1 - int(self.token_offset[p]))
+            parts.append(x[a:b])
+            t += b - a
+        return np.concatenate(parts)
+
+    def close(self):
+        for f in self._files.values():
+            f.close()
+        self.f.close()
+
+
+def open_output(path):
+    """An Output over a harvest output file (see Output)."""
+    return Output(path)
+
+
+def stats(path, name=None):
+    """The per-feature statistics of an output or an export: {NAME: {count, mean, var, min, max,
+    norm_mean, norm_var, sae_scale}} from /stats/NAME (issue 12), or one name's dict. None when
+    the file has none (outputs written before statistics existed; `harvest stats` adds them)."""
+    import h5py
+    if os.path.isdir(path):
+        path = os.path.join(path, json.load(open(os.path.join(path, "manifest.json")))
+                            ["splits"]["train"]["shards"][0]["file"])
+    with h5py.File(path, "r") as f:
+        if "stats" not in f:
+            return None
+        out = {}
+        for n, g in f["stats"].items():
+            out[n] = {k: g[k][()] for k in g}
+            out[n].update({k: g.attrs[k] for k in g.attrs})
+        if name is None:
+            return out
+        if name not in out:
+            raise KeyError(f"{path}: no statistics for {name!r} (it has {sorted(out)})")
+        return out[name]
