@@ -108,67 +108,75 @@ class Shards:
         return widen_bf16(x) if widen and c.bf16 else x
 
     def batches(self, name, batch_tokens, seed=0, rank=0, world=1, torch=False, epoch=0,
-                run_tokens=None, buffer_tokens=None, drop_last=False, with_index=False,
-                widen=True):
+                mix=8, shuffle_rows=False, drop_last=False, with_index=False, widen=True):
         """Yields shuffled batches [batch_tokens, ...] of `name`: every token of the split exactly
-        once per epoch over all ranks (the last batch of a rank may be short unless drop_last).
+        once per epoch over all ranks (a rank's last batch may be short unless drop_last).
 
-        Runs of run_tokens contiguous rows (default batch_tokens) are read whole, in an order drawn
-        from (seed, epoch), rank r of world taking every world-th run (and DataLoader workers
-        splitting a rank's runs); a buffer of buffer_tokens rows (default 8 batches) mixes rows of
-        several runs and shards. The shards are already globally shuffled by the export; this
-        reshuffles them every epoch. with_index: yields (batch, index) with each row's position in
-        the split (shard * shard_tokens + row). widen: bfloat16 to float32 (else raw uint16).
+        The export already placed the tokens in a keyed random order, so any run of rows of a
+        shard is a uniform random sample of the corpus. A batch is `mix` pieces of
+        batch_tokens / mix contiguous rows, the pieces of all shards taken in an order drawn from
+        (seed, epoch): each epoch mixes rows of other shards and other places into each batch.
+        Rank r of world takes every world-th piece (DataLoader workers split a rank's pieces, each
+        opening its own files). Each piece is read straight into the batch (one copy from the page
+        cache); bfloat16 is widened to float32 in one numpy pass (widen=False: raw uint16).
+        shuffle_rows also permutes the rows inside each batch (one more copy). with_index: yields
+        (batch, index), each row's place in the split (shard * shard_tokens + row). With torch
+        and widen=False, bfloat16 comes as a torch.bfloat16 tensor over the raw bits (no copy).
         """
         c = self._column(name)
-        run = int(run_tokens or batch_tokens)
-        cap = int(buffer_tokens or 8 * batch_tokens)
-        cap = max(cap, batch_tokens)
-        rng = np.random.default_rng([seed, epoch])
-        runs = [(i, a, min(run, n - a)) for i, n in enumerate(self.tokens) for a in range(0, n, run)]
-        order = rng.permutation(len(runs)) if runs else np.zeros(0, np.int64)
+        piece = max(1, int(batch_tokens) // max(1, int(mix)))
+        pieces = [(i, a, min(piece, n - a)) for i, n in enumerate(self.tokens)
+                  for a in range(0, n, piece)]
+        order = np.random.default_rng([seed, epoch]).permutation(len(pieces))
         part, parts = rank, world
-        try:
-            if torch:
+        if torch:
+            try:
                 import torch.utils.data as tud
                 w = tud.get_worker_info()
                 if w is not None:
                     part, parts = rank * w.num_workers + w.id, world * w.num_workers
-        except ImportError:
-            pass
-        mine = order[part::parts]
+            except ImportError:
+                pass
         rng = np.random.default_rng([seed, epoch, part])
-        buf = np.empty((cap + run,) + c.row, c.dtype)
-        idx = np.empty(cap + run, np.int64)
+        raw = np.empty((batch_tokens,) + c.row, c.dtype)
+        idx = np.empty(batch_tokens, np.int64)
         fill = 0
 
-        def emit(rows, final):
-            nonlocal fill
-            perm = rng.permutation(rows)
-            whole = rows // batch_tokens * batch_tokens
-            stop = rows if final and not drop_last else whole
-            for a in range(0, stop, batch_tokens):
-                sel = perm[a:a + batch_tokens]
-                x = buf[sel]
-                if widen and c.bf16:
-                    x = widen_bf16(x)
-                if torch:
-                    x = _as_torch(x)
-                yield (x, idx[sel]) if with_index else x
-            rest = perm[whole:]
-            buf[:len(rest)] = buf[rest]
-            idx[:len(rest)] = idx[rest]
-            fill = len(rest)
+        def out(rows):
+            if shuffle_rows:
+                perm = rng.permutation(rows)
+                x, i = raw[perm], idx[perm]
+            else:
+                x, i = raw[:rows], idx[:rows].copy()
+            if widen and c.bf16:
+                w = np.empty(x.shape, np.uint32)
+                np.left_shift(x, 16, out=w, dtype=np.uint32)
+                x = w.view(np.float32)
+            elif not shuffle_rows:
+                x = x.copy() if rows < batch_tokens else x
+            if torch and c.bf16 and not widen:  # torch.bfloat16 over the same bits, no copy
+                x = _as_torch(x.view(np.int16)).view(__import__("torch").bfloat16)
+            elif torch:
+                x = _as_torch(x)
+            return (x, i) if with_index else x
 
-        for k in mine:
-            i, a, n = runs[k]
-            self.read(name, i, a, n, out=buf[fill:fill + n])
-            idx[fill:fill + n] = np.arange(a, a + n) + i * self.shard_tokens
-            fill += n
-            if fill >= cap:
-                yield from emit(fill, False)
-        if fill:
-            yield from emit(fill, True)
+        for k in order[part::parts]:
+            i, a, n = pieces[k]
+            while n > 0:
+                take = min(n, batch_tokens - fill)
+                self.read(name, i, a, take, out=raw[fill:fill + take])
+                if with_index:
+                    idx[fill:fill + take] = np.arange(a, a + take) + i * self.shard_tokens
+                fill += take
+                a += take
+                n -= take
+                if fill == batch_tokens:
+                    yield out(fill)
+                    fill = 0
+                    if not (widen and c.bf16) and not shuffle_rows:
+                        raw = np.empty_like(raw)  # the batch handed out keeps its array
+        if fill and not drop_last:
+            yield out(fill)
 
     def close(self):
         for fd in self._fds.values():
