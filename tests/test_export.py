@@ -324,6 +324,27 @@ e1 = np.concatenate([i for _, i in s.batches("x", 4096, seed=1, epoch=1, with_in
 check(not np.array_equal(e0, e1), "reader: another epoch, another order")
 check(hd.stats(f"{work}/np1") is None, "stats: None when there are none")
 
+try:
+    import torch
+except ImportError:
+    torch = None
+    print("torch not installed (Debian: python3-torch): the torch paths are not checked")
+if torch is not None:
+    s = hd.Shards(f"{work}/sh-bfloat16")
+    want = s.rows("encoder_1_output")
+    for (x, i), y in zip(s.batches("encoder_1_output", 16, seed=3, torch=True, with_index=True),
+                         s.batches("encoder_1_output", 16, seed=3, torch=True, widen=False)):
+        check(isinstance(x, torch.Tensor) and x.dtype == torch.float32 and
+              np.array_equal(x.numpy(), want[i]), "torch: float32 batches equal the shard rows")
+        check(y.dtype == torch.bfloat16 and torch.equal(y.float(), x),
+              "torch, widen=False: torch.bfloat16 over the raw bits")
+    big_s = hd.Shards(f"{work}/np1")
+    dl = torch.utils.data.DataLoader(big_s.torch_dataset("x", 4096, seed=1, with_index=True),
+                                     batch_size=None, num_workers=2)
+    idx = np.concatenate([np.asarray(i) for _, i in dl])
+    check(np.array_equal(np.sort(idx), np.arange(big_s.n_tokens)),
+          "torch DataLoader, 2 workers: every token exactly once an epoch")
+
 # open_output: per prompt and token rows equal h5py's reads, both layouts, bfloat16 raw
 for src in (tok, pr, seg):
     o = hd.open_output(src)

@@ -178,6 +178,25 @@ class Shards:
         if fill and not drop_last:
             yield out(fill)
 
+    def torch_dataset(self, name, batch_tokens, seed=0, rank=0, world=1, **kw):
+        """A torch IterableDataset of batches(..., torch=True) for a DataLoader with
+        batch_size=None; workers split the rank's runs and open their own files. Its set_epoch(e)
+        draws another order."""
+        import torch.utils.data as tud
+        shards = self
+
+        class _Batches(tud.IterableDataset):
+            epoch = 0
+
+            def set_epoch(self, e):
+                self.epoch = e
+
+            def __iter__(self):
+                return shards.batches(name, batch_tokens, seed, rank, world, torch=True,
+                                      epoch=self.epoch, **kw)
+
+        return _Batches()
+
     def close(self):
         for fd in self._fds.values():
             os.close(fd)
