@@ -323,6 +323,17 @@ e0 = np.concatenate([i for _, i in s.batches("x", 4096, seed=1, with_index=True)
 e1 = np.concatenate([i for _, i in s.batches("x", 4096, seed=1, epoch=1, with_index=True)])
 check(not np.array_equal(e0, e1), "reader: another epoch, another order")
 check(hd.stats(f"{work}/np1") is None, "stats: None when there are none")
+# batch arrays are reused only once nothing refers to them: batches kept (or views of them) keep
+# their values while later ones are read
+for d, name in ((f"{work}/np1", "x"), (f"{work}/sh-bfloat16", "encoder_1_output")):
+    s = hd.Shards(d)
+    for kw in ({}, {"shuffle_rows": True}):
+        kept = list(s.batches(name, 1024, seed=4, **kw))
+        views = [x[:3] for x in s.batches(name, 1024, seed=4, **kw)]
+        fresh = [x.copy() for x in s.batches(name, 1024, seed=4, **kw)]
+        check(len(kept) == len(fresh) and all(np.array_equal(a, b) for a, b in zip(kept, fresh))
+              and all(np.array_equal(a, b[:3]) for a, b in zip(views, fresh)),
+              f"reader {d} {kw}: kept batches and views keep their values")
 
 try:
     import torch

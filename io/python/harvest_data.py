@@ -11,6 +11,7 @@ Needs numpy and h5py (Debian's python3-numpy, python3-h5py); torch only for torc
 """
 import json
 import os
+import sys
 
 import numpy as np
 
@@ -46,6 +47,27 @@ class _Column:
                 self.bf16 = storage == "bfloat16-as-uint16"
         self.row_elems = int(np.prod(self.row, dtype=np.int64))
         self.row_bytes = self.row_elems * self.dtype.itemsize
+
+
+class _Pool:
+    """Batch arrays handed out and reused once nothing refers to them any more (the caller
+    dropped the batch and every view and tensor of it): fresh large arrays cost page faults
+    (glibc maps allocations of 32 MiB and more anew each time), reused ones do not."""
+
+    def __init__(self, cap=4):
+        self.arrays, self.cap = [], cap
+
+    def get(self, shape, dtype):
+        for k in range(len(self.arrays)):
+            a = self.arrays[k]
+            if a.shape == shape and a.dtype == dtype:
+                del a
+                if sys.getrefcount(self.arrays[k]) == 2:  # the list's and the argument's
+                    return self.arrays[k]
+        a = np.empty(shape, dtype)
+        if len(self.arrays) < self.cap:
+            self.arrays.append(a)
+        return a
 
 
 class Shards:
@@ -138,22 +160,32 @@ class Shards:
             except ImportError:
                 pass
         rng = np.random.default_rng([seed, epoch, part])
-        raw = np.empty((batch_tokens,) + c.row, c.dtype)
+        if getattr(self, "_pool_pid", None) != os.getpid():  # kept across epochs
+            self._pool, self._pool_pid = _Pool(), os.getpid()
+        pool = self._pool
+        widen_bf16_ = widen and c.bf16
+        raw = pool.get((batch_tokens,) + c.row, c.dtype)
         idx = np.empty(batch_tokens, np.int64)
         fill = 0
 
         def out(rows):
+            nonlocal raw
+            src, i = raw[:rows], idx[:rows].copy()
             if shuffle_rows:
                 perm = rng.permutation(rows)
-                x, i = raw[perm], idx[perm]
-            else:
-                x, i = raw[:rows], idx[:rows].copy()
-            if widen and c.bf16:
-                w = np.empty(x.shape, np.uint32)
-                np.left_shift(x, 16, out=w, dtype=np.uint32)
+                i = i[perm]
+                if not widen_bf16_:
+                    x = pool.get(raw.shape, raw.dtype)[:rows]
+                    np.take(src, perm, axis=0, out=x)
+                else:
+                    src = src[perm]
+            elif not widen_bf16_:
+                x = src  # handed out as read: the next batch is read into another array
+                raw = pool.get(raw.shape, raw.dtype)
+            if widen_bf16_:
+                w = pool.get(raw.shape, np.uint32)[:rows]
+                np.left_shift(src, 16, out=w, dtype=np.uint32)
                 x = w.view(np.float32)
-            elif not shuffle_rows:
-                x = x.copy() if rows < batch_tokens else x
             if torch and c.bf16 and not widen:  # torch.bfloat16 over the same bits, no copy
                 x = _as_torch(x.view(np.int16)).view(__import__("torch").bfloat16)
             elif torch:
@@ -173,8 +205,6 @@ class Shards:
                 if fill == batch_tokens:
                     yield out(fill)
                     fill = 0
-                    if not (widen and c.bf16) and not shuffle_rows:
-                        raw = np.empty_like(raw)  # the batch handed out keeps its array
         if fill and not drop_last:
             yield out(fill)
 
