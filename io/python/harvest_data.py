@@ -23,6 +23,16 @@ def widen_bf16(u16):
     return (np.asarray(u16, np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def _pread(fd, mv, pos, name):
+    """fills the memoryview mv from file offset pos"""
+    got = 0
+    while got < len(mv):
+        n = os.preadv(fd, [mv[got:]], pos + got)
+        if n <= 0:
+            raise IOError(f"{name}: short read at byte {pos + got}")
+        got += n
+
+
 def _as_torch(a):
     import torch
     return torch.from_numpy(np.ascontiguousarray(a))
@@ -113,12 +123,7 @@ class Shards:
         if out is None:
             out = np.empty((count,) + c.row, c.dtype)
         mv = memoryview(out.reshape(-1).view(np.uint8))[:count * c.row_bytes]
-        pos, got = c.offsets[shard] + start * c.row_bytes, 0
-        while got < len(mv):
-            n = os.preadv(self._fd(shard), [mv[got:]], pos + got)
-            if n <= 0:
-                raise IOError(f"{self.files[shard]}: short read")
-            got += n
+        _pread(self._fd(shard), mv, c.offsets[shard] + start * c.row_bytes, self.files[shard])
         return out
 
     def rows(self, name, shard=None, widen=True):
@@ -192,11 +197,17 @@ class Shards:
                 x = _as_torch(x)
             return (x, i) if with_index else x
 
+        fds, rb = {}, c.row_bytes
+        mv = memoryview(raw.reshape(-1).view(np.uint8))
         for k in order[part::parts]:
             i, a, n = pieces[k]
+            fd = fds.get(i)
+            if fd is None:
+                fd = fds[i] = self._fd(i)
             while n > 0:
                 take = min(n, batch_tokens - fill)
-                self.read(name, i, a, take, out=raw[fill:fill + take])
+                _pread(fd, mv[fill * rb:(fill + take) * rb], c.offsets[i] + a * rb,
+                       self.files[i])
                 if with_index:
                     idx[fill:fill + take] = np.arange(a, a + take) + i * self.shard_tokens
                 fill += take
@@ -205,6 +216,7 @@ class Shards:
                 if fill == batch_tokens:
                     yield out(fill)
                     fill = 0
+                    mv = memoryview(raw.reshape(-1).view(np.uint8))
         if fill and not drop_last:
             yield out(fill)
 
