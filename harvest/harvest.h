@@ -132,6 +132,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_stats(int argc, char **argv); // statscmd.c
+int cmd_export(int argc, char **argv);
 
 // prints "harvest: MSG" and returns the exit code of rc
 int report(int rc, const struct ah_error *err);

@@ -29,7 +29,9 @@ static const char usage_text[] =
     "  init-model --family encdec [--preset NAME] [--seed N] [--dtype f32|f16|bf16]\n"
     "             [--shards N] OUT_DIR                  write a random-weight checkpoint\n"
     "  init-model --family laguna --preset XS-2.1|XS.2|S-2.1|M.1 [--seed N] [--shards N] OUT_DIR\n"
-    "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n";
+    "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n"
+    "  export OUT.h5 --shards DIR [--names N1,N2] [--dtype D] [--shard-tokens N] [--seed S]\n"
+    "         [--val FRACTION] [--allow-partial] [--quiet]  shuffled training shards\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -43,6 +45,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "stats")) return cmd_stats(argc - 2, argv + 2);
+    if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
     if (strcmp(cmd, "run") && strcmp(cmd, "bench")) {
         fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
         return 1;

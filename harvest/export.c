@@ -1,0 +1,473 @@
+// export.c - `harvest export OUT.h5 --shards DIR`: globally shuffled, token-major training shards.
+//
+// The plan: every exported token gets an index j in its split (train or val, chosen per source
+// document by a keyed hash), and lands at position pi = feistel(j) of the split's shuffled order:
+// shard pi / st, row pi % st. No table: memory is flat in the corpus size. Each rank writes whole
+// shards (shard g to rank g % N), a group of them at a time (as many as --memory holds), gathering
+// their rows in one sequential pass over the source; a shard is written to NAME.tmp, fsynced and
+// renamed, so a killed export rerun with the same command keeps the finished ones (verified) and
+// writes the same bytes for the rest.
+#define _POSIX_C_SOURCE 200809L // defines: strtok_r, fsync
+#include "harvest/export.h"
+#include "harvest/harvest.h"
+#include "io/feistel.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define VAL_KEY 0x76616c6964617465ULL // "validate": the held-out split's hash key
+
+struct xopts {
+    const char *src, *dir, *names;
+    enum xkind dtype; // XK_I64: as the source stores it
+    int64_t shard_tokens, shard_size, memory;
+    int64_t seed;
+    double val;
+    bool allow_partial, quiet;
+};
+
+struct xplan {
+    int64_t n[2]; // tokens of train, val
+    int64_t prompts[2];
+    int64_t *off; // (n_prompts) index of the prompt's first token in its split; -1: not exported
+    uint8_t *val; // (n_prompts) 1: the prompt is held out
+    int64_t st;   // tokens a shard (the last of a split may hold fewer)
+    int64_t shards[2]; // shards of train, val; shard g >= shards[0] is val shard g - shards[0]
+    size_t row_bytes;  // a token's bytes in a shard: every name's row and the four columns
+    struct feistel perm[2];
+};
+
+static const char *const split_name[2] = {"train", "val"};
+
+static const char usage[] =
+    "usage: harvest export OUT.h5 --shards DIR [--names N1,N2] [--dtype float32|float16|bfloat16]\n"
+    "                      [--shard-tokens N | --shard-size BYTES] [--seed S] [--val FRACTION]\n"
+    "                      [--memory BYTES] [--allow-partial] [--quiet]\n";
+
+// ----------------------------------------------------------------------------
+// options
+
+// "123", "64K", "512M", "1G" (powers of 1024)
+static int parse_size(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    double mul = *end == 'K' || *end == 'k'   ? 1024.0
+                 : *end == 'M' || *end == 'm' ? 1048576.0
+                 : *end == 'G' || *end == 'g' ? 1073741824.0
+                                              : 1.0;
+    if (mul > 1.0) end++;
+    if (errno || end == s || *end || v < 0 || v * mul > 9e18) return -1;
+    *out = (int64_t)(v * mul);
+    return 0;
+}
+
+static int parse_opts(struct xopts *o, int argc, char **argv) {
+    // dtype XK_I64: each name as the source stores it
+    *o = (struct xopts){.dtype = XK_I64, .memory = 2LL << 30, .shard_size = 1LL << 30};
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        char *end = NULL;
+        if (!strcmp(a, "--allow-partial")) {
+            o->allow_partial = true;
+        } else if (!strcmp(a, "--quiet")) {
+            o->quiet = true;
+        } else if (a[0] == '-' && a[1] == '-' && !v) {
+            fprintf(stderr, "harvest export: %s needs a value\n%s", a, usage);
+            return -1;
+        } else if (!strcmp(a, "--shards")) {
+            o->dir = argv[++i];
+        } else if (!strcmp(a, "--names")) {
+            o->names = argv[++i];
+        } else if (!strcmp(a, "--dtype")) {
+            i++;
+            if (!strcmp(v, "float32") || !strcmp(v, "float16") || !strcmp(v, "bfloat16")) {
+                o->dtype = !strcmp(v, "float32")   ? XK_F32
+                           : !strcmp(v, "float16") ? XK_F16
+                                                   : XK_BF16;
+            } else {
+                fprintf(stderr,
+                        "harvest export: --dtype \"%s\": expected float32, float16 or "
+                        "bfloat16\n",
+                        v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--shard-tokens") || !strcmp(a, "--seed")) {
+            long long n = strtoll(argv[++i], &end, 10);
+            bool seed = !strcmp(a, "--seed");
+            if (*end || end == v || n < 0 || (seed && n >= (1LL << 53)) || (!seed && n < 1)) {
+                fprintf(stderr, "harvest export: %s \"%s\": expected %s\n", a, v,
+                        seed ? "an integer in [0, 2^53)" : "a positive number of tokens");
+                return -1;
+            }
+            *(seed ? &o->seed : &o->shard_tokens) = n;
+        } else if (!strcmp(a, "--shard-size") || !strcmp(a, "--memory")) {
+            if (parse_size(argv[++i], !strcmp(a, "--memory") ? &o->memory : &o->shard_size) < 0) {
+                fprintf(stderr, "harvest export: %s \"%s\": expected bytes (e.g. 512M, 2G)\n", a,
+                        v);
+                return -1;
+            }
+        } else if (!strcmp(a, "--val")) {
+            o->val = strtod(argv[++i], &end);
+            if (*end || end == v || !(o->val >= 0 && o->val < 1)) {
+                fprintf(stderr, "harvest export: --val \"%s\": expected a fraction in [0, 1)\n", v);
+                return -1;
+            }
+        } else if (a[0] != '-' && !o->src) {
+            o->src = a;
+        } else {
+            fprintf(stderr, "harvest export: unexpected \"%s\"\n%s", a, usage);
+            return -1;
+        }
+    }
+    if (!o->src || !o->dir) {
+        fputs(usage, stderr);
+        return -1;
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the plan
+
+static int64_t shard_tokens(const struct xplan *pl, int64_t g, int *split, int64_t *k) {
+    *split = g >= pl->shards[0];
+    *k = *split ? g - pl->shards[0] : g;
+    int64_t left = pl->n[*split] - *k * pl->st;
+    return left < pl->st ? left : pl->st;
+}
+
+static void shard_file(char *buf, size_t n, int split, int64_t k) {
+    snprintf(buf, n, "%s-%05lld.h5", split_name[split], (long long)k);
+}
+
+static int plan_build(struct xplan *pl, const struct xsrc *s, const struct xopts *o,
+                      struct ah_error *err) {
+    int64_t N = s->n_prompts;
+    pl->off = malloc((size_t)(N ? N : 1) * sizeof *pl->off);
+    pl->val = malloc((size_t)(N ? N : 1));
+    if (!pl->off || !pl->val) return ah_fail(err, AH_ENOMEM, "out of memory");
+    for (int64_t p = 0; p < N; p++) {
+        int v = o->val > 0 &&
+                unit_hash((uint64_t)o->seed ^ VAL_KEY, (uint64_t)s->source_index[p]) < o->val;
+        pl->val[p] = (uint8_t)v;
+        pl->off[p] = s->done[p] ? pl->n[v] : -1;
+        if (s->done[p]) pl->n[v] += s->length[p], pl->prompts[v]++;
+    }
+    pl->row_bytes = 4 * sizeof(int64_t);
+    for (int i = 0; i < s->n_names; i++)
+        pl->row_bytes += (size_t)s->names[i].elems * xkind_size(s->names[i].dst);
+    pl->st = o->shard_tokens ? o->shard_tokens : o->shard_size / (int64_t)pl->row_bytes;
+    if (pl->st < 1)
+        return ah_fail(err, AH_EINVAL,
+                       "--shard-size %lld: smaller than one token row (%zu bytes: the names' rows "
+                       "and 32 bytes of ids)",
+                       (long long)o->shard_size, pl->row_bytes);
+    if ((int64_t)pl->row_bytes * pl->st + (int64_t)xsrc_block_bytes(s) > o->memory)
+        return ah_fail(err, AH_EINVAL,
+                       "--memory %lld: holds no shard of %lld tokens (%lld bytes) and a read block "
+                       "(%zu bytes); lower --shard-tokens or raise --memory",
+                       (long long)o->memory, (long long)pl->st,
+                       (long long)(pl->st * (int64_t)pl->row_bytes), xsrc_block_bytes(s));
+    for (int k = 0; k < 2; k++) {
+        pl->shards[k] = (pl->n[k] + pl->st - 1) / pl->st;
+        feistel_init(&pl->perm[k], pl->n[k] ? (uint64_t)pl->n[k] : 1,
+                     mix64((uint64_t)o->seed) ^ (uint64_t)k);
+    }
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// manifest.json
+
+static cJSON *manifest(const struct xplan *pl, const struct xsrc *s, const struct xopts *o) {
+    cJSON *m = cJSON_CreateObject(), *src = cJSON_CreateObject(), *names = cJSON_CreateArray();
+    char hex[32], file[64];
+    const char *slash = strrchr(o->src, '/');
+    cJSON_AddStringToObject(m, "format", "harvest-shards");
+    cJSON_AddNumberToObject(m, "format_version", 1);
+    cJSON_AddStringToObject(src, "file", slash ? slash + 1 : o->src);
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)s->data_checksum);
+    cJSON_AddStringToObject(src, "data_checksum", hex);
+    cJSON_AddNumberToObject(src, "complete", (double)s->complete);
+    cJSON_AddNumberToObject(src, "prompts", (double)s->n_prompts);
+    cJSON_AddNumberToObject(src, "tokens", (double)s->n_tokens);
+    cJSON_AddNumberToObject(src, "prompts_exported", (double)(pl->prompts[0] + pl->prompts[1]));
+    cJSON_AddStringToObject(src, "layout", s->token_layout ? "token" : "prompt");
+    cJSON_AddStringToObject(src, "storage_dtype", s->storage);
+    cJSON_AddItemToObject(m, "source", src);
+    cJSON_AddNumberToObject(m, "seed", (double)o->seed);
+    cJSON_AddNumberToObject(m, "val_fraction", o->val);
+    cJSON_AddStringToObject(m, "dtype", o->dtype == XK_I64 ? s->storage : xkind_name(o->dtype));
+    cJSON_AddNumberToObject(m, "shard_tokens", (double)pl->st);
+    for (int i = 0; i < s->n_names; i++) {
+        const struct xname *x = &s->names[i];
+        cJSON *n = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+        cJSON_AddStringToObject(n, "name", x->name);
+        for (int k = 0; k < x->ndim; k++)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)x->dims[k]));
+        cJSON_AddItemToObject(n, "shape", shape);
+        cJSON_AddStringToObject(n, "dtype", xkind_name(x->dst));
+        cJSON_AddStringToObject(n, "storage",
+                                x->dst == XK_BF16 ? "bfloat16-as-uint16" : xkind_name(x->dst));
+        cJSON_AddStringToObject(n, "source_dtype", xkind_name(x->src));
+        cJSON_AddItemToArray(names, n);
+    }
+    cJSON_AddItemToObject(m, "names", names);
+    cJSON_AddItemToObject(m, "columns", cJSON_CreateStringArray(xshard_cols, 4));
+    cJSON *splits = cJSON_AddObjectToObject(m, "splits");
+    for (int k = 0; k < 2; k++) {
+        cJSON *sp = cJSON_AddObjectToObject(splits, split_name[k]), *list = cJSON_CreateArray();
+        cJSON_AddNumberToObject(sp, "tokens", (double)pl->n[k]);
+        cJSON_AddNumberToObject(sp, "prompts", (double)pl->prompts[k]);
+        for (int64_t j = 0; j < pl->shards[k]; j++) {
+            cJSON *e = cJSON_CreateObject();
+            int64_t left = pl->n[k] - j * pl->st;
+            shard_file(file, sizeof file, k, j);
+            cJSON_AddStringToObject(e, "file", file);
+            cJSON_AddNumberToObject(e, "tokens", (double)(left < pl->st ? left : pl->st));
+            cJSON_AddItemToArray(list, e);
+        }
+        cJSON_AddItemToObject(sp, "shards", list);
+    }
+    return m;
+}
+
+// Rank 0: makes DIR, or checks that the export already there is this one; writes manifest.json
+// (through a temporary, fsynced and renamed) before any shard.
+static int prepare_dir(const char *dir, const cJSON *want, bool *resumed, struct ah_error *err) {
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return ah_fail(err, AH_EIO, "%s: cannot create the folder: %s", dir, strerror(errno));
+    char *text = NULL;
+    *resumed = false;
+    if (access(path, F_OK) == 0) {
+        int rc = ah_read_file(path, &text, err);
+        if (rc < 0) return rc;
+        cJSON *have = cJSON_Parse(text);
+        free(text);
+        const cJSON *it;
+        const char *diff = have ? NULL : "(unreadable JSON)";
+        cJSON_ArrayForEach(it, want) {
+            if (!diff &&
+                !cJSON_Compare(it, cJSON_GetObjectItemCaseSensitive(have, it->string), true))
+                diff = it->string;
+        }
+        if (diff)
+            rc = ah_fail(err, AH_EEXIST,
+                         "%s: the folder holds a different export (\"%s\" differs); give another "
+                         "--shards folder or remove this one",
+                         path, diff);
+        cJSON_Delete(have);
+        *resumed = rc == 0;
+        return rc;
+    }
+    text = cJSON_Print(want);
+    FILE *f = text ? fopen(tmp, "w") : NULL;
+    int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
+             fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = 0;
+    free(text);
+    if (!ok || rename(tmp, path) != 0)
+        return ah_fail(err, AH_EIO, "%s: cannot write: %s", path, strerror(errno));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// gathering shards: one pass over the source for a group of shards
+
+static void place_token(struct xshard *b, int64_t row, struct xsrc *s, int64_t p, int64_t pos) {
+    for (int i = 0; i < s->n_names; i++) {
+        const struct xname *x = &s->names[i];
+        size_t rb = (size_t)x->elems * xkind_size(x->dst);
+        xkind_convert((char *)b->act[i] + (size_t)row * rb, x->dst, xsrc_token(s, i, p, pos),
+                      x->src, x->elems);
+    }
+    b->cols[0][row] = s->ids[s->token_offset[p] + pos - s->t0];
+    b->cols[1][row] = p;
+    b->cols[2][row] = pos;
+    b->cols[3][row] = s->source_index[p];
+}
+
+// Fills the shards of group (n of them; slot_of maps a global shard to its place in bufs, -1 if
+// not in the group) in one pass over the source.
+static int gather(struct xsrc *s, const struct xplan *pl, const int *slot_of, struct xshard *bufs,
+                  bool progress, int pass, int passes, struct ah_error *err) {
+    double last = now_seconds();
+    for (int64_t p0 = 0, p1; p0 < s->n_prompts; p0 = p1) {
+        p1 = xsrc_block_end(s, p0);
+        int64_t p = p0;
+        while (p < p1 && pl->off[p] < 0)
+            p++;
+        if (p == p1) continue; // nothing exported in the block
+        int rc = xsrc_read(s, p0, p1, err);
+        if (rc < 0) return rc;
+        for (p = p0; p < p1; p++) {
+            if (pl->off[p] < 0) continue;
+            int v = pl->val[p];
+            for (int64_t pos = 0; pos < s->length[p]; pos++) {
+                int64_t pi = (int64_t)feistel_map(&pl->perm[v], (uint64_t)(pl->off[p] + pos));
+                int64_t sh = pi / pl->st, g = v ? pl->shards[0] + sh : sh;
+                if (slot_of[g] >= 0) place_token(&bufs[slot_of[g]], pi - sh * pl->st, s, p, pos);
+            }
+        }
+        if (progress && now_seconds() - last > 2) {
+            last = now_seconds();
+            fprintf(stderr, "export: pass %d/%d: %.0f%% of the source read\n", pass, passes,
+                    100.0 * (double)p1 / (double)s->n_prompts);
+        }
+    }
+    return 0;
+}
+
+static struct xshard_meta shard_meta(const struct xplan *pl, const struct xopts *o,
+                                     const struct xsrc *s, int64_t g) {
+    int split;
+    int64_t k, n = shard_tokens(pl, g, &split, &k);
+    return (struct xshard_meta){.split = split_name[split],
+                                .shard = k,
+                                .n_tokens = n,
+                                .first_position = k * pl->st,
+                                .seed = o->seed,
+                                .data_checksum = s->data_checksum,
+                                .val_fraction = o->val};
+}
+
+// This rank's shards (g % size == rank): those not already finished, in groups that fit the
+// memory budget, each group gathered in one pass and written.
+static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xopts *o, int rank,
+                        int size, int64_t *kept, int64_t *written, struct ah_error *err) {
+    int64_t G = pl->shards[0] + pl->shards[1], n_todo = 0;
+    int64_t *todo = malloc((size_t)(G ? G : 1) * sizeof *todo);
+    int *slot_of = malloc((size_t)(G ? G : 1) * sizeof *slot_of);
+    int64_t budget = o->memory - (int64_t)xsrc_block_bytes(s);
+    int rc = todo && slot_of ? 0 : ah_fail(err, AH_ENOMEM, "out of memory");
+    char file[64];
+    for (int64_t g = rank; rc == 0 && g < G; g += size) {
+        struct xshard_meta m = shard_meta(pl, o, s, g);
+        shard_file(file, sizeof file, g >= pl->shards[0], m.shard);
+        if (xshard_verify(o->dir, file, s, &m, 64 << 20))
+            ++*kept;
+        else
+            todo[n_todo++] = g;
+    }
+    int64_t per_group = budget / ((int64_t)pl->row_bytes * pl->st);
+    if (per_group < 1) per_group = 1;
+    int passes = (int)((n_todo + per_group - 1) / per_group);
+    for (int64_t a = 0, pass = 1; rc == 0 && a < n_todo; a += per_group, pass++) {
+        int64_t b = a + per_group < n_todo ? a + per_group : n_todo;
+        struct xshard *bufs = calloc((size_t)(b - a), sizeof *bufs);
+        for (int64_t g = 0; g < G; g++)
+            slot_of[g] = -1;
+        if (!bufs) rc = ah_fail(err, AH_ENOMEM, "out of memory");
+        for (int64_t j = a; rc == 0 && j < b; j++) {
+            slot_of[todo[j]] = (int)(j - a);
+            if (xshard_alloc(&bufs[j - a], s, shard_meta(pl, o, s, todo[j]).n_tokens) < 0)
+                rc = ah_fail(err, AH_ENOMEM, "out of memory for a shard of %lld tokens",
+                             (long long)pl->st);
+        }
+        if (rc == 0)
+            rc = gather(s, pl, slot_of, bufs, !o->quiet && rank == 0, (int)pass, passes, err);
+        for (int64_t j = a; rc == 0 && j < b; j++) {
+            struct xshard_meta m = shard_meta(pl, o, s, todo[j]);
+            shard_file(file, sizeof file, todo[j] >= pl->shards[0], m.shard);
+            rc = xshard_write(o->dir, file, &bufs[j - a], s, &m, err);
+            if (rc == 0) ++*written;
+            if (rc == 0 && !o->quiet && rank == 0)
+                fprintf(stderr, "export: %s written (%lld tokens; %lld of this rank's %lld)\n",
+                        file, (long long)m.n_tokens, (long long)(j + 1), (long long)n_todo);
+        }
+        for (int64_t j = a; bufs && j < b; j++)
+            xshard_free(&bufs[j - a], s->n_names);
+        free(bufs);
+    }
+    free(todo);
+    free(slot_of);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the command
+
+static int export_plan(struct xsrc *s, struct xplan *pl, const struct xopts *o, int rank,
+                       bool *resumed, struct ah_error *err) {
+    int64_t block = o->memory / 8 < (64 << 20) ? o->memory / 8 : (64 << 20);
+    int rc = xsrc_open(s, o->src, o->names, o->dtype, block, err);
+    if (rc == 0 && s->complete != 1 && !o->allow_partial)
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s: the output is incomplete (complete = %lld: %lld of %lld prompts done); "
+                     "finish it with `harvest run JOB --resume`, or export what is complete with "
+                     "--allow-partial",
+                     o->src, (long long)s->complete, (long long)s->prompts_done,
+                     (long long)s->n_prompts);
+    if (rc == 0) rc = plan_build(pl, s, o, err);
+    if (rc == 0 && rank == 0) {
+        cJSON *m = manifest(pl, s, o);
+        rc = m ? prepare_dir(o->dir, m, resumed, err) : ah_fail(err, AH_ENOMEM, "out of memory");
+        cJSON_Delete(m);
+    }
+    return rc;
+}
+
+// Every rank's exit code; a failing rank prints its own message unless rank 0 failed too (then
+// rank 0's message, the same on every rank for a bad input, is the one shown).
+static int agree(int rc, const struct ah_error *err, int rank, int size) {
+    int mine[2] = {rank == 0 ? ah_exit_code(rc) * (rc < 0) : 0, rc < 0 ? ah_exit_code(rc) : 0};
+    int all[2] = {mine[0], mine[1]};
+    if (MPI_Allreduce(mine, all, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) all[1] = 2;
+    if (rc < 0 && (rank == 0 || all[0] == 0)) {
+        if (size > 1 && rank > 0) fprintf(stderr, "[rank %d] ", rank);
+        report(rc, err);
+    }
+    return all[1];
+}
+
+int cmd_export(int argc, char **argv) {
+    struct xopts o;
+    if (parse_opts(&o, argc, argv) < 0) return 1;
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // errors are reported by harvest, naming the file
+    // REQUIRED: an MPI program (mpirun -np N harvest export ...), or a singleton
+    if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+        fprintf(stderr, "harvest: MPI_Init failed\n");
+        return 2;
+    }
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    struct xsrc s = {0};
+    struct xplan pl = {0};
+    struct ah_error err = {0};
+    bool resumed = false;
+    double t0 = now_seconds();
+    int rc = export_plan(&s, &pl, &o, rank, &resumed, &err);
+    int code = agree(rc, &err, rank, size);
+    int64_t counts[2] = {0, 0}, total[2] = {0, 0}; // shards kept, written
+    if (code == 0) {
+        if (resumed && rank == 0 && !o.quiet)
+            fprintf(stderr, "export: %s holds this export already: finished shards are kept\n",
+                    o.dir);
+        rc = write_shards(&s, &pl, &o, rank, size, &counts[0], &counts[1], &err);
+        code = agree(rc, &err, rank, size);
+        MPI_Reduce(counts, total, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    }
+    if (code == 0 && rank == 0 && !o.quiet)
+        fprintf(stderr,
+                "export: %s: %lld train shards (%lld tokens), %lld val shards (%lld tokens); %lld "
+                "written, %lld kept, %.1f s\n",
+                o.dir, (long long)pl.shards[0], (long long)pl.n[0], (long long)pl.shards[1],
+                (long long)pl.n[1], (long long)total[1], (long long)total[0], now_seconds() - t0);
+    free(pl.off);
+    free(pl.val);
+    xsrc_close(&s);
+    MPI_Finalize();
+    return code;
+}

@@ -1,0 +1,105 @@
+// export.h - `harvest export`'s parts: the source (a finished harvest output read through the HDF5
+// C API), and shard files. export.c plans the shuffle and drives the ranks.
+#ifndef AH_EXPORT_H
+#define AH_EXPORT_H
+
+#include "model/ah.h"
+
+#include <hdf5.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define X_MAX_DIMS 8
+
+enum xkind { XK_F32, XK_F16, XK_BF16, XK_I64 }; // element storage
+
+const char *xkind_name(enum xkind k); // "float32", "float16", "bfloat16", "int64"
+size_t xkind_size(enum xkind k);
+// Converts n elements from src (storage sk) to dst (storage dk). Floats go through float32
+// (round to nearest even when narrowing); int64 is copied. sk and dk are both float or both int64.
+void xkind_convert(void *dst, enum xkind dk, const void *src, enum xkind sk, int64_t n);
+
+// One exported activation.
+struct xname {
+    char name[256];
+    hid_t ds;                 // source dataset (the master's)
+    enum xkind src, dst;      // storage in the source and in the shards
+    int ndim;                 // axes of a token row
+    int64_t dims[X_MAX_DIMS]; // shape of a token row
+    int64_t elems;            // elements of a token row
+    int64_t outer, inner;     // prompt layout: elements of a prompt row before / after the
+                              // sequence axis (a token row is outer runs of inner elements)
+    int64_t src_rows;         // prompt layout: sequence length S of the stored rows
+    size_t src_bytes;         // bytes of one stored row (a prompt's or a token's)
+};
+
+// A finished harvest output, opened read-only.
+struct xsrc {
+    const char *path; // borrowed
+    hid_t f, ids_ds;  // the master, its /tokens/input_ids
+    bool token_layout;
+    int64_t n_prompts, n_tokens;
+    int64_t *source_index; // (n_prompts) owned
+    int64_t *length;       // (n_prompts) owned
+    int64_t *token_offset; // (n_prompts) owned
+    uint8_t *done;         // (n_prompts) 1 if every dataset of the output holds the prompt
+    int64_t complete, prompts_done;
+    uint64_t data_checksum; // the source's identification (root attribute data_checksum)
+    char storage[32];       // root attribute storage_dtype
+    struct xname *names;    // (n_names) owned
+    int n_names;
+    // the block being read (xsrc_read): prompts [p0, p1), their tokens [t0, t1)
+    int64_t p0, p1, t0, t1;
+    void **blk;          // (n_names) raw stored rows of the block; owned
+    int64_t *ids;        // (t1 - t0) input ids of the block; owned
+    int64_t blk_prompts; // capacity, prompt layout: prompts; token layout: tokens (in rows)
+    void *row;           // one gathered token row (prompt layout); owned
+};
+
+// Opens path, reads its prompt table and picks the names (names_csv: comma-separated, NULL for
+// every token-layout-able dataset). Errors name the file and the name: not a harvest output, an
+// unknown name (listing the names it has), a name with no token rows (a key axis, or none or two
+// sequence axes). block_bytes bounds the raw block xsrc_read holds.
+// dst: the shards' float storage (XK_I64: each name's own).
+int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkind dst,
+              int64_t block_bytes, struct ah_error *err);
+void xsrc_close(struct xsrc *s); // safe on a zeroed struct
+// The end of the block starting at prompt p0 (at least one prompt).
+int64_t xsrc_block_end(const struct xsrc *s, int64_t p0);
+// Reads the raw rows of prompts [p0, p1) (p1 from xsrc_block_end) and their input ids.
+int xsrc_read(struct xsrc *s, int64_t p0, int64_t p1, struct ah_error *err);
+// Token pos of prompt p (inside the block) of name i, as stored (raw source elements).
+const void *xsrc_token(struct xsrc *s, int i, int64_t p, int64_t pos);
+// Bytes the block buffers hold.
+size_t xsrc_block_bytes(const struct xsrc *s);
+
+// ---- shard files ----
+struct xshard_meta {
+    const char *split; // "train" or "val"
+    int64_t shard, n_tokens, first_position, seed;
+    uint64_t data_checksum;
+    double val_fraction;
+};
+
+// One shard's rows in memory: per name n_tokens dst rows, and four int64 columns.
+struct xshard {
+    int64_t n_tokens;
+    void **act;       // (n_names) (n_tokens, row) in the dst kind; owned
+    int64_t *cols[4]; // input_ids, prompt_index, position, source_index; owned
+};
+extern const char *const xshard_cols[4];
+
+int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens);
+void xshard_free(struct xshard *b, int n_names);
+// Writes b to dir/file through dir/file.tmp (fsynced, then renamed): contiguous datasets
+// /activations/NAME and /tokens/{input_ids, prompt_index, position, source_index}, with
+// attributes (README "Training shards"), and the checksum of their bytes.
+int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
+                 const struct xshard_meta *m, struct ah_error *err);
+// 1 if dir/file is a finished shard matching m and s's names (shapes and checksum), 0 if absent or
+// not (then it is rewritten). Reads at most buf_bytes at a time.
+int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
+                  const struct xshard_meta *m, size_t buf_bytes);
+
+#endif

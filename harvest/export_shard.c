@@ -1,0 +1,260 @@
+// export_shard.c - one training shard on disk: an HDF5 file of contiguous datasets (no chunks, no
+// filters), so a reader can take any run of rows straight from the dataset's file offset.
+#define _POSIX_C_SOURCE 200809L // defines: fsync, open
+#include "harvest/export.h"
+#include "io/feistel.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *const xshard_cols[4] = {"input_ids", "prompt_index", "position", "source_index"};
+
+int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens) {
+    memset(b, 0, sizeof *b);
+    b->n_tokens = n_tokens;
+    b->act = calloc((size_t)s->n_names, sizeof *b->act);
+    if (!b->act) return -1;
+    for (int i = 0; i < s->n_names; i++) {
+        size_t n = (size_t)(n_tokens * s->names[i].elems) * xkind_size(s->names[i].dst);
+        if (!(b->act[i] = malloc(n ? n : 1))) return -1;
+    }
+    for (int c = 0; c < 4; c++)
+        if (!(b->cols[c] = malloc((size_t)(n_tokens ? n_tokens : 1) * sizeof(int64_t)))) return -1;
+    return 0;
+}
+
+void xshard_free(struct xshard *b, int n_names) {
+    for (int i = 0; b->act && i < n_names; i++)
+        free(b->act[i]);
+    free(b->act);
+    for (int c = 0; c < 4; c++)
+        free(b->cols[c]);
+    memset(b, 0, sizeof *b);
+}
+
+// ----------------------------------------------------------------------------
+// types and attributes
+
+static hid_t half_type(void) { // IEEE float16, as h5py and numpy know it
+    hid_t t = H5Tcopy(H5T_IEEE_F32LE);
+    if (t < 0) return t;
+    herr_t r = H5Tset_fields(t, 15, 10, 5, 0, 10);
+    if (r >= 0) r = H5Tset_precision(t, 16);
+    if (r >= 0) r = H5Tset_size(t, 2);
+    if (r >= 0) r = H5Tset_ebias(t, 15);
+    if (r < 0) {
+        H5Tclose(t);
+        return -1;
+    }
+    return t;
+}
+
+// the file type of kind k (a copy the caller closes)
+static hid_t kind_type(enum xkind k) {
+    switch (k) {
+        case XK_F32:
+            return H5Tcopy(H5T_IEEE_F32LE);
+        case XK_F16:
+            return half_type();
+        case XK_BF16:
+            return H5Tcopy(H5T_STD_U16LE); // raw bfloat16 bits: widen by << 16
+        default:
+            return H5Tcopy(H5T_STD_I64LE);
+    }
+}
+
+static const char *kind_storage(enum xkind k) {
+    return k == XK_BF16 ? "bfloat16-as-uint16" : xkind_name(k);
+}
+
+static herr_t put_str(hid_t obj, const char *name, const char *value) {
+    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = H5I_INVALID_HID;
+    herr_t r = H5Tset_size(t, H5T_VARIABLE);
+    if (r >= 0) r = H5Tset_cset(t, H5T_CSET_UTF8);
+    if (r >= 0) r = (a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) < 0 ? -1 : 0;
+    if (r >= 0) r = H5Awrite(a, t, &value);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(s);
+    H5Tclose(t);
+    return r;
+}
+
+static herr_t put_num(hid_t obj, const char *name, hid_t type, const void *value) {
+    hid_t s = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(obj, name, type, s, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Awrite(a, type, value);
+    if (a >= 0) H5Aclose(a);
+    H5Sclose(s);
+    return r;
+}
+
+static int get_num(hid_t obj, const char *name, hid_t type, void *value) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Aread(a, type, value);
+    if (a >= 0) H5Aclose(a);
+    return r < 0 ? -1 : 0;
+}
+
+static herr_t put_meta(hid_t f, const struct xshard_meta *m, uint64_t sum) {
+    herr_t r = put_str(f, "format", "harvest-shard");
+    int64_t one = 1;
+    if (r >= 0) r = put_num(f, "format_version", H5T_STD_I64LE, &one);
+    if (r >= 0) r = put_str(f, "split", m->split);
+    if (r >= 0) r = put_num(f, "shard", H5T_STD_I64LE, &m->shard);
+    if (r >= 0) r = put_num(f, "n_tokens", H5T_STD_I64LE, &m->n_tokens);
+    if (r >= 0) r = put_num(f, "first_position", H5T_STD_I64LE, &m->first_position);
+    if (r >= 0) r = put_num(f, "seed", H5T_STD_I64LE, &m->seed);
+    if (r >= 0) r = put_num(f, "val_fraction", H5T_IEEE_F64LE, &m->val_fraction);
+    if (r >= 0) r = put_num(f, "source_data_checksum", H5T_STD_U64LE, &m->data_checksum);
+    if (r >= 0) r = put_num(f, "checksum", H5T_STD_U64LE, &sum);
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+// write
+
+static uint64_t shard_checksum(const struct xshard *b, const struct xsrc *s) {
+    uint64_t h = FNV64_INIT;
+    for (int i = 0; i < s->n_names; i++)
+        h = fnv64_words(h, b->act[i],
+                        (size_t)(b->n_tokens * s->names[i].elems) * xkind_size(s->names[i].dst));
+    for (int c = 0; c < 4; c++)
+        h = fnv64_words(h, b->cols[c], (size_t)b->n_tokens * sizeof(int64_t));
+    return h;
+}
+
+// a contiguous dataset loc/name of n rows of shape x (x NULL: int64 scalars) holding data
+static herr_t put_dset(hid_t loc, const char *name, const struct xname *x, int64_t n,
+                       const void *data) {
+    hsize_t d[X_MAX_DIMS + 1] = {(hsize_t)n};
+    int nd = 1;
+    for (int k = 0; x && k < x->ndim; k++)
+        d[nd++] = (hsize_t)x->dims[k];
+    enum xkind k = x ? x->dst : XK_I64;
+    hid_t t = kind_type(k), sp = H5Screate_simple(nd, d, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), ds = H5I_INVALID_HID;
+    herr_t r = t < 0 || sp < 0 || dcpl < 0 ? -1 : 0;
+    // REQUIRED: contiguous and allocated at once, so the dataset has a file offset; no times, so
+    // the same rows give the same bytes
+    if (r >= 0) r = H5Pset_layout(dcpl, H5D_CONTIGUOUS);
+    if (r >= 0) r = H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY);
+    if (r >= 0) r = H5Pset_obj_track_times(dcpl, 0);
+    if (r >= 0)
+        r = (ds = H5Dcreate2(loc, name, t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
+    if (r >= 0 && n > 0) r = H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    if (r >= 0) r = put_str(ds, "storage", kind_storage(k));
+    if (r >= 0 && x) r = put_str(ds, "source_storage", xkind_name(x->src));
+    if (ds >= 0) H5Dclose(ds);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    return r;
+}
+
+static int fsync_file(const char *path) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    int r = fsync(fd);
+    close(fd);
+    return r;
+}
+
+int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
+                 const struct xshard_meta *m, struct ah_error *err) {
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+    H5Pset_obj_track_times(gcpl, 0);
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
+    herr_t r = f < 0 ? -1 : put_meta(f, m, shard_checksum(b, s));
+    if (r >= 0) r = (g = H5Gcreate2(f, "activations", H5P_DEFAULT, gcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
+    for (int i = 0; r >= 0 && i < s->n_names; i++)
+        r = put_dset(g, s->names[i].name, &s->names[i], b->n_tokens, b->act[i]);
+    if (g >= 0) H5Gclose(g);
+    if (r >= 0) r = (g = H5Gcreate2(f, "tokens", H5P_DEFAULT, gcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
+    for (int c = 0; r >= 0 && c < 4; c++)
+        r = put_dset(g, xshard_cols[c], NULL, b->n_tokens, b->cols[c]);
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0 && H5Fclose(f) < 0) r = -1;
+    H5Pclose(gcpl);
+    if (r < 0) return ah_fail(err, AH_EIO, "%s: cannot write the shard (disk full?)", tmp);
+    if (fsync_file(tmp) != 0 || rename(tmp, path) != 0 || fsync_file(dir) != 0)
+        return ah_fail(err, AH_EIO, "%s: cannot finish the shard: %s", path, strerror(errno));
+    return 0;
+}
+
+// ----------------------------------------------------------------------------
+// verify
+
+// chains the bytes of dataset d (n rows of row_bytes, stored as type t) into *h, piece by piece
+static int hash_dset(hid_t d, int64_t n, size_t row_bytes, void *buf, size_t buf_bytes,
+                     uint64_t *h) {
+    int64_t rows = (int64_t)(buf_bytes / (row_bytes ? row_bytes : 1)) / 8 * 8;
+    if (rows < 8) rows = 8; // pieces of a multiple of 8 rows: a multiple of 8 bytes
+    hid_t t = H5Dget_type(d), fs = H5Dget_space(d);
+    int nd = H5Sget_simple_extent_ndims(fs);
+    hsize_t dims[X_MAX_DIMS + 1], start[X_MAX_DIMS + 1] = {0};
+    H5Sget_simple_extent_dims(fs, dims, NULL);
+    size_t file_row = H5Tget_size(t);
+    for (int k = 1; k < nd; k++)
+        file_row *= dims[k];
+    int rc = (int64_t)dims[0] == n && file_row == row_bytes ? 0 : -1;
+    for (int64_t r0 = 0; rc == 0 && r0 < n; r0 += rows) {
+        int64_t m = n - r0 < rows ? n - r0 : rows;
+        start[0] = (hsize_t)r0;
+        dims[0] = (hsize_t)m;
+        hid_t ms = H5Screate_simple(nd, dims, NULL);
+        if (H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, dims, NULL) < 0 ||
+            H5Dread(d, t, ms, fs, H5P_DEFAULT, buf) < 0)
+            rc = -1;
+        H5Sclose(ms);
+        if (rc == 0) *h = fnv64_words(*h, buf, (size_t)m * row_bytes);
+    }
+    H5Sclose(fs);
+    H5Tclose(t);
+    return rc;
+}
+
+int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
+                  const struct xshard_meta *m, size_t buf_bytes) {
+    char path[4200], name[300];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    if (access(path, R_OK) != 0) return 0;
+    size_t biggest = 8;
+    for (int i = 0; i < s->n_names; i++) {
+        size_t rb = (size_t)s->names[i].elems * xkind_size(s->names[i].dst);
+        biggest = rb > biggest ? rb : biggest;
+    }
+    if (buf_bytes < 8 * biggest) buf_bytes = 8 * biggest;
+    void *buf = malloc(buf_bytes);
+    hid_t f = buf ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
+    int64_t n = -1, shard = -1, seed = -1;
+    uint64_t sum = 0, src = 0, h = FNV64_INIT;
+    int ok = f >= 0 && get_num(f, "n_tokens", H5T_NATIVE_INT64, &n) == 0 &&
+             get_num(f, "shard", H5T_NATIVE_INT64, &shard) == 0 &&
+             get_num(f, "seed", H5T_NATIVE_INT64, &seed) == 0 &&
+             get_num(f, "checksum", H5T_NATIVE_UINT64, &sum) == 0 &&
+             get_num(f, "source_data_checksum", H5T_NATIVE_UINT64, &src) == 0 && n == m->n_tokens &&
+             shard == m->shard && seed == m->seed && src == m->data_checksum;
+    for (int i = 0; ok && i < s->n_names + 4; i++) {
+        const struct xname *x = i < s->n_names ? &s->names[i] : NULL;
+        snprintf(name, sizeof name, x ? "activations/%s" : "tokens/%s",
+                 x ? x->name : xshard_cols[i - s->n_names]);
+        hid_t d = H5Lexists(f, x ? "activations" : "tokens", H5P_DEFAULT) > 0 &&
+                          H5Lexists(f, name, H5P_DEFAULT) > 0
+                      ? H5Dopen2(f, name, H5P_DEFAULT)
+                      : H5I_INVALID_HID;
+        size_t rb = x ? (size_t)x->elems * xkind_size(x->dst) : 8;
+        ok = d >= 0 && hash_dset(d, n, rb, buf, buf_bytes, &h) == 0;
+        if (d >= 0) H5Dclose(d);
+    }
+    if (f >= 0) H5Fclose(f);
+    free(buf);
+    return ok && h == sum;
+}

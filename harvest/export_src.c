@@ -1,0 +1,453 @@
+// export_src.c - `harvest export`'s source: a harvest output read through the HDF5 C API, a block
+// of prompts at a time (large hyperslabs of the master's datasets, read in their stored type with
+// no conversion; the virtual datasets map them onto the segment files).
+#define _POSIX_C_SOURCE 200809L // defines: strdup, strtok_r, access
+#include "harvest/export.h"
+#include "io/halfconv.h"
+#include "model/tap.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+const char *xkind_name(enum xkind k) {
+    static const char *const n[] = {"float32", "float16", "bfloat16", "int64"};
+    return n[k];
+}
+
+size_t xkind_size(enum xkind k) {
+    return k == XK_F32 ? 4 : k == XK_I64 ? 8 : 2;
+}
+
+void xkind_convert(void *dst, enum xkind dk, const void *src, enum xkind sk, int64_t n) {
+    if (dk == sk) {
+        memcpy(dst, src, (size_t)n * xkind_size(dk));
+        return;
+    }
+    const uint16_t *h = src;
+    const float *f = src;
+    for (int64_t k = 0; k < n; k++) {
+        float v = sk == XK_F32 ? f[k] : sk == XK_F16 ? hc_f16_to_f32(h[k]) : hc_bf16_to_f32(h[k]);
+        if (dk == XK_F32)
+            ((float *)dst)[k] = v;
+        else
+            ((uint16_t *)dst)[k] = dk == XK_F16 ? hc_f32_to_f16(v) : hc_f32_to_bf16(v);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// attributes and tables
+
+static int attr_i64(hid_t obj, const char *name, int64_t *out) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, out);
+    if (a >= 0) H5Aclose(a);
+    return r < 0 ? -1 : 0;
+}
+
+// A string attribute (scalar: n = 1, or a 1-D array of at most max) into out[max][len].
+static int attr_strs(hid_t obj, const char *name, char *out, int len, int max) {
+    if (H5Aexists(obj, name) <= 0) return -1;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), sp = H5Aget_space(a);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    hssize_t n = H5Sget_simple_extent_npoints(sp);
+    char *v[X_MAX_DIMS + 1] = {0};
+    int rc = -1;
+    if (a >= 0 && n >= 1 && n <= max && n <= X_MAX_DIMS + 1 && H5Aread(a, t, v) >= 0) {
+        for (hssize_t k = 0; k < n; k++)
+            snprintf(out + k * len, (size_t)len, "%s", v[k] ? v[k] : "");
+        H5Dvlen_reclaim(t, sp, H5P_DEFAULT, v);
+        rc = (int)n;
+    }
+    H5Tclose(t);
+    H5Sclose(sp);
+    if (a >= 0) H5Aclose(a);
+    return rc;
+}
+
+static char *attr_text(hid_t obj, const char *name) {
+    if (H5Aexists(obj, name) <= 0) return NULL;
+    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = H5Tcopy(H5T_C_S1);
+    H5Tset_size(t, H5T_VARIABLE);
+    H5Tset_cset(t, H5T_CSET_UTF8);
+    char *v = NULL, *out = NULL;
+    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
+        out = strdup(v);
+        H5free_memory(v);
+    }
+    H5Tclose(t);
+    if (a >= 0) H5Aclose(a);
+    return out;
+}
+
+// A whole 1-D int64 dataset of n entries (n: its length if *n < 0) into a malloc'd array.
+static int64_t *read_table(hid_t f, const char *name, int64_t *n) {
+    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
+    if (d < 0) return NULL;
+    hid_t sp = H5Dget_space(d);
+    hsize_t dim = 0;
+    int64_t *v = NULL;
+    if (H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &dim, NULL) == 1 &&
+        (*n < 0 || (int64_t)dim == *n)) {
+        v = malloc((dim ? dim : 1) * sizeof *v);
+        if (v && dim && H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) {
+            free(v);
+            v = NULL;
+        }
+        *n = (int64_t)dim;
+    }
+    H5Sclose(sp);
+    H5Dclose(d);
+    return v;
+}
+
+// ----------------------------------------------------------------------------
+// which prompts every dataset holds (a stopped output lists the rows of complete batches)
+
+static int mark_done(struct xsrc *s, int n_datasets, struct ah_error *err) {
+    int64_t N = s->n_prompts;
+    if (s->complete == 1) {
+        memset(s->done, 1, (size_t)N);
+        return 0;
+    }
+    char *text = attr_text(s->f, "segments");
+    cJSON *a = text ? cJSON_Parse(text) : NULL;
+    uint8_t *cover = malloc((size_t)N + 1);
+    int rc = cJSON_IsArray(a) && cover
+                 ? 0
+                 : ah_fail(err, AH_EFORMAT, "%s: unreadable \"segments\" attribute", s->path);
+    memset(s->done, 1, (size_t)N);
+    for (int i = 0; rc == 0 && i < n_datasets; i++) {
+        memset(cover, 0, (size_t)N);
+        const cJSON *o, *u;
+        cJSON_ArrayForEach(o, a) {
+            const cJSON *ds = cJSON_GetObjectItemCaseSensitive(o, "datasets");
+            const cJSON *runs = cJSON_GetObjectItemCaseSensitive(o, "runs");
+            if (cJSON_GetArraySize(ds) != 2 || !cJSON_IsArray(runs)) continue;
+            if (i < cJSON_GetArrayItem(ds, 0)->valueint || i >= cJSON_GetArrayItem(ds, 1)->valueint)
+                continue;
+            cJSON_ArrayForEach(u, runs) {
+                int64_t p0 = (int64_t)cJSON_GetArrayItem(u, 0)->valuedouble;
+                int64_t p1 = (int64_t)cJSON_GetArrayItem(u, 1)->valuedouble;
+                for (int64_t p = p0 < 0 ? 0 : p0; p < p1 && p < N; p++)
+                    cover[p] = 1;
+            }
+        }
+        for (int64_t p = 0; p < N; p++)
+            s->done[p] &= cover[p];
+    }
+    free(cover);
+    cJSON_Delete(a);
+    free(text);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the datasets
+
+// Fills x from dataset NAME; returns 0, 1 if it has no token rows (why in *why), -1 on failure.
+static int describe(hid_t f, const char *name, bool *token_layout, struct xname *x,
+                    const char **why) {
+    char path[300], axes[X_MAX_DIMS + 1][64];
+    snprintf(path, sizeof path, "activations/%s", name);
+    memset(x, 0, sizeof *x);
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->ds = H5Dopen2(f, path, H5P_DEFAULT);
+    if (x->ds < 0) return -1;
+    hid_t sp = H5Dget_space(x->ds), t = H5Dget_type(x->ds);
+    hsize_t d[X_MAX_DIMS + 1];
+    int nd = H5Sget_simple_extent_ndims(sp);
+    int na = attr_strs(x->ds, "stored_axes", axes[0], 64, X_MAX_DIMS + 1);
+    int ok = nd >= 1 && nd <= X_MAX_DIMS + 1 && na == nd && t >= 0;
+    if (ok) H5Sget_simple_extent_dims(sp, d, NULL);
+    if (ok && H5Tget_class(t) == H5T_INTEGER) {
+        x->src = XK_I64;
+    } else if (ok && H5Tget_class(t) == H5T_FLOAT) {
+        size_t spos, epos, esize, mpos, msize;
+        H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize);
+        x->src = H5Tget_size(t) == 4 ? XK_F32 : msize == 7 ? XK_BF16 : XK_F16;
+    } else {
+        ok = 0;
+    }
+    H5Tclose(t);
+    H5Sclose(sp);
+    if (!ok) return -1;
+    *token_layout = !strcmp(axes[0], "token");
+    int seq = -1, n_seq = 0, n_key = 0;
+    for (int k = 1; k < nd; k++) {
+        enum tap_axis_kind kind = tap_axis_kind(axes[k]);
+        if (kind == TAP_AXIS_SEQ && strcmp(axes[k], "key")) seq = k, n_seq++;
+        n_key += kind == TAP_AXIS_SEQ2 || !strcmp(axes[k], "key");
+    }
+    x->outer = x->inner = x->elems = 1;
+    if (*token_layout) {
+        for (int k = 1; k < nd; k++)
+            x->dims[x->ndim++] = (int64_t)d[k], x->elems *= (int64_t)d[k];
+        x->inner = x->elems;
+        x->src_bytes = (size_t)x->elems * xkind_size(x->src);
+        return 0;
+    }
+    if (n_key || n_seq != 1) {
+        *why = n_key ? "it has a key axis" : "it has no single sequence axis";
+        return 1;
+    }
+    for (int k = 1; k < nd; k++) {
+        if (k == seq) continue;
+        x->dims[x->ndim++] = (int64_t)d[k];
+        x->elems *= (int64_t)d[k];
+        *(k < seq ? &x->outer : &x->inner) *= (int64_t)d[k];
+    }
+    x->src_rows = (int64_t)d[seq];
+    x->src_bytes = (size_t)(x->elems * x->src_rows) * xkind_size(x->src);
+    return 0;
+}
+
+static int add_name(struct xsrc *s, hid_t g, const char *name, const char *list, enum xkind dst,
+                    bool explicit, struct ah_error *err) {
+    struct xname x;
+    const char *why = "";
+    bool tok = false;
+    if (H5Lexists(g, name, H5P_DEFAULT) <= 0)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: --names: no dataset \"%s\" in /activations (it has: %s)", s->path, name,
+                       list);
+    int r = describe(s->f, name, &tok, &x, &why);
+    if (r < 0) {
+        if (x.ds >= 0) H5Dclose(x.ds);
+        return ah_fail(err, AH_EFORMAT, "%s: /activations/%s: unreadable (no stored_axes?)",
+                       s->path, name);
+    }
+    if (r == 1) {
+        H5Dclose(x.ds);
+        if (!explicit) return 0;
+        return ah_fail(err, AH_EINVAL, "%s: --names: \"%s\" has no token rows (%s)", s->path, name,
+                       why);
+    }
+    s->token_layout = tok;
+    x.dst = x.src == XK_I64 || dst == XK_I64 ? x.src : dst; // XK_I64: as stored
+    s->names[s->n_names++] = x;
+    return 0;
+}
+
+// every dataset of /activations, in name order, comma-separated (for messages)
+static char *list_names(hid_t g, int n) {
+    size_t cap = 256, len = 0;
+    char *out = calloc(cap, 1), buf[300];
+    for (int k = 0; out && k < n; k++) {
+        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)k, buf, sizeof buf,
+                           H5P_DEFAULT);
+        size_t l = strlen(buf);
+        if (len + l + 3 > cap) {
+            char *o = realloc(out, cap = 2 * (len + l + 3));
+            if (!o) break;
+            out = o;
+        }
+        len += (size_t)sprintf(out + len, "%s%s", k ? ", " : "", buf);
+    }
+    return out;
+}
+
+static int pick_names(struct xsrc *s, const char *csv, enum xkind dst, int *n_datasets,
+                      struct ah_error *err) {
+    hid_t g = H5Gopen2(s->f, "activations", H5P_DEFAULT);
+    H5G_info_t gi;
+    if (g < 0 || H5Gget_info(g, &gi) < 0) {
+        if (g >= 0) H5Gclose(g);
+        return ah_fail(err, AH_EFORMAT, "%s: no /activations group", s->path);
+    }
+    int n = (int)gi.nlinks, rc = 0;
+    char *list = list_names(g, n), buf[300];
+    *n_datasets = n;
+    s->names = calloc((size_t)n + 1, sizeof *s->names);
+    if (!s->names || !list) rc = ah_fail(err, AH_ENOMEM, "out of memory");
+    if (rc == 0 && csv) {
+        char *copy = strdup(csv), *save = NULL;
+        for (char *t = copy ? strtok_r(copy, ",", &save) : NULL; t && rc == 0;
+             t = strtok_r(NULL, ",", &save)) {
+            for (int k = 0; k < s->n_names; k++)
+                if (!strcmp(s->names[k].name, t))
+                    rc = ah_fail(err, AH_EINVAL, "--names: \"%s\" given twice", t);
+            if (rc == 0 && s->n_names == n)
+                rc = ah_fail(err, AH_EINVAL, "--names: more names than datasets");
+            if (rc == 0) rc = add_name(s, g, t, list, dst, true, err);
+        }
+        free(copy);
+    }
+    for (int k = 0; rc == 0 && !csv && k < n; k++) {
+        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)k, buf, sizeof buf,
+                           H5P_DEFAULT);
+        rc = add_name(s, g, buf, list, dst, false, err);
+    }
+    if (rc == 0 && s->n_names == 0)
+        rc = ah_fail(err, AH_EINVAL, "%s: no dataset with token rows to export (it has: %s)",
+                     s->path, list);
+    free(list);
+    H5Gclose(g);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// open, blocks
+
+static int alloc_blocks(struct xsrc *s, int64_t block_bytes) {
+    size_t row = 0, elems = 1;
+    int64_t longest = 1;
+    for (int i = 0; i < s->n_names; i++) {
+        row += s->names[i].src_bytes;
+        if ((size_t)s->names[i].elems > elems) elems = (size_t)s->names[i].elems;
+    }
+    for (int64_t p = 0; p < s->n_prompts; p++)
+        if (s->length[p] > longest) longest = s->length[p];
+    int64_t cap = block_bytes / (int64_t)(row ? row : 1);
+    if (s->token_layout && cap < longest) cap = longest;
+    if (cap < 1) cap = 1;
+    s->blk_prompts = cap;
+    int64_t tokens = s->token_layout ? cap : cap * s->names[0].src_rows;
+    for (int64_t k = 0; !s->token_layout && k < s->n_names; k++)
+        if (cap * s->names[k].src_rows > tokens) tokens = cap * s->names[k].src_rows;
+    if (s->n_names < 1 || tokens < 1) return -1;
+    s->blk = calloc((size_t)s->n_names, sizeof *s->blk);
+    s->ids = malloc((size_t)tokens * sizeof *s->ids);
+    s->row = malloc(elems * 8);
+    if (!s->blk || !s->ids || !s->row) return -1;
+    for (int i = 0; i < s->n_names; i++)
+        if (!(s->blk[i] = malloc((size_t)cap * s->names[i].src_bytes))) return -1;
+    return 0;
+}
+
+int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkind dst,
+              int64_t block_bytes, struct ah_error *err) {
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    s->f = s->ids_ds = H5I_INVALID_HID;
+    if (access(path, R_OK) != 0) return ah_fail(err, AH_ENOENT, "%s: cannot open", path);
+    s->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    int64_t fmt = 0, sum = 0, n_datasets = 0;
+    if (s->f < 0 || attr_i64(s->f, "harvest_format", &fmt) < 0)
+        return ah_fail(err, AH_EINVAL, "%s: not a harvest output (no harvest_format attribute)",
+                       path);
+    if (attr_i64(s->f, "complete", &s->complete) < 0) s->complete = 0;
+    if (attr_i64(s->f, "prompts_done", &s->prompts_done) < 0) s->prompts_done = 0;
+    if (attr_i64(s->f, "data_checksum", &sum) < 0)
+        return ah_fail(err, AH_EFORMAT, "%s: no data_checksum attribute", path);
+    s->data_checksum = (uint64_t)sum;
+    char *st = attr_text(s->f, "storage_dtype");
+    snprintf(s->storage, sizeof s->storage, "%s", st ? st : "float32");
+    free(st);
+    s->n_prompts = -1;
+    s->source_index = read_table(s->f, "prompts/source_index", &s->n_prompts);
+    s->length = read_table(s->f, "prompts/length", &s->n_prompts);
+    s->token_offset = read_table(s->f, "prompts/token_offset", &s->n_prompts);
+    s->n_tokens = -1;
+    s->ids_ds = H5Dopen2(s->f, "tokens/input_ids", H5P_DEFAULT);
+    hid_t sp = s->ids_ds < 0 ? H5I_INVALID_HID : H5Dget_space(s->ids_ds);
+    hsize_t nt = 0;
+    if (sp >= 0 && H5Sget_simple_extent_dims(sp, &nt, NULL) == 1) s->n_tokens = (int64_t)nt;
+    if (sp >= 0) H5Sclose(sp);
+    if (!s->source_index || !s->length || !s->token_offset || s->n_tokens < 0)
+        return ah_fail(err, AH_EFORMAT, "%s: unreadable /prompts or /tokens tables", path);
+    for (int64_t p = 0; p < s->n_prompts; p++)
+        if (s->length[p] < 0 || s->token_offset[p] < 0 ||
+            s->token_offset[p] + s->length[p] > s->n_tokens)
+            return ah_fail(err, AH_EFORMAT, "%s: /prompts/token_offset[%lld] out of range", path,
+                           (long long)p);
+    int nd = 0;
+    int rc = pick_names(s, names_csv, dst, &nd, err);
+    n_datasets = nd;
+    if (rc < 0) return rc;
+    if (!(s->done = malloc((size_t)s->n_prompts + 1)))
+        return ah_fail(err, AH_ENOMEM, "out of memory");
+    if ((rc = mark_done(s, (int)n_datasets, err)) < 0) return rc;
+    if (alloc_blocks(s, block_bytes) < 0)
+        return ah_fail(err, AH_ENOMEM, "out of memory for blocks of %lld bytes",
+                       (long long)block_bytes);
+    return 0;
+}
+
+void xsrc_close(struct xsrc *s) {
+    for (int i = 0; s->names && i < s->n_names; i++) {
+        if (s->names[i].ds >= 0) H5Dclose(s->names[i].ds);
+        if (s->blk) free(s->blk[i]);
+    }
+    if (s->ids_ds > 0) H5Dclose(s->ids_ds);
+    if (s->f > 0) H5Fclose(s->f);
+    free(s->names);
+    free(s->blk);
+    free(s->ids);
+    free(s->row);
+    free(s->source_index);
+    free(s->length);
+    free(s->token_offset);
+    free(s->done);
+    memset(s, 0, sizeof *s);
+}
+
+size_t xsrc_block_bytes(const struct xsrc *s) {
+    size_t b = 0;
+    for (int i = 0; i < s->n_names; i++)
+        b += (size_t)s->blk_prompts * s->names[i].src_bytes;
+    return b;
+}
+
+int64_t xsrc_block_end(const struct xsrc *s, int64_t p0) {
+    if (!s->token_layout)
+        return p0 + s->blk_prompts < s->n_prompts ? p0 + s->blk_prompts : s->n_prompts;
+    int64_t p = p0, t = 0;
+    while (p < s->n_prompts && (p == p0 || t + s->length[p] <= s->blk_prompts))
+        t += s->length[p++];
+    return p;
+}
+
+// rows [r0, r1) of dataset d (every axis but the first whole) into buf, in memory type mt
+static herr_t read_rows(hid_t d, hid_t mt, int64_t r0, int64_t r1, void *buf) {
+    if (r1 <= r0) return 0;
+    hid_t fs = H5Dget_space(d);
+    int nd = H5Sget_simple_extent_ndims(fs);
+    hsize_t dims[X_MAX_DIMS + 1], start[X_MAX_DIMS + 1] = {0};
+    H5Sget_simple_extent_dims(fs, dims, NULL);
+    start[0] = (hsize_t)r0;
+    dims[0] = (hsize_t)(r1 - r0);
+    hid_t ms = H5Screate_simple(nd, dims, NULL);
+    herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, dims, NULL);
+    if (r >= 0) r = H5Dread(d, mt, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return r;
+}
+
+int xsrc_read(struct xsrc *s, int64_t p0, int64_t p1, struct ah_error *err) {
+    s->p0 = p0, s->p1 = p1;
+    s->t0 = s->token_offset[p0];
+    s->t1 = s->token_offset[p1 - 1] + s->length[p1 - 1];
+    int64_t r0 = s->token_layout ? s->t0 : p0, r1 = s->token_layout ? s->t1 : p1;
+    for (int i = 0; i < s->n_names; i++) {
+        hid_t mt = s->names[i].src == XK_I64 ? H5T_NATIVE_INT64 : H5Dget_type(s->names[i].ds);
+        herr_t r = read_rows(s->names[i].ds, mt, r0, r1, s->blk[i]);
+        if (s->names[i].src != XK_I64) H5Tclose(mt);
+        if (r < 0)
+            return ah_fail(err, AH_EIO, "%s: /activations/%s: cannot read rows %lld..%lld", s->path,
+                           s->names[i].name, (long long)r0, (long long)r1);
+    }
+    if (read_rows(s->ids_ds, H5T_NATIVE_INT64, s->t0, s->t1, s->ids) < 0)
+        return ah_fail(err, AH_EIO, "%s: /tokens/input_ids: cannot read rows %lld..%lld", s->path,
+                       (long long)s->t0, (long long)s->t1);
+    return 0;
+}
+
+const void *xsrc_token(struct xsrc *s, int i, int64_t p, int64_t pos) {
+    const struct xname *x = &s->names[i];
+    size_t es = xkind_size(x->src);
+    const char *b = s->blk[i];
+    if (s->token_layout) return b + (size_t)(s->token_offset[p] + pos - s->t0) * x->src_bytes;
+    b += (size_t)(p - s->p0) * x->src_bytes;
+    if (x->outer == 1) return b + (size_t)(pos * x->inner) * es;
+    char *row = s->row;
+    size_t run = (size_t)x->inner * es;
+    for (int64_t o = 0; o < x->outer; o++)
+        memcpy(row + (size_t)o * run, b + (size_t)(o * x->src_rows + pos) * run, run);
+    return row;
+}

@@ -1,0 +1,385 @@
+"""harvest_data: fast reading of harvest's training shards and outputs (numpy; torch optional).
+
+    from harvest_data import Shards, open_output, stats
+    for x in Shards("shards").batches("decoder_3_output", 4096, seed=0, torch=True):
+        ...                                   # x: a torch tensor [4096, 384], shuffled
+
+Shards (written by `harvest export OUT.h5 --shards DIR`) hold contiguous datasets, so a run of rows
+is one read at the dataset's file offset: no HDF5 call per batch, and bfloat16 (stored as its raw
+uint16 bits) is widened in numpy, `(u16.astype(uint32) << 16).view(float32)`, at memory speed.
+Needs numpy and h5py (Debian's python3-numpy, python3-h5py); torch only for torch=True.
+"""
+import json
+import os
+import sys
+
+import numpy as np
+
+__all__ = ["Shards", "open_output", "stats", "widen_bf16"]
+
+
+def widen_bf16(u16):
+    """Raw bfloat16 bits (uint16) to float32, exactly."""
+    return (np.asarray(u16, np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _pread(fd, mv, pos, name):
+    """fills the memoryview mv from file offset pos"""
+    got = 0
+    while got < len(mv):
+        n = os.preadv(fd, [mv[got:]], pos + got)
+        if n <= 0:
+            raise IOError(f"{name}: short read at byte {pos + got}")
+        got += n
+
+
+def _as_torch(a):
+    import torch
+    return torch.from_numpy(np.ascontiguousarray(a))
+
+
+class _Column:
+    """Where one dataset lives in each shard file: byte offset, element dtype, row shape."""
+
+    def __init__(self, files, path):
+        import h5py
+        self.offsets, self.bf16 = [], False
+        for fn in files:
+            with h5py.File(fn, "r") as f:
+                d = f[path]
+                off = d.id.get_offset()
+                if off is None and d.shape[0] > 0:
+                    raise ValueError(f"{fn}: {path} is not contiguous")
+                self.offsets.append(off or 0)
+                self.dtype, self.row = d.dtype, d.shape[1:]
+                storage = d.attrs.get("storage", "")
+                storage = storage.decode() if isinstance(storage, bytes) else storage
+                self.bf16 = storage == "bfloat16-as-uint16"
+        self.row_elems = int(np.prod(self.row, dtype=np.int64))
+        self.row_bytes = self.row_elems * self.dtype.itemsize
+
+
+class _Pool:
+    """Batch arrays handed out and reused once nothing refers to them any more (the caller
+    dropped the batch and every view and tensor of it): fresh large arrays cost page faults
+    (glibc maps allocations of 32 MiB and more anew each time), reused ones do not."""
+
+    def __init__(self, cap=4):
+        self.arrays, self.cap = [], cap
+
+    def get(self, shape, dtype):
+        for k in range(len(self.arrays)):
+            a = self.arrays[k]
+            if a.shape == shape and a.dtype == dtype:
+                del a
+                if sys.getrefcount(self.arrays[k]) == 2:  # the list's and the argument's
+                    return self.arrays[k]
+        a = np.empty(shape, dtype)
+        if len(self.arrays) < self.cap:
+            self.arrays.append(a)
+        return a
+
+
+class Shards:
+    """The shards of one split ("train" or "val") of an export folder."""
+
+    def __init__(self, path, split="train"):
+        self.path = path
+        with open(os.path.join(path, "manifest.json")) as f:
+            self.manifest = json.load(f)
+        sp = self.manifest["splits"][split]
+        self.split = split
+        self.files = [os.path.join(path, s["file"]) for s in sp["shards"]]
+        self.tokens = [int(s["tokens"]) for s in sp["shards"]]
+        self.n_tokens = int(sp["tokens"])
+        self.shard_tokens = int(self.manifest["shard_tokens"])
+        self.names = [n["name"] for n in self.manifest["names"]]
+        self._cols = {}
+        self._fds = {}
+        self._pid = None
+
+    def __len__(self):
+        return self.n_tokens
+
+    def _column(self, name):
+        if name not in self._cols:
+            path = "activations/" + name if name in self.names else "tokens/" + name
+            if name not in self.names and name not in self.manifest["columns"]:
+                raise KeyError(f"{self.path}: no name {name!r} (it has {self.names} and "
+                               f"{self.manifest['columns']})")
+            self._cols[name] = _Column(self.files, path)
+        return self._cols[name]
+
+    def _fd(self, i):
+        if self._pid != os.getpid():  # a forked DataLoader worker opens its own files
+            self._fds, self._pid = {}, os.getpid()
+        if i not in self._fds:
+            self._fds[i] = os.open(self.files[i], os.O_RDONLY)
+        return self._fds[i]
+
+    def read(self, name, shard, start, count, out=None):
+        """Rows [start, start + count) of shard `shard` as stored (bfloat16: raw uint16)."""
+        c = self._column(name)
+        if out is None:
+            out = np.empty((count,) + c.row, c.dtype)
+        mv = memoryview(out.reshape(-1).view(np.uint8))[:count * c.row_bytes]
+        _pread(self._fd(shard), mv, c.offsets[shard] + start * c.row_bytes, self.files[shard])
+        return out
+
+    def rows(self, name, shard=None, widen=True):
+        """A whole shard (or all, concatenated in shard order) of one name, widened."""
+        shards = range(len(self.files)) if shard is None else [shard]
+        c = self._column(name)
+        x = np.concatenate([self.read(name, i, 0, self.tokens[i]) for i in shards]) \
+            if shards else np.empty((0,) + c.row, c.dtype)
+        return widen_bf16(x) if widen and c.bf16 else x
+
+    def batches(self, name, batch_tokens, seed=0, rank=0, world=1, torch=False, epoch=0,
+                mix=8, shuffle_rows=False, drop_last=False, with_index=False, widen=True):
+        """Yields shuffled batches [batch_tokens, ...] of `name`: every token of the split exactly
+        once per epoch over all ranks (a rank's last batch may be short unless drop_last).
+
+        The export already placed the tokens in a keyed random order, so any run of rows of a
+        shard is a uniform random sample of the corpus. A batch is `mix` pieces of
+        batch_tokens / mix contiguous rows, the pieces of all shards taken in an order drawn from
+        (seed, epoch): each epoch mixes rows of other shards and other places into each batch.
+        Rank r of world takes every world-th piece (DataLoader workers split a rank's pieces, each
+        opening its own files). Each piece is read straight into the batch (one copy from the page
+        cache); bfloat16 is widened to float32 in one numpy pass (widen=False: raw uint16).
+        shuffle_rows also permutes the rows inside each batch (one more copy). with_index: yields
+        (batch, index), each row's place in the split (shard * shard_tokens + row). With torch
+        and widen=False, bfloat16 comes as a torch.bfloat16 tensor over the raw bits (no copy).
+        """
+        c = self._column(name)
+        piece = max(1, int(batch_tokens) // max(1, int(mix)))
+        pieces = [(i, a, min(piece, n - a)) for i, n in enumerate(self.tokens)
+                  for a in range(0, n, piece)]
+        order = np.random.default_rng([seed, epoch]).permutation(len(pieces))
+        part, parts = rank, world
+        if torch:
+            try:
+                import torch.utils.data as tud
+                w = tud.get_worker_info()
+                if w is not None:
+                    part, parts = rank * w.num_workers + w.id, world * w.num_workers
+            except ImportError:
+                pass
+        rng = np.random.default_rng([seed, epoch, part])
+        if getattr(self, "_pool_pid", None) != os.getpid():  # kept across epochs
+            self._pool, self._pool_pid = _Pool(), os.getpid()
+        pool = self._pool
+        widen_bf16_ = widen and c.bf16
+        raw = pool.get((batch_tokens,) + c.row, c.dtype)
+        idx = np.empty(batch_tokens, np.int64)
+        fill = 0
+
+        def out(rows):
+            nonlocal raw
+            src, i = raw[:rows], idx[:rows].copy()
+            if shuffle_rows:
+                perm = rng.permutation(rows)
+                i = i[perm]
+                if not widen_bf16_:
+                    x = pool.get(raw.shape, raw.dtype)[:rows]
+                    np.take(src, perm, axis=0, out=x)
+                else:
+                    src = src[perm]
+            elif not widen_bf16_:
+                x = src  # handed out as read: the next batch is read into another array
+                raw = pool.get(raw.shape, raw.dtype)
+            if widen_bf16_:
+                w = pool.get(raw.shape, np.uint32)[:rows]
+                np.left_shift(src, 16, out=w, dtype=np.uint32)
+                x = w.view(np.float32)
+            if torch and c.bf16 and not widen:  # torch.bfloat16 over the same bits, no copy
+                x = _as_torch(x.view(np.int16)).view(__import__("torch").bfloat16)
+            elif torch:
+                x = _as_torch(x)
+            return (x, i) if with_index else x
+
+        fds, rb = {}, c.row_bytes
+        mv = memoryview(raw.reshape(-1).view(np.uint8))
+        for k in order[part::parts]:
+            i, a, n = pieces[k]
+            fd = fds.get(i)
+            if fd is None:
+                fd = fds[i] = self._fd(i)
+            while n > 0:
+                take = min(n, batch_tokens - fill)
+                _pread(fd, mv[fill * rb:(fill + take) * rb], c.offsets[i] + a * rb,
+                       self.files[i])
+                if with_index:
+                    idx[fill:fill + take] = np.arange(a, a + take) + i * self.shard_tokens
+                fill += take
+                a += take
+                n -= take
+                if fill == batch_tokens:
+                    yield out(fill)
+                    fill = 0
+                    mv = memoryview(raw.reshape(-1).view(np.uint8))
+        if fill and not drop_last:
+            yield out(fill)
+
+    def torch_dataset(self, name, batch_tokens, seed=0, rank=0, world=1, **kw):
+        """A torch IterableDataset of batches(..., torch=True) for a DataLoader with
+        batch_size=None; workers split the rank's runs and open their own files. Its set_epoch(e)
+        draws another order."""
+        import torch.utils.data as tud
+        shards = self
+
+        class _Batches(tud.IterableDataset):
+            epoch = 0
+
+            def set_epoch(self, e):
+                self.epoch = e
+
+            def __iter__(self):
+                return shards.batches(name, batch_tokens, seed, rank, world, torch=True,
+                                      epoch=self.epoch, **kw)
+
+        return _Batches()
+
+    def close(self):
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds = {}
+
+
+# ---------------------------------------------------------------------------------------------
+# harvest outputs
+
+
+class Output:
+    """A harvest output (OUT.h5 + OUT.h5.parts/) read through its segment files directly, in
+    their stored type (bfloat16 as raw bits, widened in numpy): no virtual-dataset penalty."""
+
+    def __init__(self, path):
+        import h5py
+        self.path = path
+        self.f = h5py.File(path, "r")
+        self.attrs = dict(self.f.attrs)
+        self.length = self.f["prompts/length"][:]
+        self.token_offset = self.f["prompts/token_offset"][:]
+        self.source_index = self.f["prompts/source_index"][:]
+        self.n_prompts = len(self.length)
+        self.n_tokens = self.f["tokens/input_ids"].shape[0]
+        self.names = sorted(self.f["activations"].keys())
+        self._maps = {}
+        self._files = {}
+
+    def _map(self, name):
+        """[(v0, v1, file, dataset, s0)]: virtual rows [v0, v1) are rows s0.. of file/dataset."""
+        if name not in self._maps:
+            d = self.f["activations/" + name]
+            runs = []
+            if d.is_virtual:
+                base = os.path.dirname(os.path.abspath(self.path))
+                for m in d.virtual_sources():
+                    (v0, *_), (v1, *_) = m.vspace.get_select_bounds()
+                    (s0, *_), _ = m.src_space.get_select_bounds()
+                    runs.append((v0, v1 + 1, os.path.join(base, m.file_name), m.dset_name, s0))
+            else:
+                runs.append((0, d.shape[0], None, "activations/" + name, 0))
+            runs.sort()
+            ft = d.id.get_type()
+            bf16 = d.dtype == np.float32 and ft.get_size() == 2 and ft.get_fields()[4] == 7
+            f16 = d.dtype == np.float16 or (ft.get_size() == 2 and not bf16)
+            self._maps[name] = (runs, d.shape[1:], bf16, f16, d)
+        return self._maps[name]
+
+    def _dset(self, file, dset):
+        import h5py
+        if file is None:
+            return self.f[dset]
+        if file not in self._files:
+            self._files[file] = h5py.File(file, "r")
+        return self._files[file][dset]
+
+    def rows(self, name, r0, r1, raw=False):
+        """Stored rows [r0, r1) of a dataset (prompts or tokens, by its layout); floats as
+        float32 (raw=True: bfloat16 as uint16 bits). Rows no segment holds are NaN / 0."""
+        import h5py
+        runs, shape, bf16, f16, d = self._map(name)
+        dt = np.uint16 if bf16 else np.float16 if f16 else d.dtype
+        dt = np.dtype(dt)
+        fill = 0x7fc0 if bf16 else np.nan if dt.kind == "f" else 0  # 0x7fc0: a bfloat16 NaN
+        out = np.full((r1 - r0,) + shape, fill, dt)
+        for v0, v1, file, dset, s0 in runs:
+            a, b = max(r0, v0), min(r1, v1)
+            if a >= b:
+                continue
+            sd = self._dset(file, dset)
+            fs = sd.id.get_space()
+            start = (s0 + a - v0,) + (0,) * len(shape)
+            fs.select_hyperslab(start, (b - a,) + shape)
+            dest = out[a - r0:b - r0]
+            ms = h5py.h5s.create_simple(dest.shape)
+            sd.id.read(ms, fs, dest, mtype=sd.id.get_type() if bf16 else None)
+        if bf16 and not raw:
+            return widen_bf16(out)
+        return out.astype(np.float32) if f16 and not raw else out
+
+    def prompt(self, name, p, raw=False):
+        """Prompt p's rows of a dataset: its T = length[p] tokens (token layout), or the leading
+        corner [:T] of its stored row along the sequence axis (prompt layout)."""
+        T = int(self.length[p])
+        axes = [a.decode() if isinstance(a, bytes) else a
+                for a in self.f["activations/" + name].attrs["stored_axes"]]
+        if axes[0] == "token":
+            o = int(self.token_offset[p])
+            return self.rows(name, o, o + T, raw)
+        x = self.rows(name, p, p + 1, raw)[0]
+        seq = next(k for k, a in enumerate(axes[1:]) if a in ("sequence", "seq", "query"))
+        return np.take(x, np.arange(T), axis=seq)
+
+    def tokens(self, name, t0, t1, raw=False):
+        """Token rows [t0, t1) (token layout), or gathered from prompt rows (prompt layout)."""
+        axes = [a.decode() if isinstance(a, bytes) else a
+                for a in self.f["activations/" + name].attrs["stored_axes"]]
+        if axes[0] == "token":
+            return self.rows(name, t0, t1, raw)
+        p0 = int(np.searchsorted(self.token_offset, t0, side="right") - 1)
+        parts, t = [], t0
+        for p in range(p0, self.n_prompts):
+            if t >= t1:
+                break
+            x = self.prompt(name, p, raw)
+            seq = next(k for k, a in enumerate(axes[1:]) if a in ("sequence", "seq", "query"))
+            x = np.moveaxis(x, seq, 0)
+            a = t - int(self.token_offset[p])
+            b = min(int(self.length[p]), t1 - int(self.token_offset[p]))
+            parts.append(x[a:b])
+            t += b - a
+        return np.concatenate(parts)
+
+    def close(self):
+        for f in self._files.values():
+            f.close()
+        self.f.close()
+
+
+def open_output(path):
+    """An Output over a harvest output file (see Output)."""
+    return Output(path)
+
+
+def stats(path, name=None):
+    """The per-feature statistics of an output or an export: {NAME: {count, mean, var, min, max,
+    norm_mean, norm_var, sae_scale}} from /stats/NAME (issue 12), or one name's dict. None when
+    the file has none (outputs written before statistics existed; `harvest stats` adds them)."""
+    import h5py
+    if os.path.isdir(path):
+        path = os.path.join(path, json.load(open(os.path.join(path, "manifest.json")))
+                            ["splits"]["train"]["shards"][0]["file"])
+    with h5py.File(path, "r") as f:
+        if "stats" not in f:
+            return None
+        out = {}
+        for n, g in f["stats"].items():
+            out[n] = {k: g[k][()] for k in g}
+            out[n].update({k: g.attrs[k] for k in g.attrs})
+        if name is None:
+            return out
+        if name not in out:
+            raise KeyError(f"{path}: no statistics for {name!r} (it has {sorted(out)})")
+        return out[name]
