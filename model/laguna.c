@@ -1,4 +1,4 @@
-// laguna.c - Laguna configuration counts (see laguna.h; shared/docs/laguna-forward.md section 6:
+// laguna.c - Laguna configuration counts (see laguna.h; tests/ref/laguna-forward.md section 6:
 //   params = 2 V D + D
 //          + sum_i [ D H_i Dh + 2 D KV Dh + H_i Dh D + G_i D + 2 Dh + 2 D ]   G_i = H_i or H_i Dh
 //          + sum_dense 3 D I_d + sum_moe [ E D + E + 3 E D I_e + 3 D I_s ] )
@@ -85,7 +85,8 @@ int laguna_rope_inv_freq(const struct laguna_rope *r, int head_dim, float *inv_f
     double two_pi = 6.283185307179586, ln_theta = log(r->theta);
     double cf = d * log(r->original_max_pos / (two_pi * r->beta_fast)) / (2.0 * ln_theta);
     double cs = d * log(r->original_max_pos / (two_pi * r->beta_slow)) / (2.0 * ln_theta);
-    double lo = floor(cf) > 0.0 ? floor(cf) : 0.0, hi = ceil(cs) < d - 1 ? ceil(cs) : d - 1;
+    if (!r->no_truncate) cf = floor(cf), cs = ceil(cs);
+    double lo = cf > 0.0 ? cf : 0.0, hi = cs < d - 1 ? cs : d - 1;
     if (lo == hi) hi += 0.001;
     for (int i = 0; i < half; i++) {
         float ext = inv_freq[i];                               // 1 / pos_f
@@ -109,8 +110,8 @@ static float sigmoidf_(float z) {
 }
 
 void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int E, int k) {
-    AH_ASSERT(k >= 1 && k <= E && k <= 64);
-    float sel[64]; // biased scores of the k chosen so far, descending
+    AH_ASSERT(k >= 1 && k <= E);
+    float *sel = w; // biased scores of the k chosen so far, descending (w is written after)
     for (int j = 0; j < k; j++)
         idx[j] = -1;
     int n = 0;
@@ -330,6 +331,10 @@ int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *a
 // "model.layers.{layer}.{leaf}", or leaf alone for layer -1
 static void add(struct laguna_tensor *t, int *n, const uint16_t **bf16, const float **f32,
                 int64_t d0, int64_t d1, int layer, const char *leaf) {
+    if (!t) { // config only: count
+        (*n)++;
+        return;
+    }
     struct laguna_tensor *e = &t[(*n)++];
     if (layer >= 0)
         snprintf(e->name, sizeof e->name, "model.layers.%d.%s", layer, leaf);
@@ -352,10 +357,11 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor 
         n_moe += !c->dense[i];
     int64_t D = c->hidden, Dh = c->head_dim, KVD = (int64_t)c->n_kv_head * Dh;
     m->blk = calloc((size_t)L, sizeof *m->blk);
-    m->experts = calloc(3 * (size_t)E * (size_t)n_moe + 1, sizeof *m->experts);
+    m->experts = calloc(list ? 3 * (size_t)E * (size_t)n_moe + 1 : 1, sizeof *m->experts);
     m->id = malloc((size_t)(L + 2) * LG_N_TAPS * sizeof *m->id);
-    struct laguna_tensor *t = calloc(3 + 16 * (size_t)L + 3 * (size_t)E * n_moe, sizeof *t);
-    if (!m->blk || !m->experts || !m->id || !t) {
+    struct laguna_tensor *t =
+        list ? calloc(3 + 16 * (size_t)L + 3 * (size_t)E * n_moe, sizeof *t) : NULL;
+    if (!m->blk || !m->experts || !m->id || (list && !t)) {
         free(t);
         laguna_free(m);
         return -AH_ENOMEM;
@@ -393,6 +399,7 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor 
         BF(&w->sg, c->shared_ffn, D, "mlp.shared_expert.gate_proj.weight");
         BF(&w->su, c->shared_ffn, D, "mlp.shared_expert.up_proj.weight");
         BF(&w->sd, D, c->shared_ffn, "mlp.shared_expert.down_proj.weight");
+        if (!list) continue; // no expert table to point into
         w->eg = m->experts + (size_t)3 * E * moe;
         w->eu = w->eg + E;
         w->ed = w->eu + E;
@@ -411,7 +418,7 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor 
     }
     add(t, &n, NULL, &m->norm, D, 0, -1, "model.norm.weight");
     add(t, &n, &m->lm_head, NULL, c->vocab, D, -1, "lm_head.weight");
-    *list = t;
+    if (list) *list = t;
     return n;
 }
 
@@ -443,14 +450,14 @@ static int64_t max3(int64_t a, int64_t b, int64_t c) {
     return m > c ? m : c;
 }
 
-// cos and sin of every position times A (laguna-forward.md 3.4): float32 angles as HF forms them
+// cos and sin of every position times A (tests/ref/laguna-forward.md 3.4): float32 angles as HF
+// forms them
 static int rope_tables(float *cos_t, float *sin_t, const struct laguna_rope *r, int head_dim,
                        int T) {
-    float inv[1024], A;
+    float *inv = sin_t, A; // sin_t's row 0 holds inv_freq until it is written, last
     double lo, hi;
-    AH_ASSERT(head_dim / 2 <= 1024);
     int rot = laguna_rope_inv_freq(r, head_dim, inv, &A, &lo, &hi), half = rot / 2;
-    for (int t = 0; t < T; t++)
+    for (int t = T - 1; t >= 0; t--)
         for (int j = 0; j < half; j++) {
             float ang = (float)t * inv[j];
             cos_t[(int64_t)t * half + j] = (float)cos((double)ang) * A;
@@ -505,6 +512,7 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         {(void **)&s->idx, 2 * N * k},
         {(void **)&s->ones, 2 * T},
         {(void **)&s->order, N * k},
+        {(void **)&s->ord, 2 * k},
         {(void **)&s->start, 2 * E + 1},
     };
     size_t nf = sizeof f / sizeof f[0];
@@ -684,7 +692,7 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
     if (sh) { // the other shards' slots, then each token's slots in expert order
         sh->exchange(sh->u, s->eo, s->idx, N * k, (int)D);
         for (int64_t t = 0; t < N; t++) {
-            int64_t ord[64];
+            int64_t *ord = s->ord;            // (k) the token's slots in expert order
             for (int64_t j = 0; j < k; j++) { // insertion sort of the token's slots by expert
                 int64_t q = j;
                 while (q > 0 && s->idx[t * k + ord[q - 1]] > s->idx[t * k + j]) {

@@ -1,5 +1,5 @@
 // laguna.h - the Laguna family (LagunaForCausalLM, poolside): its configuration, as
-// shared/docs/laguna-forward.md sections 2 and 3 define it, its parameter and byte counts, the
+// tests/ref/laguna-forward.md sections 2 and 3 define it, its parameter and byte counts, the
 // nnterp activation catalogue and the forward pass (section 4) in float32 over BF16 weights.
 //
 // L = layers, D = hidden, H_i = query heads of layer i, KV = key/value heads, Dh = head_dim,
@@ -23,6 +23,7 @@ struct laguna_rope {
     double attention_factor; // yarn: A (default 0.1 ln(s) + 1)
     double beta_fast, beta_slow;
     int original_max_pos; // yarn: L0
+    bool no_truncate;     // yarn: "truncate": false keeps the ramp bounds unrounded
 };
 
 struct laguna_config {
@@ -30,6 +31,7 @@ struct laguna_config {
     int dense_ffn, expert_ffn, shared_ffn; // intermediate_size, moe_intermediate_size, shared_...
     int n_expert, top_k;
     int sliding_window;
+    int max_pos; // max_position_embeddings
     double eps, routed_scaling, router_softcap;
     bool gate_per_element; // g_proj has H_i*Dh rows (else H_i: one gate a head)
     int *n_head;           // (n_layer) query heads of each layer; owned
@@ -62,15 +64,16 @@ void laguna_catalogue(const struct laguna_config *c, struct tap_desc *out);
 // block's own query-head count, intermediate_size the dense width. -1 for an unknown axis name.
 int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *axis);
 
-// RoPE of one layer type (laguna-forward.md 3.2, 3.3): inv_freq[j] for j < n_rot / 2 in float32
-// as HF computes it, and the factor A that multiplies cos and sin (1 for default RoPE). Returns
-// n_rot = int(head_dim * partial); *low / *high receive YaRN's ramp bounds (0 for default).
+// RoPE of one layer type (tests/ref/laguna-forward.md 3.2, 3.3): inv_freq[j] for j < n_rot / 2 in
+// float32 as HF computes it, and the factor A that multiplies cos and sin (1 for default RoPE).
+// Returns n_rot = int(head_dim * partial); *low / *high receive YaRN's ramp bounds (0 for default).
 int laguna_rope_inv_freq(const struct laguna_rope *r, int head_dim, float *inv_freq, float *scale,
                          double *low, double *high);
 
-// The router of one token (laguna-forward.md 4, LagunaTopKRouter): p = sigmoid(z); the k experts
-// with the largest p + bias (bias may be NULL), largest first, ties to the lower index; weights =
-// their unbiased p renormalised to sum 1. The routed scaling factor applies to the routed sum.
+// The router of one token (tests/ref/laguna-forward.md 4, LagunaTopKRouter): p = sigmoid(z); the k
+// experts with the largest p + bias (bias may be NULL), largest first, ties to the lower index;
+// weights = their unbiased p renormalised to sum 1. The routed scaling factor applies to the routed
+// sum.
 void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
 void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
 
@@ -105,8 +108,8 @@ struct laguna_tensor {
 };
 
 // Takes c (the caller's struct is zeroed), allocates m's arrays and returns in *list (caller
-// frees) the tensors to bind, in the published names of laguna-forward.md 5.1. Returns the
-// count or a negative AH_E* code.
+// frees) the tensors to bind, in the published names of tests/ref/laguna-forward.md 5.1. Returns
+// the count or a negative AH_E* code. list NULL: config only (nothing to bind, no expert table).
 int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor **list);
 void laguna_free(struct laguna *m); // safe on a zeroed struct
 
@@ -130,6 +133,7 @@ struct laguna_state {
     float *f_gate, *f_up;                      // (N, max(I_d, I_s))
     float *z, *w, *eo, *routed;                // router logits, weights, expert outputs, sum
     int64_t *idx;                              // (N, k) chosen experts
+    int64_t *ord;                              // (k) one token's slots in expert order
     int *order, *start;       // (N k) slots grouped by expert; (E + 1) offsets, then (E) cursors
     float *xe, *ge, *ue, *ye; // one expert's tokens: (N, D) (N, I_e) x2 (N, D)
     float *att, *logits, *scratch, *tile;
