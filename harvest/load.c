@@ -70,7 +70,7 @@ static int laguna_gate_rows(const struct modeldir *md, struct laguna_config *c,
 
 static int load_laguna(struct model *m, bool weights, struct ah_error *err) {
     struct laguna_config cfg;
-    struct laguna_tensor *lt = NULL;
+    struct model_tensor *lt = NULL;
     int rc;
     m->family = "laguna";
     if ((rc = laguna_config_read(&m->md, &cfg, err)) < 0) return rc;
@@ -82,7 +82,7 @@ static int load_laguna(struct model *m, bool weights, struct ah_error *err) {
     for (int i = 0; weights && i < n && rc == 0; i++)
         rc = lt[i].bf16
                  ? md_tensor_bf16(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].bf16, err)
-                 : md_tensor_f32(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].f32, err);
+                 : md_tensor_f32(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].dst, err);
     free(lt);
     if (rc < 0) return rc;
     m->n_cat = laguna_n_taps(&m->lg.cfg);

@@ -7,6 +7,7 @@
 #define AH_ENCDEC_H
 
 #include "model/batch.h"
+#include "model/blocks.h"
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -125,14 +126,6 @@ struct encdec {
     const float *embed;               // (V, C), also the tied LM head; borrowed
     const float *enc_norm, *dec_norm; // (C); borrowed
     struct encdec_block_w *enc, *dec; // (n_layer_enc), (n_layer_dec); owned arrays of views
-};
-
-// A checkpoint tensor the family expects, and where its view goes.
-struct model_tensor {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-    const float **dst;
 };
 
 // Allocates m's block arrays and returns in *list (caller frees) the tensors to bind, with dst

@@ -8,6 +8,7 @@
 #define AH_LAGUNA_H
 
 #include "model/batch.h"
+#include "model/blocks.h"
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -97,20 +98,10 @@ struct laguna {
     int *id;                         // ((n_layer + 2) x taps) catalogue id, -1 if absent
 };
 
-// A checkpoint tensor and where its view goes: a BF16 matrix (bf16) or a vector of any float
-// dtype widened to float32 (f32).
-struct laguna_tensor {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-    const uint16_t **bf16;
-    const float **f32;
-};
-
 // Takes c (the caller's struct is zeroed), allocates m's arrays and returns in *list (caller
 // frees) the tensors to bind, in the published names of tests/ref/laguna-forward.md 5.1. Returns
 // the count or a negative AH_E* code. list NULL: config only (nothing to bind, no expert table).
-int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor **list);
+int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor **list);
 void laguna_free(struct laguna *m); // safe on a zeroed struct
 
 // ---- expert shards: a rank runs experts [e0, e1) of every mixture block. Every shard routes
@@ -129,14 +120,25 @@ struct laguna_state {
     int max_T;
     int64_t max_tokens;
     bool keep_scores, keep_experts; // (H, T, T) scores per prompt; (N, k, D) expert outputs
-    float *x, *xn, *q, *k, *v, *o, *g, *a, *m; // residual, normed, heads, gate, attn/mlp out
-    float *f_gate, *f_up;                      // (N, max(I_d, I_s))
-    float *z, *w, *eo, *routed;                // router logits, weights, expert outputs, sum
-    int64_t *idx;                              // (N, k) chosen experts
-    int64_t *ord;                              // (k) one token's slots in expert order
-    int *order, *start;       // (N k) slots grouped by expert; (E + 1) offsets, then (E) cursors
+    // N = max_tokens (the batch's tokens, prompts one after another), T = max_T, H = the most
+    // query heads of any layer, D = hidden, Dh = head_dim
+    float *x, *xn;        // (N, D) the residual stream; its normed copy
+    float *q, *k, *v;     // (N, H Dh), (N, KV Dh), (N, KV Dh) token-major heads
+    float *o, *g;         // (N, H Dh) head outputs (gated in place); (N, H Dh) the gate's values
+    float *a, *m;         // (N, D) attention output; MLP output
+    float *f_gate, *f_up; // (N, max(I_d, I_s)) dense / shared-expert gate and up
+    float *z;             // (N, E) router logits, then (E) one token's capped logits
+    float *w;             // (N, k) expert weights
+    float *eo;            // (N, k, D) weighted expert outputs (kept for a tap or a shard exchange)
+    float *routed;        // (N, D) the routed sum
+    int64_t *idx;         // (N, k) chosen experts
+    int64_t *ord;         // (k) one token's slots in expert order
+    int *order, *start;   // (N k) slots grouped by expert; (E + 1) offsets, then (E) cursors
     float *xe, *ge, *ue, *ye; // one expert's tokens: (N, D) (N, I_e) x2 (N, D)
-    float *att, *logits, *scratch, *tile;
+    float *att;               // (H, T, T) scores of a prompt (keep_scores), else (T, T) a head
+    float *logits;            // (T, V) a prompt's logits, then (V) the next-token distribution
+    float *scratch;           // (H Dh T) a head-major copy for the head-split taps
+    float *tile;              // the widened rows of a BF16 matmul (op_matmul_bf16)
     float *cos_f, *sin_f, *cos_s, *sin_s; // (max_T, n_rot / 2) full / sliding, times A
     int rot_f, rot_s;
     int64_t *ones;                    // (max_T) the attention mask
