@@ -4,7 +4,8 @@ message naming config.json and the key; configs transformers completes with defa
 (YaRN without attention_factor but with mscale, `truncate: false`, `beta_fast: 0`, no
 original_max_position_embeddings, top-level rope_theta / partial_rotary_factor, no rope_parameters)
 run and agree with the float64 reference tests/ref/laguna_ref.py, which implements the same
-reading; a top-k over 64 (65 of 80 experts) runs and agrees too. Limits: num_hidden_layers over
+reading; a top-k over 64 (65 of 80 experts) and a head_dim over 2048 (2050: 1025 RoPE
+frequencies, over the old table of 1024) run and agree too. Limits: num_hidden_layers over
 AH_MAX_LAYERS (4096) is refused by name, and `harvest plan` on that many layers is fast."""
 import json
 import os
@@ -237,4 +238,43 @@ got = run_and_compare(d, "num_experts_per_tok 65 of 80")
 with h5py.File(f"{d}/out.h5", "r") as f:
     idx = f["activations/layers.1.expert_indices"][0, :1]
     check(idx.shape[-1] == 65 and len(set(idx[0].tolist())) == 65, f"65 distinct experts a token: {idx.shape}")
+
+# ---- head_dim 2050 (over the 2048 the RoPE table once allowed): a one-layer dense checkpoint ----
+def bf16(a):
+    return (np.ascontiguousarray(a, np.float32).view(np.uint32) >> 16).astype(np.uint16).tobytes()
+
+
+D, Dh, V, I = 8, 2050, 64, 16
+shapes = {"model.embed_tokens.weight": (V, D), "model.norm.weight": (D,), "lm_head.weight": (V, D),
+          "model.layers.0.input_layernorm.weight": (D,), "model.layers.0.post_attention_layernorm.weight": (D,),
+          "model.layers.0.self_attn.q_proj.weight": (Dh, D), "model.layers.0.self_attn.k_proj.weight": (Dh, D),
+          "model.layers.0.self_attn.v_proj.weight": (Dh, D), "model.layers.0.self_attn.o_proj.weight": (D, Dh),
+          "model.layers.0.self_attn.q_norm.weight": (Dh,), "model.layers.0.self_attn.k_norm.weight": (Dh,),
+          "model.layers.0.self_attn.g_proj.weight": (1, D), "model.layers.0.mlp.gate_proj.weight": (I, D),
+          "model.layers.0.mlp.up_proj.weight": (I, D), "model.layers.0.mlp.down_proj.weight": (D, I)}
+rng = np.random.default_rng(11)
+wide = {k: ("BF16", list(s), bf16(1.0 + 0.1 * rng.standard_normal(s) if k.endswith("norm.weight")
+                                  else 0.3 * rng.standard_normal(s))) for k, s in shapes.items()}
+d = f"{work}/wide_head"
+os.makedirs(f"{d}/model")
+json.dump({"architectures": ["LagunaForCausalLM"], "model_type": "laguna", "hidden_size": D, "head_dim": Dh,
+           "vocab_size": V, "num_hidden_layers": 1, "num_attention_heads": 1, "num_key_value_heads": 1,
+           "intermediate_size": I, "num_experts": 1, "num_experts_per_tok": 1, "layer_types": ["full_attention"],
+           "mlp_layer_types": ["dense"], "max_position_embeddings": 64,
+           "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}},
+          open(f"{d}/model/config.json", "w"))
+safetensors_write(f"{d}/model/model.safetensors", wide)
+write_prompts(f"{d}/prompts.jsonl", [1, 5, 12], seed=4, vocab=V)
+p = run(harvest, "run", write_job(f"{d}/job.json", batch_size=2, activations=["layers.0.layer_output", "logits"]),
+        "--quiet")
+if check(p.returncode == 0, f"head_dim 2050: exit {p.returncode}: {p.stderr.strip()}"):
+    ref = LagunaRef(f"{d}/model")
+    with h5py.File(f"{d}/out.h5", "r") as f:
+        for i in range(3):
+            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
+            want = ref.forward(f["tokens/input_ids"][o:o + T])
+            for name in ("layers.0.layer_output", "logits"):
+                compare_row(f"head_dim 2050 {name}", f["activations/" + name][i], (slice(0, T), slice(None)),
+                            want[name][0], 5e-5)
+    print("ok: head_dim 2050 (1025 RoPE frequencies) runs and matches the reference")
 finish()
