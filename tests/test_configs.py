@@ -91,6 +91,12 @@ c.pop("model_type")
 with open(f"{work}/second.json", "w") as f:
     json.dump(c, f)
 check(run(harvest, "plan", f"{work}/second.json").returncode == 0, "a known family listed second is found")
+# expert shards: at most the experts and 256 (the MoE exchange's counts), in plan as in run
+with open(f"{work}/experts300.json", "w") as f:
+    json.dump(dict(base, num_experts=300), f)
+p = run(harvest, "plan", f"{work}/experts300.json", "--expert-parallel", "257")
+check(p.returncode == 1 and "257 expert shards" in p.stderr and "256" in p.stderr, f"257 shards: {p.stderr.strip()}")
+check(run(harvest, "plan", f"{work}/experts300.json", "--expert-parallel", "256").returncode == 0, "256 shards plan")
 # a float JSON cannot spell as a number that is not finite: 1e999 parses as infinity
 path = f"{work}/theta_inf.json"
 with open(path, "w") as f:
