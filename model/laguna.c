@@ -152,7 +152,7 @@ void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias,
 }
 
 // ----------------------------------------------------------------------------
-// catalogue (names, layouts and meanings as seeds/laguna-nnterp.txt gives them)
+// catalogue (names, layouts and meanings as tests/ref/laguna-nnterp.txt gives them)
 
 #define BSH "batch,seq,hidden_size"
 enum laguna_tap_kind {

@@ -53,7 +53,7 @@ int64_t laguna_bytes(const struct laguna_config *c);
 // experts + shared expert + router); the work a pipeline stage balances on.
 double laguna_layer_flops(const struct laguna_config *c, int i);
 
-// ---- the activation catalogue: the nnterp values of seeds/laguna-nnterp.txt ----
+// ---- the activation catalogue: the nnterp values of tests/ref/laguna-nnterp.txt ----
 // Root values are bare names; block values are `layers.{i}.{value}`. Every block has the residual
 // and attention values; dense blocks add mlp_activation, mlp_neurons, mlp_output, mixture blocks
 // mlp_output and the router/expert values. Catalogue order is forward order.

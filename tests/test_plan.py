@@ -1,5 +1,5 @@
 """`harvest activations` and `harvest plan` on the four released Laguna config.json files: the
-catalogue equals the values of seeds/laguna-nnterp.txt (names, shapes, meanings; dense and mixture
+catalogue equals the values of tests/ref/laguna-nnterp.txt (names, shapes, meanings; dense and mixture
 blocks); the exact parameter counts of
 tests/ref/laguna-forward.md section 6, the bytes as published (BF16 + an F32 selection bias a MoE layer), a
 pipeline x expert split whose stages cover the layers; and configs it must refuse, each naming the
