@@ -9,6 +9,7 @@
 #include "jobs/job.h"
 #include "model/ah.h"
 #include "model/encdec.h"
+#include "model/identity.h"
 #include "model/laguna.h"
 
 #include <stdbool.h>
@@ -18,10 +19,11 @@
 struct family; // load.c: a family's table of operations
 struct model {
     const struct family *fam; // chosen from config.json (see load.c)
-    const char *family;       // its name: "encdec" or "laguna"
+    const char *family;       // its name: "encdec", "laguna" or "identity"
     struct modeldir md;       // config (+ weights unless config-only)
     struct encdec ed;         // family "encdec"
     struct laguna lg;         // family "laguna" (weights unbound when config-only)
+    struct identity idn;      // family "identity" (test only)
     struct tokenizer *tok;    // the folder's tokenizer.json, if it has one (loaded with weights)
     struct tap_desc *cat;     // (n_cat) catalogue; owned
     int n_cat;
@@ -42,6 +44,7 @@ struct model_state {
     const struct family *fam;
     struct encdec_state ed;
     struct laguna_state lg;
+    struct identity_state idn;
 };
 // want (catalogue-indexed) sizes tap-only buffers; NULL = anything may be asked for.
 // shard: Laguna's expert shard of this rank (NULL: every expert), borrowed.

@@ -207,6 +207,70 @@ static int64_t bytes_encdec(const struct model *m, int b0, int b1, bool head, in
                 (head ? C : 0) + (b0 < enc && enc <= b1 ? C : 0));
 }
 
+// ---- the test-only identity family (model/identity.h) ----
+
+static int load_identity(struct model *m, bool weights, struct ah_error *err) {
+    struct identity *c = &m->idn;
+    const char *keys[] = {"hidden_size", "vocab_size"};
+    int *dst[] = {&c->hidden, &c->vocab}, rc;
+    m->family = "identity";
+    for (int i = 0; i < 2; i++) {
+        if ((rc = md_config_int(&m->md, keys[i], true, dst[i], err)) < 0) return rc;
+        if (*dst[i] < 1 || *dst[i] > (1 << 20))
+            return ah_fail(err, AH_EINVAL, "%s: \"%s\": %d is out of range (expected 1 to %d)",
+                           m->md.config_path, keys[i], *dst[i], 1 << 20);
+    }
+    struct model_tensor t;
+    int64_t sh[2];
+    identity_tensors(c, &t);
+    memcpy(sh, t.shape, sizeof sh);
+    if (weights && (rc = md_tensor_f32(&m->md, t.name, t.ndim, sh, t.dst, err)) < 0) return rc;
+    m->n_cat = identity_n_taps();
+    if (!(m->cat = calloc((size_t)m->n_cat, sizeof *m->cat))) return -AH_ENOMEM;
+    identity_catalogue(m->cat);
+    m->n_blocks = IDENTITY_LAYERS;
+    m->max_pos = 1 << 20;
+    m->vocab = c->vocab;
+    return 0;
+}
+static void free_identity(struct model *m) {
+    (void)m; // the embedding is borrowed
+}
+static int64_t axis_identity(const struct model *m, int block, const char *axis) {
+    (void)block;
+    return identity_axis_size(&m->idn, axis);
+}
+static int state_init_identity(const struct model *m, struct model_state *s, int max_T,
+                               int64_t max_tokens, const uint8_t *want,
+                               const struct laguna_shard *shard) {
+    (void)want, (void)shard;
+    return identity_state_init(&s->idn, &m->idn, max_T, max_tokens);
+}
+static void state_free_identity(struct model_state *s) {
+    identity_state_free(&s->idn);
+}
+static void forward_identity(const struct model *m, struct model_state *s, const struct mbatch *bt,
+                             const struct tap *tp, int blk_begin, int blk_end) {
+    identity_forward(&m->idn, &s->idn, bt, tp, blk_begin, blk_end);
+}
+static void handoff_identity(struct model_state *s, float **arrays, int *n) {
+    arrays[0] = s->idn.x;
+    *n = 1;
+}
+static void sizes_identity(const struct model *m, int *hidden, int *n_experts, int *top_k) {
+    *hidden = m->idn.hidden;
+    *n_experts = *top_k = 0;
+}
+static double flops_identity(const struct model *m, int b, int T) {
+    return b < IDENTITY_LAYERS ? 1.0 : 2.0 * T * m->idn.hidden * (double)m->idn.vocab;
+}
+static int64_t bytes_identity(const struct model *m, int b0, int b1, bool head, int shard,
+                              int n_shards, const char **kind) {
+    (void)b1, (void)shard, (void)n_shards;
+    *kind = "float32";
+    return b0 == 0 || head ? 4 * (int64_t)m->idn.vocab * m->idn.hidden : 0;
+}
+
 // ---- the families: one table of operations each, chosen by name from config.json ----
 
 struct family {
@@ -229,11 +293,15 @@ struct family {
 
 static const char *const laguna_ids[] = {"LagunaForCausalLM", "laguna", NULL};
 static const char *const encdec_ids[] = {"causal-encoder-decoder", NULL};
+static const char *const identity_ids[] = {"IdentityForTest", NULL};
 static const struct family families[] = {
     {"laguna", laguna_ids, load_laguna, free_laguna, axis_laguna, state_init_laguna,
      state_free_laguna, forward_laguna, handoff_laguna, sizes_laguna, flops_laguna, bytes_laguna},
     {"encdec", encdec_ids, load_encdec, free_encdec, axis_encdec, state_init_encdec,
      state_free_encdec, forward_encdec, handoff_encdec, sizes_encdec, flops_encdec, bytes_encdec},
+    {"identity", identity_ids, load_identity, free_identity, axis_identity, state_init_identity,
+     state_free_identity, forward_identity, handoff_identity, sizes_identity, flops_identity,
+     bytes_identity},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

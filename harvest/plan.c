@@ -106,8 +106,8 @@ static void describe(const struct model *m) {
     }
     const char *kind;
     int64_t n = model_stage_bytes(m, 0, m->n_blocks, true, 0, 1, &kind) / 4; // float32, all
-    printf("%s: causal-encoder-decoder, %d blocks\nparameters: %s\nbytes: %s as float32\n",
-           m->md.config_path, m->n_blocks, commas(n, a), commas(4 * n, b));
+    printf("%s: family %s, %d blocks\nparameters: %s\nbytes: %s as float32\n", m->md.config_path,
+           m->family, m->n_blocks, commas(n, a), commas(4 * n, b));
 }
 
 // the split: each stage's layers and the weights its busiest rank holds
