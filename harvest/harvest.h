@@ -9,19 +9,23 @@
 #include "jobs/job.h"
 #include "model/ah.h"
 #include "model/encdec.h"
+#include "model/identity.h"
 #include "model/laguna.h"
 
 #include <stdbool.h>
 #include <stdint.h>
 
 // ---- a loaded model of any family ----
+struct family; // load.c: a family's table of operations
 struct model {
-    const char *family;    // "encdec" or "laguna"
-    struct modeldir md;    // config (+ weights unless config-only)
-    struct encdec ed;      // family "encdec"
-    struct laguna lg;      // family "laguna" (weights unbound when config-only)
-    struct tokenizer *tok; // the folder's tokenizer.json, if it has one (loaded with weights)
-    struct tap_desc *cat;  // (n_cat) catalogue; owned
+    const struct family *fam; // chosen from config.json (see load.c)
+    const char *family;       // its name: "encdec", "laguna" or "identity"
+    struct modeldir md;       // config (+ weights unless config-only)
+    struct encdec ed;         // family "encdec"
+    struct laguna lg;         // family "laguna" (weights unbound when config-only)
+    struct identity idn;      // family "identity" (test only)
+    struct tokenizer *tok;    // the folder's tokenizer.json, if it has one (loaded with weights)
+    struct tap_desc *cat;     // (n_cat) catalogue; owned
     int n_cat;
     int n_blocks; // blocks of the layer loop
     int max_pos;  // longest prompt the model takes
@@ -37,8 +41,10 @@ int64_t model_axis_size(const struct model *m, int block, const char *axis);
 
 // ---- the forward pass of either family ----
 struct model_state {
+    const struct family *fam;
     struct encdec_state ed;
     struct laguna_state lg;
+    struct identity_state idn;
 };
 // want (catalogue-indexed) sizes tap-only buffers; NULL = anything may be asked for.
 // shard: Laguna's expert shard of this rank (NULL: every expert), borrowed.
@@ -50,6 +56,8 @@ void model_forward(const struct model *m, struct model_state *s, const struct mb
 // What a pipeline stage hands to the next: *n arrays of (tokens, hidden) floats in s.
 void model_handoff(const struct model *m, struct model_state *s, float **arrays, int *n);
 int model_hidden(const struct model *m);
+int model_n_experts(const struct model *m); // routed experts a mixture block has (0: none)
+int model_top_k(const struct model *m);     // experts a token is routed to (0: none)
 // FLOPs of a prompt of T tokens through block b (b == n_blocks: the LM head).
 double model_block_flops(const struct model *m, int b, int T);
 // Weight bytes a stage running blocks [b0, b1) touches (embeddings with block 0, the final norm
@@ -110,17 +118,22 @@ void harvest_catch_stops(void);
 int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
                       struct ah_error *err);
 
-// Contiguous blocks [0, n) into `parts` stages minimising the most expensive stage; cost[b] is
-// block b's share of the work. cut[s] is the first block of stage s, cut[parts] = n.
-void plan_partition(const double *cost, int n, int parts, int *cut);
+// The stage cut of `run` and `plan` (plan.c): blocks [0, n_blocks) into `parts` contiguous
+// stages minimising the most expensive one, a block costing model_block_flops at T tokens and
+// the LM head's FLOPs (if `head`) added to the last block. cut[s] is the first block of stage s,
+// cut[parts] = n_blocks (n_blocks 0: one stage of no block). 0 or -AH_ENOMEM.
+int plan_stage_cut(const struct model *m, int T, bool head, int n_blocks, int parts, int *cut);
+// Expert shards a split may have: at most the routed experts and PLAN_MAX_SHARDS; 1 without.
+#define PLAN_MAX_SHARDS 256
+int plan_max_shards(const struct model *m);
 
-// Reads a LagunaForCausalLM config.json (laguna-forward.md section 2, with HF's defaults for
-// absent keys). Errors name config.json and the key: an unknown rope_type, a per-layer list of
+// Reads a LagunaForCausalLM config.json (tests/ref/laguna-forward.md section 2, with HF's defaults
+// for absent keys). Errors name config.json and the key: an unknown rope_type, a per-layer list of
 // the wrong length, an option the family does not have.
 int laguna_config_read(const struct modeldir *md, struct laguna_config *c, struct ah_error *err);
 bool model_is_laguna(const struct modeldir *md);
-// Reads the spec model's config.json (checked as model_load checks it); another architecture is
-// an "unknown model family" error.
+// Reads the spec model's config.json (checked as model_load checks it; the family is chosen by
+// model_load's table, not here).
 int model_config_encdec(const struct modeldir *md, struct encdec_config *c, struct ah_error *err);
 
 // ---- subcommands: return the process exit code ----

@@ -403,7 +403,7 @@ static int init_model_laguna(const char *dir, const char *preset, const char *co
     struct modeldir md = {0};
     struct laguna_config c;
     struct laguna m = {0};
-    struct laguna_tensor *list = NULL;
+    struct model_tensor *list = NULL;
     struct wspec *ws = NULL;
     int n = 0;
     if (rc == 0 && (rc = md_open(&md, dir, true, err)) == 0 &&

@@ -1,7 +1,7 @@
-// plan.c - `harvest plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] [--expert-parallel E]`:
+// plan.c - the stage cut `harvest run` and `harvest plan` share, and
+// `harvest plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] [--expert-parallel E] [--seq-len T]`:
 // what a model is and what it needs, from config.json alone: parameters, bytes as published, and
-// the weights each rank holds for a pipeline/expert split. Stages are cut as `run` cuts them:
-// contiguous layers balanced by per-token work.
+// the weights each rank holds for a pipeline/expert split, the stages cut as `run` cuts them.
 #include "harvest/harvest.h"
 
 #include <stdio.h>
@@ -24,117 +24,159 @@ static double gib(int64_t b) {
     return (double)b / (double)(1ull << 30);
 }
 
-static int plan_laguna(const struct modeldir *md, int S, int E, struct ah_error *err) {
-    struct laguna_config c;
-    int rc = laguna_config_read(md, &c, err);
-    if (rc < 0) return rc;
-    int L = c.n_layer, n_sliding = 0, n_dense = 0;
-    for (int i = 0; i < L; i++) {
-        n_sliding += c.sliding[i];
-        n_dense += c.dense[i];
-    }
-    if (S > L || c.n_expert % E) {
-        rc = ah_fail(err, AH_EINVAL,
-                     "plan: %d stages for %d layers, %d expert shards for %d experts (stages at "
-                     "most the layers, shards must divide the experts)",
-                     S, L, E, c.n_expert);
-        laguna_config_free(&c);
-        return rc;
-    }
-    char a[40], b[40];
-    printf("%s: LagunaForCausalLM, %d layers (%d full + %d sliding-window attention, %d dense + "
-           "%d MoE), hidden %d, vocab %d, %d experts (top %d)\n",
-           md->config_path, L, L - n_sliding, n_sliding, n_dense, L - n_dense, c.hidden, c.vocab,
-           c.n_expert, c.top_k);
-    printf("parameters: %s\n", commas(laguna_params(&c), a));
-    printf("bytes: %s (%.2f GiB) as published: BF16, the selection bias F32\n",
-           commas(laguna_bytes(&c), b), gib(laguna_bytes(&c)));
-
-    double *cost = malloc((size_t)L * sizeof *cost);
-    int *cut = malloc(((size_t)S + 1) * sizeof *cut);
-    if (!cost || !cut) {
-        free(cost);
-        free(cut);
-        laguna_config_free(&c);
+// Contiguous blocks [0, n) into `parts` stages minimising the most expensive stage (cost[b]:
+// block b's work). best[s][b] = the least maximum over blocks [0, b) in s stages; the last stage
+// [c, b) is searched from c = b - 1 down, ties to the larger c. The search stops once the tail
+// alone reaches the best found: the tail only grows as c falls (costs are >= 0), so no later c
+// can win, and the cut is the one the full search gives.
+static int partition(const double *cost, int n, int parts, int *cut) {
+    size_t w = (size_t)n + 1;
+    double *best = malloc((size_t)(parts + 1) * w * sizeof *best);
+    int *arg = malloc((size_t)(parts + 1) * w * sizeof *arg);
+    if (!best || !arg) {
+        free(best);
+        free(arg);
         return -AH_ENOMEM;
     }
-    for (int i = 0; i < L; i++)
-        cost[i] = laguna_layer_flops(&c, i);
-    plan_partition(cost, L, S, cut);
-    printf("split: %d pipeline stage%s x %d expert shard%s = %d ranks a replica\n", S,
-           S > 1 ? "s" : "", E, E > 1 ? "s" : "", S * E);
-    int64_t peak = 0;
-    for (int s = 0; s < S; s++) {
-        int64_t shared = 0, experts = 0;
-        for (int i = cut[s]; i < cut[s + 1]; i++) {
-            shared += laguna_layer_bytes(&c, i, false);
-            experts += laguna_layer_bytes(&c, i, true);
+    best[w] = 0;
+    for (int b = 1; b <= n; b++) // one stage: the sum, added left to right
+        best[w + (size_t)b] = best[w + (size_t)b - 1] + cost[b - 1];
+    for (int s = 2; s <= parts; s++)
+        for (int b = s; b <= n; b++) {
+            double *bb = &best[(size_t)s * w + (size_t)b], tail = 0;
+            *bb = 1e300;
+            for (int c = b - 1; c >= s - 1 && tail < *bb; c--) { // the last stage is [c, b)
+                tail += cost[c];
+                double prev = best[(size_t)(s - 1) * w + (size_t)c];
+                double v = prev > tail ? prev : tail;
+                if (v < *bb) {
+                    *bb = v;
+                    arg[(size_t)s * w + (size_t)b] = c;
+                }
+            }
         }
-        // embed_tokens on the first stage; the final norm and lm_head on the last
-        if (s == 0) shared += 2 * (int64_t)c.vocab * c.hidden;
-        if (s == S - 1) shared += 2 * ((int64_t)c.vocab * c.hidden + c.hidden);
-        int64_t rank = shared + experts / E;
-        peak = rank > peak ? rank : peak;
-        printf("  stage %d: layers %d-%d, %.2f GiB a rank (%.2f GiB attention, dense MLP, router, "
-               "shared experts%s + %.2f GiB routed experts / %d)\n",
-               s, cut[s], cut[s + 1] - 1, gib(rank), gib(shared),
-               s == 0 && s == S - 1 ? ", embeddings, lm_head"
-               : s == 0             ? ", embeddings"
-               : s == S - 1         ? ", lm_head"
-                                    : "",
-               gib(experts), E);
-    }
-    printf("weights a rank at most: %.2f GiB (%s bytes, held as BF16)\n", gib(peak),
-           commas(peak, a));
+    cut[parts] = n;
+    for (int s = parts; s > 1; s--)
+        cut[s - 1] = arg[(size_t)s * w + (size_t)cut[s]];
+    cut[0] = 0;
+    free(best);
+    free(arg);
+    return 0;
+}
+
+int plan_stage_cut(const struct model *m, int T, bool head, int n_blocks, int parts, int *cut) {
+    AH_ASSERT(parts >= 1 && (parts <= n_blocks || (n_blocks == 0 && parts == 1)));
+    cut[0] = cut[1] = 0; // no block to run (the embeddings alone): one stage, blocks [0, 0)
+    if (n_blocks == 0) return 0;
+    // blocks cost their FLOPs at T tokens; the LM head (if run) adds to the last block
+    int nb = m->n_blocks;
+    double head_flops = head ? model_block_flops(m, nb, T) : 0.0;
+    double *cost = malloc((size_t)n_blocks * sizeof *cost);
+    if (!cost) return -AH_ENOMEM;
+    for (int b = 0; b < n_blocks; b++)
+        cost[b] = model_block_flops(m, b, T) + (b == nb - 1 ? head_flops : 0.0);
+    int rc = partition(cost, n_blocks, parts, cut);
     free(cost);
+    return rc;
+}
+
+int plan_max_shards(const struct model *m) {
+    int e = model_n_experts(m);
+    return e < 1 ? 1 : e < PLAN_MAX_SHARDS ? e : PLAN_MAX_SHARDS;
+}
+
+// the family's own lines: what the model is, its parameters and bytes as published
+static void describe(const struct model *m) {
+    char a[40], b[40];
+    if (!strcmp(m->family, "laguna")) {
+        const struct laguna_config *c = &m->lg.cfg;
+        int L = c->n_layer, n_sliding = 0, n_dense = 0;
+        for (int i = 0; i < L; i++) {
+            n_sliding += c->sliding[i];
+            n_dense += c->dense[i];
+        }
+        printf("%s: LagunaForCausalLM, %d layers (%d full + %d sliding-window attention, %d dense "
+               "+ %d MoE), hidden %d, vocab %d, %d experts (top %d)\n",
+               m->md.config_path, L, L - n_sliding, n_sliding, n_dense, L - n_dense, c->hidden,
+               c->vocab, c->n_expert, c->top_k);
+        printf("parameters: %s\n", commas(laguna_params(c), a));
+        printf("bytes: %s (%.2f GiB) as published: BF16, the selection bias F32\n",
+               commas(laguna_bytes(c), b), gib(laguna_bytes(c)));
+        return;
+    }
+    const char *kind;
+    int64_t n = model_stage_bytes(m, 0, m->n_blocks, true, 0, 1, &kind) / 4; // float32, all
+    printf("%s: family %s, %d blocks\nparameters: %s\nbytes: %s as float32\n", m->md.config_path,
+           m->family, m->n_blocks, commas(n, a), commas(4 * n, b));
+}
+
+// the split: each stage's layers and the weights its busiest rank holds
+static int split(const struct model *m, int S, int E, int T) {
+    int *cut = malloc(((size_t)S + 1) * sizeof *cut), rc;
+    if (!cut) return -AH_ENOMEM;
+    if ((rc = plan_stage_cut(m, T, true, m->n_blocks, S, cut)) < 0) {
+        free(cut);
+        return rc;
+    }
+    printf("split: %d pipeline stage%s x %d expert shard%s = %d ranks a replica (stages cut by "
+           "the work of prompts of %d tokens with the LM head, as run cuts them)\n",
+           S, S > 1 ? "s" : "", E, E > 1 ? "s" : "", S * E, T);
+    int64_t peak = 0;
+    const char *kind = "";
+    char a[40];
+    for (int s = 0; s < S; s++) {
+        int64_t rank = 0;
+        for (int e = 0; e < E; e++) {
+            int64_t b = model_stage_bytes(m, cut[s], cut[s + 1], s == S - 1, e, E, &kind);
+            rank = b > rank ? b : rank;
+        }
+        peak = rank > peak ? rank : peak;
+        printf("  stage %d: layers %d-%d, %.2f GiB a rank%s\n", s, cut[s], cut[s + 1] - 1,
+               gib(rank),
+               s == 0 && s == S - 1 ? " (with the embeddings and lm_head)"
+               : s == 0             ? " (with the embeddings)"
+               : s == S - 1         ? " (with the final norm and lm_head)"
+                                    : "");
+    }
+    printf("weights a rank at most: %.2f GiB (%s bytes, held as %s)\n", gib(peak), commas(peak, a),
+           kind);
     free(cut);
-    laguna_config_free(&c);
     return 0;
 }
 
 int cmd_plan(int argc, char **argv) {
     const char *path = NULL;
-    int S = 1, E = 1;
+    int S = 1, E = 1, T = 4096;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--pipeline-stages") && i + 1 < argc)
             S = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--expert-parallel") && i + 1 < argc)
             E = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc)
+            T = atoi(argv[++i]);
         else if (argv[i][0] != '-' && !path)
             path = argv[i];
         else
             path = NULL, i = argc;
     }
-    if (!path || S < 1 || E < 1) {
+    if (!path || S < 1 || E < 1 || T < 1) {
         fprintf(stderr, "usage: harvest plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] "
-                        "[--expert-parallel E]\n");
+                        "[--expert-parallel E] [--seq-len T]\n");
         return 1;
     }
     // config.json alone: a .json path, or DIR/config.json (the weights are not needed)
-    struct modeldir md;
+    struct model m;
     struct ah_error err = {0};
-    int rc = md_open(&md, path, true, &err);
+    int rc = model_load(&m, path, false, &err);
     if (rc < 0) return report(rc, &err);
-    if (model_is_laguna(&md)) {
-        rc = plan_laguna(&md, S, E, &err);
-    } else {
-        // the spec model: its tensors, from the family's list
-        struct encdec tmp;
-        struct model_tensor *list = NULL;
-        struct encdec_config ec;
-        if ((rc = model_config_encdec(&md, &ec, &err)) == 0 &&
-            (rc = encdec_init(&tmp, &ec, &list)) >= 0) {
-            int64_t n = 0;
-            for (int i = 0; i < rc; i++)
-                n += list[i].shape[0] * (list[i].ndim == 2 ? list[i].shape[1] : 1);
-            char a[40], b[40];
-            printf("%s: causal-encoder-decoder, %d blocks\nparameters: %s\nbytes: %s as float32\n",
-                   md.config_path, ec.n_layer_enc + ec.n_layer_dec, commas(n, a), commas(4 * n, b));
-            free(list);
-            encdec_free(&tmp);
-            rc = 0;
-        }
-    }
-    md_close(&md);
+    if (S > m.n_blocks || E > plan_max_shards(&m))
+        rc = ah_fail(&err, AH_EINVAL,
+                     "plan: %d stages for %d layers, %d expert shards for %d experts (stages at "
+                     "most the layers; expert shards at most the experts and %d, 1 without "
+                     "experts)",
+                     S, m.n_blocks, E, model_n_experts(&m), PLAN_MAX_SHARDS);
+    else
+        describe(&m), rc = split(&m, S, E, T);
+    model_free(&m);
     return report(rc, &err);
 }

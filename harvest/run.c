@@ -158,16 +158,16 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "%s: \"max_seq_len\": %d is longer than the model's "
                        "max_position_embeddings %d",
                        j->path, j->max_seq_len, m->max_pos);
-    if (j->expert_parallel != 1 && strcmp(m->family, "laguna"))
+    if (j->expert_parallel != 1 && model_n_experts(m) == 0)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"parallel.expert_parallel\": %d, but the %s model has no experts "
                        "(expected 1)",
                        j->path, j->expert_parallel, m->family);
-    if (!strcmp(m->family, "laguna") && j->expert_parallel > m->lg.cfg.n_expert)
+    if (j->expert_parallel > plan_max_shards(m))
         return ah_fail(err, AH_EINVAL,
                        "%s: \"parallel.expert_parallel\": %d shards for %d experts (at most one "
-                       "shard an expert)",
-                       j->path, j->expert_parallel, m->lg.cfg.n_expert);
+                       "shard an expert, and at most %d)",
+                       j->path, j->expert_parallel, model_n_experts(m), PLAN_MAX_SHARDS);
     if (world % (j->pipeline_stages * j->expert_parallel))
         return ah_fail(err, AH_EINVAL,
                        "%s: \"parallel.pipeline_stages\" x \"parallel.expert_parallel\" = %d x %d "
@@ -287,40 +287,6 @@ struct grid {
     int i0, i1;          // datasets of this stage (catalogue order follows the blocks)
 };
 
-void plan_partition(const double *cost, int n, int parts, int *cut) {
-    AH_ASSERT(parts >= 1 && parts <= n);
-    size_t w = (size_t)n + 1;
-    double *best =
-        malloc((size_t)(parts + 1) * w * sizeof *best); // [s][b]: blocks [0, b), s stages
-    int *arg = malloc((size_t)(parts + 1) * w * sizeof *arg);
-    AH_ASSERT(best && arg);
-    for (int b = 0; b <= n; b++) {
-        best[w + (size_t)b] = 0;
-        for (int i = 0; i < b; i++)
-            best[w + (size_t)b] += cost[i];
-    }
-    for (int s = 2; s <= parts; s++)
-        for (int b = s; b <= n; b++) {
-            double *bb = &best[(size_t)s * w + (size_t)b], tail = 0;
-            *bb = 1e300;
-            for (int c = b - 1; c >= s - 1; c--) { // the last stage is [c, b)
-                tail += cost[c];
-                double prev = best[(size_t)(s - 1) * w + (size_t)c];
-                double v = prev > tail ? prev : tail;
-                if (v < *bb) {
-                    *bb = v;
-                    arg[(size_t)s * w + (size_t)b] = c;
-                }
-            }
-        }
-    cut[parts] = n;
-    for (int s = parts; s > 1; s--)
-        cut[s - 1] = arg[(size_t)s * w + (size_t)cut[s]];
-    cut[0] = 0;
-    free(best);
-    free(arg);
-}
-
 static int owner_block(int block, int nb) {
     return block < 0 ? 0 : block >= nb ? nb - 1 : block;
 }
@@ -335,23 +301,19 @@ static void grid_make(struct grid *g, const struct plan *pl, int rank, int size)
     g->stage = rank / g->n_shards % g->n_stages;
     g->replica = rank / (g->n_shards * g->n_stages);
     g->ecomm = MPI_COMM_NULL;
-    g->n_experts = !strcmp(pl->m.family, "laguna") ? pl->m.lg.cfg.n_expert : 0;
+    g->n_experts = model_n_experts(&pl->m);
     if (g->n_shards > 1) MPI_Comm_split(MPI_COMM_WORLD, rank / g->n_shards, g->shard, &g->ecomm);
-    // blocks cost their FLOPs at the longest prompt; the LM head (if asked for) adds to the last
-    int T = (int)pl->S, nb = pl->m.n_blocks;
-    double head = 0.0;
+    // the stage cut plan shows: FLOPs at the longest prompt, the LM head (if asked for) on the last
+    int nb = pl->m.n_blocks;
+    bool head = false;
     for (int i = 0; i < pl->n_dsets; i++)
-        if (pl->dsets[i].desc->block == nb) head = model_block_flops(&pl->m, nb, T);
-    double *cost = malloc((size_t)pl->blk_end * sizeof *cost + 1);
+        head |= pl->dsets[i].desc->block == nb;
     int *cut = malloc(((size_t)g->n_stages + 1) * sizeof *cut);
-    AH_ASSERT(cost && cut);
-    cut[0] = cut[1] = 0; // no block to run (the embeddings alone): one stage, blocks [0, 0)
-    for (int b = 0; b < pl->blk_end; b++)
-        cost[b] = model_block_flops(&pl->m, b, T) + (b == nb - 1 ? head : 0.0);
-    if (pl->blk_end > 0) plan_partition(cost, pl->blk_end, g->n_stages, cut);
+    AH_ASSERT(cut);
+    int cut_rc = plan_stage_cut(&pl->m, (int)pl->S, head, pl->blk_end, g->n_stages, cut);
+    AH_ASSERT(cut_rc == 0);
     g->b0 = cut[g->stage];
     g->b1 = cut[g->stage + 1];
-    free(cost);
     free(cut);
     g->i0 = g->i1 = 0;
     if (pl->blk_end == 0) g->i1 = pl->n_dsets; // the embeddings alone: one stage writes all
@@ -566,8 +528,8 @@ static void exchange_slots(void *u, float *eo, const int64_t *idx, int64_t n_slo
     struct exchange *x = u;
     const struct grid *g = x->g;
     int n = g->n_shards;
-    int cnt[256], disp[256];
-    AH_ASSERT(n <= 256);
+    int cnt[PLAN_MAX_SHARDS], disp[PLAN_MAX_SHARDS];
+    AH_ASSERT(n <= PLAN_MAX_SHARDS);
     for (int s = 0; s < n; s++)
         cnt[s] = 0;
     for (int64_t i = 0; i < n_slots; i++)
@@ -581,7 +543,7 @@ static void exchange_slots(void *u, float *eo, const int64_t *idx, int64_t n_slo
         if (owner_of(idx[i], g->n_experts, n) == g->shard)
             memcpy(mine, eo + i * D, (size_t)D * sizeof(float)), mine += D;
     MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_FLOAT, x->buf, cnt, disp, MPI_FLOAT, g->ecomm);
-    int at[256];
+    int at[PLAN_MAX_SHARDS];
     memcpy(at, disp, sizeof(int) * (size_t)n);
     for (int64_t i = 0; i < n_slots; i++) {
         int s = owner_of(idx[i], g->n_experts, n);
@@ -683,14 +645,14 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     // shard 0 writes what the shards of a replica compute alike
     for (int i = 0; g->shard == 0 && i < pl->m.n_cat; i++)
         want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
-    struct laguna_shard shard = {
-        (int)((int64_t)pl->m.lg.cfg.n_expert * g->shard / g->n_shards),
-        (int)((int64_t)pl->m.lg.cfg.n_expert * (g->shard + 1) / g->n_shards), exchange_slots, &ex};
+    struct laguna_shard shard = {(int)((int64_t)g->n_experts * g->shard / g->n_shards),
+                                 (int)((int64_t)g->n_experts * (g->shard + 1) / g->n_shards),
+                                 exchange_slots, &ex};
     if ((rc = model_state_init(&pl->m, &st, (int)pl->S, max_tokens, want,
                                g->n_shards > 1 ? &shard : NULL)) < 0)
         goto done;
     if (g->n_shards > 1) { // every slot of the largest batch, gathered
-        ex.cap = (size_t)max_tokens * (size_t)pl->m.lg.cfg.top_k * (size_t)pl->m.lg.cfg.hidden;
+        ex.cap = (size_t)max_tokens * (size_t)model_top_k(&pl->m) * (size_t)model_hidden(&pl->m);
         if (!(ex.buf = malloc(ex.cap * sizeof *ex.buf))) {
             rc = -AH_ENOMEM;
             goto done;

@@ -43,6 +43,10 @@ int ah_exit_code(int neg_code); // 1 bad input, 2 system failure, 3 stopped
 // -AH_ENOENT / -AH_EIO / -AH_ENOMEM with "PATH: cannot open: reason".
 int ah_read_file(const char *path, char **out, struct ah_error *err);
 
+// Layers a config may give a layer-count key (num_hidden_layers, num_encoder_layers, ...): the
+// catalogue names every value of every layer, and the stage cut searches over them.
+#define AH_MAX_LAYERS 4096
+
 #define AH_ASSERT(x)                                                                  \
     do {                                                                              \
         if (!(x)) {                                                                   \

@@ -97,20 +97,6 @@ int64_t encdec_axis_size(const struct encdec_config *c, const char *axis) {
 // ----------------------------------------------------------------------------
 // weights
 
-// name: "P.layers.L.LEAF" when p is set, else just leaf
-static void add_tensor(struct model_tensor *t, int *n, const float **dst, int64_t d0, int64_t d1,
-                       const char *p, int l, const char *leaf) {
-    struct model_tensor *e = &t[(*n)++];
-    if (p)
-        snprintf(e->name, sizeof e->name, "%s.layers.%d.%s", p, l, leaf);
-    else
-        snprintf(e->name, sizeof e->name, "%s", leaf);
-    e->ndim = d1 ? 2 : 1;
-    e->shape[0] = d0;
-    e->shape[1] = d1;
-    e->dst = dst;
-}
-
 int encdec_init(struct encdec *m, const struct encdec_config *c, struct model_tensor **list) {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
@@ -125,26 +111,26 @@ int encdec_init(struct encdec *m, const struct encdec_config *c, struct model_te
         return -AH_ENOMEM;
     }
     int n = 0;
-    add_tensor(t, &n, &m->embed, c->vocab, C, NULL, 0, "embed_tokens.weight");
+    model_tensor_add(t, &n, NULL, &m->embed, c->vocab, C, NULL, 0, "embed_tokens.weight");
     for (int dec = 0; dec <= 1; dec++) {
-        const char *p = dec ? "decoder" : "encoder";
+        const char *p = dec ? "decoder.layers" : "encoder.layers";
         for (int l = 0; l < (dec ? c->n_layer_dec : c->n_layer_enc); l++) {
             struct encdec_block_w *b = dec ? &m->dec[l] : &m->enc[l];
-            add_tensor(t, &n, &b->norm1, C, 0, p, l, "norm1.weight");
-            add_tensor(t, &n, &b->norm2, C, 0, p, l, "norm2.weight");
-            add_tensor(t, &n, &b->wq, HD, C, p, l, "attn.q_proj.weight");
-            add_tensor(t, &n, &b->wkg, HD, C, p, l, "attn.global_k_proj.weight");
-            add_tensor(t, &n, &b->wvg, HD, C, p, l, "attn.global_v_proj.weight");
-            add_tensor(t, &n, &b->wkl, HD, C, p, l, "attn.local_k_proj.weight");
-            add_tensor(t, &n, &b->wvl, HD, C, p, l, "attn.local_v_proj.weight");
-            add_tensor(t, &n, &b->wo, C, HD, p, l, "attn.o_proj.weight");
-            add_tensor(t, &n, &b->wgate, F, C, p, l, "ffn.gate_proj.weight");
-            add_tensor(t, &n, &b->wup, F, C, p, l, "ffn.up_proj.weight");
-            add_tensor(t, &n, &b->wdown, C, F, p, l, "ffn.down_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->norm1, C, 0, p, l, "norm1.weight");
+            model_tensor_add(t, &n, NULL, &b->norm2, C, 0, p, l, "norm2.weight");
+            model_tensor_add(t, &n, NULL, &b->wq, HD, C, p, l, "attn.q_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wkg, HD, C, p, l, "attn.global_k_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wvg, HD, C, p, l, "attn.global_v_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wkl, HD, C, p, l, "attn.local_k_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wvl, HD, C, p, l, "attn.local_v_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wo, C, HD, p, l, "attn.o_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wgate, F, C, p, l, "ffn.gate_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wup, F, C, p, l, "ffn.up_proj.weight");
+            model_tensor_add(t, &n, NULL, &b->wdown, C, F, p, l, "ffn.down_proj.weight");
         }
     }
-    add_tensor(t, &n, &m->enc_norm, C, 0, NULL, 0, "encoder.norm.weight");
-    add_tensor(t, &n, &m->dec_norm, C, 0, NULL, 0, "decoder.norm.weight");
+    model_tensor_add(t, &n, NULL, &m->enc_norm, C, 0, NULL, 0, "encoder.norm.weight");
+    model_tensor_add(t, &n, NULL, &m->dec_norm, C, 0, NULL, 0, "decoder.norm.weight");
     *list = t;
     return n;
 }
@@ -163,44 +149,31 @@ int encdec_state_init(struct encdec_state *s, const struct encdec_config *c, int
     memset(s, 0, sizeof *s);
     int64_t N = max_tokens, T = max_T, C = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
     int64_t F = c->ffn_dim, V = c->vocab, H = c->n_head, D = c->head_dim;
-    struct {
-        float **p;
-        int64_t n;
-    } f[] = {
-        {&s->x, N * C},
-        {&s->xn, N * C},
-        {&s->q, N * HD},
-        {&s->kg, N * HD},
-        {&s->vg, N * HD},
-        {&s->kl, N * HD},
-        {&s->vl, N * HD},
-        {&s->y, N * HD},
-        {&s->ao, N * C},
-        {&s->fo, N * C},
-        {&s->gate, N * F},
-        {&s->up, N * F},
-        {&s->act, N * F},
-        {&s->enc_out, N * C},
-        {&s->att, H * T * 2 * T},
-        {&s->logits, T * V},
-        {&s->cos_t, T * D / 2},
-        {&s->sin_t, T * D / 2},
-        {&s->scratch, H * 2 * T * D},
+    struct arena_piece f[] = {
+        // 4-byte elements
+        {(void **)&s->x, N * C},
+        {(void **)&s->xn, N * C},
+        {(void **)&s->q, N * HD},
+        {(void **)&s->kg, N * HD},
+        {(void **)&s->vg, N * HD},
+        {(void **)&s->kl, N * HD},
+        {(void **)&s->vl, N * HD},
+        {(void **)&s->y, N * HD},
+        {(void **)&s->ao, N * C},
+        {(void **)&s->fo, N * C},
+        {(void **)&s->gate, N * F},
+        {(void **)&s->up, N * F},
+        {(void **)&s->act, N * F},
+        {(void **)&s->enc_out, N * C},
+        {(void **)&s->att, H * T * 2 * T},
+        {(void **)&s->logits, T * V},
+        {(void **)&s->cos_t, T * D / 2},
+        {(void **)&s->sin_t, T * D / 2},
+        {(void **)&s->scratch, H * 2 * T * D},
+        {(void **)&s->mask, 2 * T * 2 * T}, // int64
     };
-    size_t nf = sizeof f / sizeof f[0];
-    int64_t total = 0;
-    for (size_t i = 0; i < nf; i++)
-        total += (f[i].n + 15) / 16 * 16; // 64-byte aligned pieces
-    int64_t mask_n = T * 2 * T;
-    // C11: the size of an aligned_alloc is a multiple of the alignment
-    s->arena = aligned_alloc(64, (size_t)(total * 4 + mask_n * 8 + 64 + 63) / 64 * 64);
+    s->arena = arena_alloc(f, sizeof f / sizeof f[0]);
     if (!s->arena) return -AH_ENOMEM;
-    float *p = s->arena;
-    for (size_t i = 0; i < nf; i++) {
-        *f[i].p = p;
-        p += (f[i].n + 15) / 16 * 16;
-    }
-    s->mask = (int64_t *)(void *)p;
     s->max_T = max_T;
     s->max_tokens = max_tokens;
     op_rope_table(s->cos_t, s->sin_t, max_T, c->head_dim, c->head_dim, c->rope_theta);

@@ -1,5 +1,5 @@
 // encdec.h - the spec model: a causal encoder-decoder with global+local attention
-// (`"architecture": "causal-encoder-decoder"`, seeds/spec.json, pinned in issue 2).
+// (`"architecture": "causal-encoder-decoder"`, tests/ref/spec.json, pinned in issue 2).
 //
 // Weights are borrowed views (valid while whoever bound them keeps them mapped); the run state
 // owns one arena sized before the first forward. encdec_forward() never allocates and never fails.
@@ -7,6 +7,7 @@
 #define AH_ENCDEC_H
 
 #include "model/batch.h"
+#include "model/blocks.h"
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -92,7 +93,7 @@ enum encdec_block_tap {
 };
 
 // Catalogue ids: token_embeddings, encoder blocks, encoder_pre_final_norm, encoder_output,
-// decoder blocks, decoder_output, final_hidden, logits (the order of seeds/spec.json).
+// decoder blocks, decoder_output, final_hidden, logits (the order of tests/ref/spec.json).
 int encdec_n_taps(const struct encdec_config *c);
 int encdec_tap_id_block(const struct encdec_config *c, bool dec, int layer, int point);
 enum {
@@ -125,14 +126,6 @@ struct encdec {
     const float *embed;               // (V, C), also the tied LM head; borrowed
     const float *enc_norm, *dec_norm; // (C); borrowed
     struct encdec_block_w *enc, *dec; // (n_layer_enc), (n_layer_dec); owned arrays of views
-};
-
-// A checkpoint tensor the family expects, and where its view goes.
-struct model_tensor {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-    const float **dst;
 };
 
 // Allocates m's block arrays and returns in *list (caller frees) the tensors to bind, with dst
@@ -172,7 +165,7 @@ void encdec_state_free(struct encdec_state *s); // safe on a zeroed struct
 void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct mbatch *bt,
                     const struct tap *tp, int blk_begin, int blk_end);
 
-// The spec model's dimensions: seeds/spec.json plus those pinned in issue 2 (ffn_dim 1024,
+// The spec model's dimensions: tests/ref/spec.json plus those pinned in issue 2 (ffn_dim 1024,
 // rms_norm_eps 1e-6, rope_theta 10000).
 struct encdec_config encdec_spec_config(void);
 

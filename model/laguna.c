@@ -1,4 +1,4 @@
-// laguna.c - Laguna configuration counts (see laguna.h; shared/docs/laguna-forward.md section 6:
+// laguna.c - Laguna configuration counts (see laguna.h; tests/ref/laguna-forward.md section 6:
 //   params = 2 V D + D
 //          + sum_i [ D H_i Dh + 2 D KV Dh + H_i Dh D + G_i D + 2 Dh + 2 D ]   G_i = H_i or H_i Dh
 //          + sum_dense 3 D I_d + sum_moe [ E D + E + 3 E D I_e + 3 D I_s ] )
@@ -85,7 +85,8 @@ int laguna_rope_inv_freq(const struct laguna_rope *r, int head_dim, float *inv_f
     double two_pi = 6.283185307179586, ln_theta = log(r->theta);
     double cf = d * log(r->original_max_pos / (two_pi * r->beta_fast)) / (2.0 * ln_theta);
     double cs = d * log(r->original_max_pos / (two_pi * r->beta_slow)) / (2.0 * ln_theta);
-    double lo = floor(cf) > 0.0 ? floor(cf) : 0.0, hi = ceil(cs) < d - 1 ? ceil(cs) : d - 1;
+    if (!r->no_truncate) cf = floor(cf), cs = ceil(cs);
+    double lo = cf > 0.0 ? cf : 0.0, hi = cs < d - 1 ? cs : d - 1;
     if (lo == hi) hi += 0.001;
     for (int i = 0; i < half; i++) {
         float ext = inv_freq[i];                               // 1 / pos_f
@@ -104,18 +105,14 @@ int laguna_rope_inv_freq(const struct laguna_rope *r, int head_dim, float *inv_f
 // ----------------------------------------------------------------------------
 // router
 
-static float sigmoidf_(float z) {
-    return 1.0f / (1.0f + expf(-z));
-}
-
 void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int E, int k) {
-    AH_ASSERT(k >= 1 && k <= E && k <= 64);
-    float sel[64]; // biased scores of the k chosen so far, descending
+    AH_ASSERT(k >= 1 && k <= E);
+    float *sel = w; // biased scores of the k chosen so far, descending (w is written after)
     for (int j = 0; j < k; j++)
         idx[j] = -1;
     int n = 0;
     for (int e = 0; e < E; e++) { // insertion into the top k: ties keep the lower index first
-        float s = sigmoidf_(z[e]) + (bias ? bias[e] : 0.0f);
+        float s = act_sigmoid(z[e]) + (bias ? bias[e] : 0.0f);
         if (n == k && !(s > sel[k - 1])) continue;
         int pos = n < k ? n++ : k - 1;
         while (pos > 0 && s > sel[pos - 1]) {
@@ -128,7 +125,7 @@ void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int
     }
     float sum = 0.0f;
     for (int j = 0; j < k; j++)
-        sum += w[j] = sigmoidf_(z[idx[j]]);
+        sum += w[j] = act_sigmoid(z[idx[j]]);
     for (int j = 0; j < k; j++)
         w[j] /= sum;
 }
@@ -155,7 +152,7 @@ void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias,
 }
 
 // ----------------------------------------------------------------------------
-// catalogue (names, layouts and meanings as seeds/laguna-nnterp.txt gives them)
+// catalogue (names, layouts and meanings as tests/ref/laguna-nnterp.txt gives them)
 
 #define BSH "batch,seq,hidden_size"
 enum laguna_tap_kind {
@@ -327,22 +324,7 @@ int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *a
 // ----------------------------------------------------------------------------
 // weights
 
-// "model.layers.{layer}.{leaf}", or leaf alone for layer -1
-static void add(struct laguna_tensor *t, int *n, const uint16_t **bf16, const float **f32,
-                int64_t d0, int64_t d1, int layer, const char *leaf) {
-    struct laguna_tensor *e = &t[(*n)++];
-    if (layer >= 0)
-        snprintf(e->name, sizeof e->name, "model.layers.%d.%s", layer, leaf);
-    else
-        snprintf(e->name, sizeof e->name, "%s", leaf);
-    e->ndim = d1 ? 2 : 1;
-    e->shape[0] = d0;
-    e->shape[1] = d1;
-    e->bf16 = bf16;
-    e->f32 = f32;
-}
-
-int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor **list) {
+int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor **list) {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
     memset(c, 0, sizeof *c);
@@ -352,10 +334,11 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor 
         n_moe += !c->dense[i];
     int64_t D = c->hidden, Dh = c->head_dim, KVD = (int64_t)c->n_kv_head * Dh;
     m->blk = calloc((size_t)L, sizeof *m->blk);
-    m->experts = calloc(3 * (size_t)E * (size_t)n_moe + 1, sizeof *m->experts);
+    m->experts = calloc(list ? 3 * (size_t)E * (size_t)n_moe + 1 : 1, sizeof *m->experts);
     m->id = malloc((size_t)(L + 2) * LG_N_TAPS * sizeof *m->id);
-    struct laguna_tensor *t = calloc(3 + 16 * (size_t)L + 3 * (size_t)E * n_moe, sizeof *t);
-    if (!m->blk || !m->experts || !m->id || !t) {
+    struct model_tensor *t =
+        list ? calloc(3 + 16 * (size_t)L + 3 * (size_t)E * n_moe, sizeof *t) : NULL;
+    if (!m->blk || !m->experts || !m->id || (list && !t)) {
         free(t);
         laguna_free(m);
         return -AH_ENOMEM;
@@ -367,12 +350,12 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor 
             m->id[(l + 1) * LG_N_TAPS + k] = tap_in(c, l, laguna_taps[k].where) ? id++ : -1;
 
     int n = 0;
-    add(t, &n, &m->embed, NULL, c->vocab, D, -1, "model.embed_tokens.weight");
+    model_tensor_add(t, &n, &m->embed, NULL, c->vocab, D, NULL, 0, "model.embed_tokens.weight");
     for (int i = 0, moe = 0; i < L; i++) {
         struct laguna_block_w *w = &m->blk[i];
         int64_t HD = (int64_t)c->n_head[i] * Dh, G = c->gate_per_element ? HD : c->n_head[i];
-#define BF(dst, d0, d1, leaf) add(t, &n, dst, NULL, d0, d1, i, leaf)
-#define FV(dst, d0, leaf)     add(t, &n, NULL, dst, d0, 0, i, leaf)
+#define BF(dst, d0, d1, leaf) model_tensor_add(t, &n, dst, NULL, d0, d1, "model.layers", i, leaf)
+#define FV(dst, d0, leaf)     model_tensor_add(t, &n, NULL, dst, d0, 0, "model.layers", i, leaf)
         FV(&w->attn_norm, D, "input_layernorm.weight");
         FV(&w->mlp_norm, D, "post_attention_layernorm.weight");
         BF(&w->wq, HD, D, "self_attn.q_proj.weight");
@@ -393,6 +376,7 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor 
         BF(&w->sg, c->shared_ffn, D, "mlp.shared_expert.gate_proj.weight");
         BF(&w->su, c->shared_ffn, D, "mlp.shared_expert.up_proj.weight");
         BF(&w->sd, D, c->shared_ffn, "mlp.shared_expert.down_proj.weight");
+        if (!list) continue; // no expert table to point into
         w->eg = m->experts + (size_t)3 * E * moe;
         w->eu = w->eg + E;
         w->ed = w->eu + E;
@@ -409,9 +393,9 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor 
 #undef BF
 #undef FV
     }
-    add(t, &n, NULL, &m->norm, D, 0, -1, "model.norm.weight");
-    add(t, &n, &m->lm_head, NULL, c->vocab, D, -1, "lm_head.weight");
-    *list = t;
+    model_tensor_add(t, &n, NULL, &m->norm, D, 0, NULL, 0, "model.norm.weight");
+    model_tensor_add(t, &n, &m->lm_head, NULL, c->vocab, D, NULL, 0, "lm_head.weight");
+    if (list) *list = t;
     return n;
 }
 
@@ -443,14 +427,14 @@ static int64_t max3(int64_t a, int64_t b, int64_t c) {
     return m > c ? m : c;
 }
 
-// cos and sin of every position times A (laguna-forward.md 3.4): float32 angles as HF forms them
+// cos and sin of every position times A (tests/ref/laguna-forward.md 3.4): float32 angles as HF
+// forms them
 static int rope_tables(float *cos_t, float *sin_t, const struct laguna_rope *r, int head_dim,
                        int T) {
-    float inv[1024], A;
+    float *inv = sin_t, A; // sin_t's row 0 holds inv_freq until it is written, last
     double lo, hi;
-    AH_ASSERT(head_dim / 2 <= 1024);
     int rot = laguna_rope_inv_freq(r, head_dim, inv, &A, &lo, &hi), half = rot / 2;
-    for (int t = 0; t < T; t++)
+    for (int t = T - 1; t >= 0; t--)
         for (int j = 0; j < half; j++) {
             float ang = (float)t * inv[j];
             cos_t[(int64_t)t * half + j] = (float)cos((double)ang) * A;
@@ -476,6 +460,8 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         void **p;
         int64_t n; // 4-byte elements
     } f[] = {
+    struct arena_piece f[] = {
+        // 4-byte elements
         {(void **)&s->x, N * D},
         {(void **)&s->xn, N * D},
         {(void **)&s->q, N * HD},
@@ -506,19 +492,11 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         {(void **)&s->idx, 2 * N * k},
         {(void **)&s->ones, 2 * T},
         {(void **)&s->order, N * k},
+        {(void **)&s->ord, 2 * k},
         {(void **)&s->start, 2 * E + 1},
     };
-    size_t nf = sizeof f / sizeof f[0];
-    int64_t total = 0;
-    for (size_t i = 0; i < nf; i++)
-        total += (f[i].n + 15) / 16 * 16;                                  // 64-byte aligned pieces
-    s->arena = aligned_alloc(64, ((size_t)total * 4 + 64 + 63) / 64 * 64); // a multiple of 64
+    s->arena = arena_alloc(f, sizeof f / sizeof f[0]);
     if (!s->arena) return -AH_ENOMEM;
-    float *p = s->arena;
-    for (size_t i = 0; i < nf; i++) {
-        *f[i].p = p;
-        p += (f[i].n + 15) / 16 * 16;
-    }
     for (int64_t t = 0; t < T; t++)
         s->ones[t] = 1;
     bool any_full = false, any_sliding = false; // a type no layer has is not configured
@@ -543,15 +521,6 @@ void laguna_state_free(struct laguna_state *s) {
 // forward
 
 #define ID(m, layer, kind) ((m)->id[((layer) + 1) * LG_N_TAPS + (kind)])
-
-static float silu(float x) {
-    return x / (1.0f + expf(-x));
-}
-
-// torch.nn.functional.softplus: log1p(exp(x)), x itself above 20
-static float softplus(float x) {
-    return x > 20.0f ? x : log1pf(expf(x));
-}
 
 static void mm(struct laguna_state *s, float *out, const float *in, const uint16_t *w, int64_t M,
                int64_t K, int64_t N) {
@@ -607,6 +576,27 @@ static void attention(const struct laguna *m, struct laguna_state *s, const stru
         for (int h = h0; h < h1; h++) // o_h = P_h v_{h / rep}
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, Dh, T, 1.0f,
                         s->att + (h - h0) * TT, T, v + (h / rep) * Dh, KVD, 0.0f, o + h * Dh, HD);
+    }
+}
+
+// Expert shards: the other shards' slots into s->eo, then each token's slots added to the routed
+// sum in expert order, as one rank running every expert adds them.
+static void shard_sum(struct laguna_state *s, int64_t N, int64_t k, int64_t D) {
+    s->shard->exchange(s->shard->u, s->eo, s->idx, N * k, (int)D);
+    for (int64_t t = 0; t < N; t++) {
+        int64_t *ord = s->ord;            // (k) the token's slots in expert order
+        for (int64_t j = 0; j < k; j++) { // insertion sort of the token's slots by expert
+            int64_t q = j;
+            while (q > 0 && s->idx[t * k + ord[q - 1]] > s->idx[t * k + j]) {
+                ord[q] = ord[q - 1];
+                q--;
+            }
+            ord[q] = j;
+        }
+        float *dst = s->routed + t * D;
+        for (int64_t j = 0; j < k; j++)
+            for (int64_t d = 0; d < D; d++)
+                dst[d] += s->eo[(t * k + ord[j]) * D + d];
     }
 }
 
@@ -682,24 +672,7 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
                     s->eo[slot * D + d] = ww * y[d];
         }
     }
-    if (sh) { // the other shards' slots, then each token's slots in expert order
-        sh->exchange(sh->u, s->eo, s->idx, N * k, (int)D);
-        for (int64_t t = 0; t < N; t++) {
-            int64_t ord[64];
-            for (int64_t j = 0; j < k; j++) { // insertion sort of the token's slots by expert
-                int64_t q = j;
-                while (q > 0 && s->idx[t * k + ord[q - 1]] > s->idx[t * k + j]) {
-                    ord[q] = ord[q - 1];
-                    q--;
-                }
-                ord[q] = j;
-            }
-            float *dst = s->routed + t * D;
-            for (int64_t j = 0; j < k; j++)
-                for (int64_t d = 0; d < D; d++)
-                    dst[d] += s->eo[(t * k + ord[j]) * D + d];
-        }
-    }
+    if (sh) shard_sum(s, N, k, D);
     for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
         struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
         tp->take(tp->u, id_o, b, &v);
@@ -748,7 +721,7 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
     // the softplus gate, one a head or one a channel, then the output projection
     mm(s, s->g, s->xn, w->wg, N, D, G);
     for (int64_t i = 0; i < N * G; i++)
-        s->g[i] = softplus(s->g[i]);
+        s->g[i] = act_softplus(s->g[i]);
     for (int64_t i = 0; i < N * HD; i++)
         s->o[i] *= s->g[G == HD ? i : i / Dh];
     emit_token_heads(tp, ID(m, l, LG_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
@@ -765,7 +738,7 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
         mm(s, s->f_gate, s->xn, w->gate, N, D, Id);
         mm(s, s->f_up, s->xn, w->up, N, D, Id);
         for (int64_t i = 0; i < N * Id; i++)
-            s->f_gate[i] = silu(s->f_gate[i]);
+            s->f_gate[i] = act_silu(s->f_gate[i]);
         tap_emit_rows(tp, ID(m, l, LG_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
         for (int64_t i = 0; i < N * Id; i++)
             s->f_up[i] *= s->f_gate[i];

@@ -1,5 +1,5 @@
 // laguna.h - the Laguna family (LagunaForCausalLM, poolside): its configuration, as
-// shared/docs/laguna-forward.md sections 2 and 3 define it, its parameter and byte counts, the
+// tests/ref/laguna-forward.md sections 2 and 3 define it, its parameter and byte counts, the
 // nnterp activation catalogue and the forward pass (section 4) in float32 over BF16 weights.
 //
 // L = layers, D = hidden, H_i = query heads of layer i, KV = key/value heads, Dh = head_dim,
@@ -8,6 +8,7 @@
 #define AH_LAGUNA_H
 
 #include "model/batch.h"
+#include "model/blocks.h"
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -23,6 +24,7 @@ struct laguna_rope {
     double attention_factor; // yarn: A (default 0.1 ln(s) + 1)
     double beta_fast, beta_slow;
     int original_max_pos; // yarn: L0
+    bool no_truncate;     // yarn: "truncate": false keeps the ramp bounds unrounded
 };
 
 struct laguna_config {
@@ -30,6 +32,7 @@ struct laguna_config {
     int dense_ffn, expert_ffn, shared_ffn; // intermediate_size, moe_intermediate_size, shared_...
     int n_expert, top_k;
     int sliding_window;
+    int max_pos; // max_position_embeddings
     double eps, routed_scaling, router_softcap;
     bool gate_per_element; // g_proj has H_i*Dh rows (else H_i: one gate a head)
     int *n_head;           // (n_layer) query heads of each layer; owned
@@ -50,7 +53,7 @@ int64_t laguna_bytes(const struct laguna_config *c);
 // experts + shared expert + router); the work a pipeline stage balances on.
 double laguna_layer_flops(const struct laguna_config *c, int i);
 
-// ---- the activation catalogue: the nnterp values of seeds/laguna-nnterp.txt ----
+// ---- the activation catalogue: the nnterp values of tests/ref/laguna-nnterp.txt ----
 // Root values are bare names; block values are `layers.{i}.{value}`. Every block has the residual
 // and attention values; dense blocks add mlp_activation, mlp_neurons, mlp_output, mixture blocks
 // mlp_output and the router/expert values. Catalogue order is forward order.
@@ -62,15 +65,16 @@ void laguna_catalogue(const struct laguna_config *c, struct tap_desc *out);
 // block's own query-head count, intermediate_size the dense width. -1 for an unknown axis name.
 int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *axis);
 
-// RoPE of one layer type (laguna-forward.md 3.2, 3.3): inv_freq[j] for j < n_rot / 2 in float32
-// as HF computes it, and the factor A that multiplies cos and sin (1 for default RoPE). Returns
-// n_rot = int(head_dim * partial); *low / *high receive YaRN's ramp bounds (0 for default).
+// RoPE of one layer type (tests/ref/laguna-forward.md 3.2, 3.3): inv_freq[j] for j < n_rot / 2 in
+// float32 as HF computes it, and the factor A that multiplies cos and sin (1 for default RoPE).
+// Returns n_rot = int(head_dim * partial); *low / *high receive YaRN's ramp bounds (0 for default).
 int laguna_rope_inv_freq(const struct laguna_rope *r, int head_dim, float *inv_freq, float *scale,
                          double *low, double *high);
 
-// The router of one token (laguna-forward.md 4, LagunaTopKRouter): p = sigmoid(z); the k experts
-// with the largest p + bias (bias may be NULL), largest first, ties to the lower index; weights =
-// their unbiased p renormalised to sum 1. The routed scaling factor applies to the routed sum.
+// The router of one token (tests/ref/laguna-forward.md 4, LagunaTopKRouter): p = sigmoid(z); the k
+// experts with the largest p + bias (bias may be NULL), largest first, ties to the lower index;
+// weights = their unbiased p renormalised to sum 1. The routed scaling factor applies to the routed
+// sum.
 void laguna_route(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
 void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias, int E, int k);
 
@@ -94,20 +98,10 @@ struct laguna {
     int *id;                         // ((n_layer + 2) x taps) catalogue id, -1 if absent
 };
 
-// A checkpoint tensor and where its view goes: a BF16 matrix (bf16) or a vector of any float
-// dtype widened to float32 (f32).
-struct laguna_tensor {
-    char name[96];
-    int ndim;
-    int64_t shape[2];
-    const uint16_t **bf16;
-    const float **f32;
-};
-
 // Takes c (the caller's struct is zeroed), allocates m's arrays and returns in *list (caller
-// frees) the tensors to bind, in the published names of laguna-forward.md 5.1. Returns the
-// count or a negative AH_E* code.
-int laguna_init(struct laguna *m, struct laguna_config *c, struct laguna_tensor **list);
+// frees) the tensors to bind, in the published names of tests/ref/laguna-forward.md 5.1. Returns
+// the count or a negative AH_E* code. list NULL: config only (nothing to bind, no expert table).
+int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor **list);
 void laguna_free(struct laguna *m); // safe on a zeroed struct
 
 // ---- expert shards: a rank runs experts [e0, e1) of every mixture block. Every shard routes
@@ -126,13 +120,25 @@ struct laguna_state {
     int max_T;
     int64_t max_tokens;
     bool keep_scores, keep_experts; // (H, T, T) scores per prompt; (N, k, D) expert outputs
-    float *x, *xn, *q, *k, *v, *o, *g, *a, *m; // residual, normed, heads, gate, attn/mlp out
-    float *f_gate, *f_up;                      // (N, max(I_d, I_s))
-    float *z, *w, *eo, *routed;                // router logits, weights, expert outputs, sum
-    int64_t *idx;                              // (N, k) chosen experts
-    int *order, *start;       // (N k) slots grouped by expert; (E + 1) offsets, then (E) cursors
+    // N = max_tokens (the batch's tokens, prompts one after another), T = max_T, H = the most
+    // query heads of any layer, D = hidden, Dh = head_dim
+    float *x, *xn;        // (N, D) the residual stream; its normed copy
+    float *q, *k, *v;     // (N, H Dh), (N, KV Dh), (N, KV Dh) token-major heads
+    float *o, *g;         // (N, H Dh) head outputs (gated in place); (N, H Dh) the gate's values
+    float *a, *m;         // (N, D) attention output; MLP output
+    float *f_gate, *f_up; // (N, max(I_d, I_s)) dense / shared-expert gate and up
+    float *z;             // (N, E) router logits, then (E) one token's capped logits
+    float *w;             // (N, k) expert weights
+    float *eo;            // (N, k, D) weighted expert outputs (kept for a tap or a shard exchange)
+    float *routed;        // (N, D) the routed sum
+    int64_t *idx;         // (N, k) chosen experts
+    int64_t *ord;         // (k) one token's slots in expert order
+    int *order, *start;   // (N k) slots grouped by expert; (E + 1) offsets, then (E) cursors
     float *xe, *ge, *ue, *ye; // one expert's tokens: (N, D) (N, I_e) x2 (N, D)
-    float *att, *logits, *scratch, *tile;
+    float *att;               // (H, T, T) scores of a prompt (keep_scores), else (T, T) a head
+    float *logits;            // (T, V) a prompt's logits, then (V) the next-token distribution
+    float *scratch;           // (H Dh T) a head-major copy for the head-split taps
+    float *tile;              // the widened rows of a BF16 matmul (op_matmul_bf16)
     float *cos_f, *sin_f, *cos_s, *sin_s; // (max_T, n_rot / 2) full / sliding, times A
     int rot_f, rot_s;
     int64_t *ones;                    // (max_T) the attention mask

@@ -1,6 +1,6 @@
 // test_laguna.c - Laguna pieces before its forward pass: the RoPE tables against the values
-// laguna-forward.md 3.3 computes (float64 re-implementation of HF's YaRN), and the router against
-// its naive twin and its identities.
+// tests/ref/laguna-forward.md 3.3 computes (float64 re-implementation of HF's YaRN), and the router
+// against its naive twin and its identities.
 #include "model/laguna.h"
 #include "tests/check.h"
 
@@ -8,8 +8,9 @@
 #include <string.h>
 
 static struct laguna_rope yarn(double factor, int l0, double beta_fast, double partial) {
-    return (struct laguna_rope){LAGUNA_ROPE_YARN,        500000.0,  partial, factor,
-                                0.1 * log(factor) + 1.0, beta_fast, 1.0,     l0};
+    return (struct laguna_rope){
+        LAGUNA_ROPE_YARN, 500000.0, partial, factor, 0.1 * log(factor) + 1.0,
+        beta_fast,        1.0,      l0,      false};
 }
 
 // |got - want| <= rel * |want|
@@ -47,7 +48,15 @@ static void test_rope_tables_match_the_spec(void) {
             near("M.1 inv_freq[1]", f[1], 0.8146172, 1e-6);
         }
     }
-    struct laguna_rope s = {LAGUNA_ROPE_DEFAULT, 10000.0, 1.0, 1, 1, 32, 1, 0};
+    // "truncate": false (transformers' find_correction_range): the bounds stay unrounded
+    struct laguna_rope u = yarn(32, 8192, 64, 0.5);
+    u.no_truncate = true;
+    laguna_rope_inv_freq(&u, 128, f, &A, &lo, &hi);
+    near("unrounded low", lo, 7.350269120455311, 1e-12);
+    near("unrounded high", hi, 17.492059500736204, 1e-12);
+    near("inv_freq[8] unrounded", f[8], 0.035272099501666765, 1e-6); // 0.0342941 rounded
+    near("inv_freq[12] unrounded", f[12], 0.0040536632219163584, 1e-6);
+    struct laguna_rope s = {LAGUNA_ROPE_DEFAULT, 10000.0, 1.0, 1, 1, 32, 1, 0, false};
     int d = laguna_rope_inv_freq(&s, 128, f, &A, &lo, &hi);
     CHECK_EQ(d, 128);
     CHECK(A == 1.0f);
@@ -55,10 +64,11 @@ static void test_rope_tables_match_the_spec(void) {
     near("sliding last", f[63], 1.1548e-04, 1e-3);
 }
 
-static void test_router_matches_naive_and_identities(void) {
-    enum { E = 256, K = 10 };
-    float z[E], bias[E], w[K], wr[K];
-    int64_t idx[K], ir[K];
+// K = 80: more than the 64 slots the router once had
+static void test_router_matches_naive_and_identities(int K) {
+    enum { E = 256, KMAX = 96 };
+    float z[E], bias[E], w[KMAX], wr[KMAX];
+    int64_t idx[KMAX], ir[KMAX];
     for (int round = 0; round < 50; round++) {
         check_fill(z, E, 100 + round);
         check_fill(bias, E, 200 + round);
@@ -138,6 +148,7 @@ static void test_catalogue_axes_are_per_block(void) {
 int main(void) {
     test_catalogue_axes_are_per_block();
     test_rope_tables_match_the_spec();
-    test_router_matches_naive_and_identities();
+    test_router_matches_naive_and_identities(10);
+    test_router_matches_naive_and_identities(80);
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

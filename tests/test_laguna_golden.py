@@ -1,5 +1,5 @@
 """Laguna against the independent float64 reference (tests/ref/laguna_ref.py, written from
-laguna-forward.md) on every preset of `harvest init-model --family laguna` (XS-2.1, XS.2, S-2.1,
+tests/ref/laguna-forward.md) on every preset of `harvest init-model --family laguna` (XS-2.1, XS.2, S-2.1,
 M.1: sharded BF16 checkpoints in the published layout): every value the catalogue lists, for
 prompts of lengths 1, 2, the sliding window - 1, the window, the window + 1 and several windows,
 batched together, and again one a batch without the tap-only values. expert_indices exactly, -inf exactly where attention is blocked, floats relative
@@ -126,7 +126,7 @@ for n, preset in enumerate(("XS-2.1", "XS.2", "S-2.1", "M.1")):
           f"largest relative errors: " + ", ".join(f"{k} {v:.1e}" for k, v in top) +
           f"; identities on {n_ident} mixture blocks x prompts", flush=True)
 
-# the gate's granularity comes from g_proj's rows, whatever "gating" says (laguna-forward.md A3):
+# the gate's granularity comes from g_proj's rows, whatever "gating" says (tests/ref/laguna-forward.md A3):
 # M.1 (per-channel weights) with "gating": true, and XS-2.1 (per-head) with "per-element", give
 # the outputs of their own configs bit for bit
 import shutil

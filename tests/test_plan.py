@@ -1,7 +1,7 @@
 """`harvest activations` and `harvest plan` on the four released Laguna config.json files: the
-catalogue equals the values of seeds/laguna-nnterp.txt (names, shapes, meanings; dense and mixture
+catalogue equals the values of tests/ref/laguna-nnterp.txt (names, shapes, meanings; dense and mixture
 blocks); the exact parameter counts of
-laguna-forward.md section 6, the bytes as published (BF16 + an F32 selection bias a MoE layer), a
+tests/ref/laguna-forward.md section 6, the bytes as published (BF16 + an F32 selection bias a MoE layer), a
 pipeline x expert split whose stages cover the layers; and configs it must refuse, each naming the
 file and key."""
 import json
@@ -65,7 +65,7 @@ def bad(label, edit, needles, extra=()):
 
 bad("unknown_rope_type", lambda c: c["rope_parameters"]["full_attention"].update(rope_type="longrope"),
     ["unknown_rope_type.json", "rope_parameters.full_attention.rope_type", "longrope"])
-bad("yarn_without_l0", lambda c: c["rope_parameters"]["full_attention"].pop("original_max_position_embeddings"),
+bad("yarn_l0_not_number", lambda c: c["rope_parameters"]["full_attention"].update(original_max_position_embeddings="x"),
     ["original_max_position_embeddings"])
 bad("heads_list_length", lambda c: c["num_attention_heads_per_layer"].pop(),
     ["num_attention_heads_per_layer", "40 integers"])
@@ -78,7 +78,10 @@ bad("gating", lambda c: c.update(gating="per-channel"), ["\"gating\""])
 bad("score_func", lambda c: c.update(moe_router_score_func="sqrtsoftplus"), ["moe_router_score_func"])
 bad("no_sliding_rope", lambda c: c["rope_parameters"].pop("sliding_attention"),
     ["rope_parameters.sliding_attention"])
-bad("shards", lambda c: None, ["expert shards"], extra=("--expert-parallel", "3"))
+bad("shards", lambda c: None, ["expert shards"], extra=("--expert-parallel", "257"))
+# plan accepts the shard counts run accepts: any E up to the experts (3 does not divide 256)
+out = run(harvest, "plan", os.path.join(CONF, "Laguna-XS-2.1.json"), "--expert-parallel", "3", check=0).stdout
+check("3 expert shards" in out, f"plan --expert-parallel 3: {out}")
 
 # ---- harvest activations: the catalogue against the seed ----
 seed = {}

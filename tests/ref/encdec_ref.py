@@ -1,5 +1,5 @@
 """Independent float64 reference of the spec model (causal encoder-decoder), written from
-seeds/spec.json and the semantics pinned in issue 2 -- not from the C code.
+tests/ref/spec.json and the semantics pinned in issue 2 -- not from the C code.
 
     ref = EncDecRef(model_dir)          # reads config.json + safetensors (single or sharded)
     outs = ref.forward(ids)             # dict name -> float64/int64 array, batch axis of 1

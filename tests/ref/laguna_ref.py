@@ -1,5 +1,5 @@
 """Independent float64 reference of Laguna (LagunaForCausalLM), written from
-shared/docs/laguna-forward.md sections 2-5 and the nnterp layouts of section 7 -- not from the C
+tests/ref/laguna-forward.md sections 2-5 and the nnterp layouts of section 7 -- not from the C
 code. Weights are the checkpoint's (BF16-rounded) values widened to float64.
 
     ref = LagunaRef(model_dir)     # config.json + sharded safetensors with their index
@@ -28,7 +28,35 @@ def sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def inv_freq(rp, head_dim):
+# LagunaConfig's rope_parameters when config.json has none (configuration_laguna.py)
+DEFAULT_ROPE = {"full_attention": {"rope_type": "default", "rope_theta": 500000.0, "partial_rotary_factor": 0.5},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}}
+
+
+def rope_params(cfg, layer_type):
+    """rope_parameters[layer_type] as transformers completes it (modeling_rope_utils.py,
+    standardize_rope_params): the top level's rope_theta and partial_rotary_factor fill keys the
+    dict lacks; YaRN's original_max_position_embeddings falls back to the top of rope_parameters,
+    then max_position_embeddings. Returns (the dict, truncate), truncate read at the top of
+    rope_parameters as _compute_yarn_parameters reads it."""
+    top = cfg.get("rope_parameters")
+    if top is None:
+        return dict(DEFAULT_ROPE[layer_type]), True
+    rp = dict(top[layer_type])
+    for k in ("rope_theta", "partial_rotary_factor"):
+        if k in cfg:
+            rp.setdefault(k, cfg[k])
+    if rp.get("rope_type", "default") == "yarn":
+        rp.setdefault("original_max_position_embeddings",
+                      top.get("original_max_position_embeddings", cfg.get("max_position_embeddings", 131072)))
+    return rp, top.get("truncate", True)
+
+
+def get_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+def inv_freq(rp, head_dim, truncate=True):
     """Section 3.2 (default) and 3.3 (YaRN, _compute_yarn_parameters) in float64: (inv_freq, A)."""
     theta = rp["rope_theta"]
     d = int(head_dim * rp.get("partial_rotary_factor", 1.0))
@@ -36,10 +64,16 @@ def inv_freq(rp, head_dim):
     if rp.get("rope_type", "default") == "default":
         return 1.0 / pos, 1.0
     s, L0 = rp["factor"], rp["original_max_position_embeddings"]
-    bf, bs = rp.get("beta_fast", 32), rp.get("beta_slow", 1)
-    A = rp.get("attention_factor", 0.1 * math.log(s) + 1.0)
+    bf, bs = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+    A = rp.get("attention_factor")
+    if A is None:
+        ms, msa = rp.get("mscale"), rp.get("mscale_all_dim")
+        A = get_mscale(s, ms) / get_mscale(s, msa) if ms and msa else get_mscale(s)
     corr = lambda n: d * math.log(L0 / (n * 2 * math.pi)) / (2 * math.log(theta))
-    low, high = max(math.floor(corr(bf)), 0), min(math.ceil(corr(bs)), d - 1)
+    low, high = corr(bf), corr(bs)
+    if truncate:
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, d - 1)
     if low == high:
         high += 0.001
     ramp = np.clip((np.arange(d // 2) - low) / (high - low), 0, 1)
@@ -76,7 +110,10 @@ class LagunaRef:
         self.E = g("num_experts", 256)
         self.scale = g("moe_routed_scaling_factor", 1.0)
         self.cap = g("moe_router_logit_softcapping", 0.0) or 0.0
-        self.rope = {t: inv_freq(cfg["rope_parameters"][t], self.hd) for t in set(self.types)}
+        self.rope = {}
+        for t in set(self.types):
+            rp, truncate = rope_params(cfg, t)
+            self.rope[t] = inv_freq(rp, self.hd, truncate)
 
     def forward(self, ids):
         w, D, hd, KV, eps = self.w, self.D, self.hd, self.KV, self.eps
