@@ -456,10 +456,6 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
     s->shard = shard;
     int64_t tile = op_bf16_panel_floats((int)max3(D, HD, max3(F, Ie, E)),
                                         (int)max3(c->vocab, HD, max3(F, Ie, E)));
-    struct {
-        void **p;
-        int64_t n; // 4-byte elements
-    } f[] = {
     struct arena_piece f[] = {
         // 4-byte elements
         {(void **)&s->x, N * D},
