@@ -15,7 +15,8 @@ static void *scratch(struct collector *c, size_t bytes) {
         free(c->buf);
         c->buf = malloc(bytes);
         c->buf_bytes = c->buf ? bytes : 0;
-        if (!c->buf) c->rc = -AH_ENOMEM;
+        if (!c->buf)
+            c->rc = ah_fail(&c->err, AH_ENOMEM, "out of memory: a row buffer of %zu bytes", bytes);
     }
     return c->buf;
 }

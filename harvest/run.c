@@ -18,9 +18,12 @@
 #include "harvest/harvest.h"
 
 #include "io/dataset.h"
+#include "io/fingerprint.h"
+#include "io/outlock.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <glob.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
@@ -175,6 +178,93 @@ static int plan_load(struct plan *pl, const char *job_path, int world, struct ah
                        "expert_parallel x data-parallel replicas)",
                        j->path, j->pipeline_stages, j->expert_parallel, world);
     return 0;
+}
+
+// ----------------------------------------------------------------------------
+// the output's neighbourhood: inputs, the lock, the model's fingerprint (rank 0)
+
+struct paths {
+    char **v; // (n) owned
+    int n, cap;
+};
+
+static void paths_free(struct paths *ps) {
+    for (int i = 0; i < ps->n; i++)
+        free(ps->v[i]);
+    free(ps->v);
+    memset(ps, 0, sizeof *ps);
+}
+
+// adds a + b (b may be ""), if it names an existing file
+static int paths_add(struct paths *ps, const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 1;
+    char *s = malloc(n);
+    if (!s) return -AH_ENOMEM;
+    snprintf(s, n, "%s%s", a, b);
+    if (access(s, F_OK) != 0) {
+        free(s);
+        return 0;
+    }
+    if (ps->n == ps->cap) {
+        int c = ps->cap * 2 + 8;
+        char **nv = realloc(ps->v, (size_t)c * sizeof *nv);
+        if (!nv) {
+            free(s);
+            return -AH_ENOMEM;
+        }
+        ps->v = nv;
+        ps->cap = c;
+    }
+    ps->v[ps->n++] = s;
+    return 0;
+}
+
+// the files of the model the run reads: config, index, weights, tokenizer
+static int model_files(const struct model *m, struct paths *ps) {
+    int rc = paths_add(ps, m->md.config_path, "");
+    if (rc == 0 && m->md.index_path) rc = paths_add(ps, m->md.index_path, "");
+    for (int i = 0; rc == 0 && i < m->md.n_files; i++)
+        rc = paths_add(ps, m->md.files[i].path, "");
+    if (rc == 0) rc = paths_add(ps, m->md.dir, "/tokenizer.json");
+    return rc;
+}
+
+// every file the job reads: the job, the data (a glob's matches, a Megatron prefix's pair) and
+// the model's files
+static int job_inputs(const struct plan *pl, struct paths *ps) {
+    const struct job *j = &pl->j;
+    int rc = paths_add(ps, j->path, "");
+    if (rc == 0) rc = paths_add(ps, j->data_path, "");
+    if (rc == 0) rc = paths_add(ps, j->data_path, ".bin");
+    if (rc == 0) rc = paths_add(ps, j->data_path, ".idx");
+    glob_t g;
+    if (rc == 0 && glob(j->data_path, 0, NULL, &g) == 0) {
+        for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++)
+            rc = paths_add(ps, g.gl_pathv[i], "");
+        globfree(&g);
+    }
+    return rc == 0 ? model_files(&pl->m, ps) : rc;
+}
+
+// rank 0, before the output is touched: no output file is an input, and no other run has it
+static int output_guard(const struct plan *pl, struct outlock *lk, struct ah_error *err) {
+    struct paths in = {0};
+    int rc = job_inputs(pl, &in);
+    if (rc < 0)
+        rc = ah_fail(err, AH_ENOMEM, "%s: out of memory listing the job's files", pl->j.path);
+    if (rc == 0) rc = outlock_check_inputs(pl->j.out_path, (const char *const *)in.v, in.n, err);
+    paths_free(&in);
+    return rc == 0 ? outlock_take(lk, pl->j.out_path, err) : rc;
+}
+
+// JSON text of the model's fingerprint (caller frees)
+static int model_fingerprint(const struct model *m, char **json, struct ah_error *err) {
+    struct paths ps = {0};
+    int rc = model_files(m, &ps);
+    if (rc < 0) rc = ah_fail(err, AH_ENOMEM, "%s: out of memory listing its files", m->md.dir);
+    if (rc == 0) rc = fp_make((const char *const *)ps.v, ps.n, json, err);
+    paths_free(&ps);
+    return rc;
 }
 
 // Every rank returns the same code: the worst one.
@@ -666,7 +756,10 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
         for (int k = 0; k < 2; k++)
             rreq[i][k] = sreq[i][k] = MPI_REQUEST_NULL;
     if (!mine || !lens || !boff || !brow || !rbuf[0] || !rbuf[1] || !sbuf[0] || !sbuf[1]) {
-        rc = -AH_ENOMEM;
+        rc = ah_fail(err, AH_ENOMEM,
+                     "out of memory: 4 hand-off buffers of %zu bytes (batches of up to %lld "
+                     "tokens, hidden %d)",
+                     msg * 4 + 4, (long long)max_tokens, C);
         goto done;
     }
     int64_t n_mine = my_batches(pl, g, done, mine);
@@ -692,7 +785,8 @@ static int rank_loop(struct rank_run *rr, const uint8_t *done, struct ah_error *
     if (g->n_shards > 1) { // every slot of the largest batch, gathered
         ex.cap = (size_t)max_tokens * (size_t)pl->m.lg.cfg.top_k * (size_t)pl->m.lg.cfg.hidden;
         if (!(ex.buf = malloc(ex.cap * sizeof *ex.buf))) {
-            rc = -AH_ENOMEM;
+            rc = ah_fail(err, AH_ENOMEM, "out of memory: the expert exchange buffer of %zu bytes",
+                         ex.cap * sizeof *ex.buf);
             goto done;
         }
     }
@@ -894,12 +988,14 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     struct grid g = {.ecomm = MPI_COMM_NULL, .scomm = MPI_COMM_NULL};
     struct rank_run rr = {0};
     uint8_t *done = NULL;
-    char *prov = NULL;
+    char *prov = NULL, *fp = NULL;
     bool complete = false;
+    struct outlock lock = {.fd = -1};
 
     // ---- everything the user can get wrong, on every rank, before touching the output ----
     int rc = agree(plan_load(&pl, o->job_path, size, err));
     if (rc < 0) goto done;
+    if ((rc = agree(rank == 0 ? output_guard(&pl, &lock, err) : 0)) < 0) goto done;
     if ((rc = plan_data(&pl, rank, err)) < 0 || (rc = agree(plan_finish(&pl, err))) < 0) goto done;
     grid_make(&g, &pl, rank, size);
     if (!o->quiet && g.replica == 0) { // what this stage holds: the pages it touches
@@ -925,6 +1021,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
                          pl.j.out_path);
         // --overwrite, or a fresh start: nothing of an old output may stay
         if (rc == 0 && !(exists && o->resume)) rc = h5out_remove(pl.j.out_path, err);
+        if (rc == 0) rc = model_fingerprint(&pl.m, &fp, err);
         struct h5out_params hp = {
             .path = pl.j.out_path,
             .store = pl.j.out_dtype == JOB_F16    ? H5OUT_F16
@@ -945,6 +1042,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
             .n_skipped_empty = pl.ds.n_empty,
             .n_truncated = pl.ds.n_truncated,
             .provenance = prov,
+            .model_fingerprint = fp,
         };
         if (rc == 0)
             rc = h5m_open(&rr.mst, &hp, pl.dsets, pl.n_dsets, exists && o->resume, done, &rr.run,
@@ -1039,8 +1137,10 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
                                     .bytes = rr.bytes};
 done:
     h5m_close(rr.mst);
+    outlock_release(&lock);
     free(done);
     free(prov);
+    free(fp);
     if (g.n_shards > 1) MPI_Comm_free(&g.ecomm);
     if (g.scomm != MPI_COMM_NULL) MPI_Comm_free(&g.scomm);
     plan_free(&pl);
