@@ -215,6 +215,16 @@ static void parts_path(const char *out_path, const char *leaf, char *buf, size_t
     snprintf(buf, n, "%s.parts%s%s", out_path, leaf ? "/" : "", leaf ? leaf : "");
 }
 
+// Segment names are made and recognised here alone: seg-RRR-KKKKK-QQQQQ.h5
+void h5out_seg_name(char *file, size_t n, int run, int first_rank, int seq) {
+    snprintf(file, n, "seg-%03d-%05d-%05d.h5", run, first_rank, seq);
+}
+
+static bool is_seg_name(const char *name) {
+    int r, k, q, end = 0;
+    return sscanf(name, "seg-%d-%d-%d.h5%n", &r, &k, &q, &end) == 3 && end > 0 && !name[end];
+}
+
 void h5out_record_free(struct h5out_record *r) {
     free(r->runs);
     memset(r, 0, sizeof *r);
@@ -328,7 +338,7 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
     s->stage_bytes = calloc((size_t)n + 1, sizeof *s->stage_bytes);
     if (!s->dset || !s->stage || !s->stage_bytes) {
         seg_free(s);
-        return -AH_ENOMEM;
+        return ah_fail(err, AH_ENOMEM, "%s: out of memory: the tables of %d datasets", file, n);
     }
     for (int i = 0; i < n; i++)
         s->dset[i] = H5I_INVALID_HID;
@@ -336,8 +346,12 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
     snprintf(s->out_path, sizeof s->out_path, "%s", out_path);
     snprintf(s->file, sizeof s->file, "%s", file);
     s->comm = comm;
-    MPI_Comm_rank(comm, &s->me);
-    MPI_Comm_size(comm, &s->members);
+    if (MPI_Comm_rank(comm, &s->me) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &s->members) != MPI_SUCCESS) {
+        rc = ah_fail(err, AH_EIO, "%s: MPI_Comm_rank/size failed on the segment's ranks", s->path);
+        seg_free(s);
+        return rc;
+    }
     s->d = d;
     s->i0 = i0;
     s->i1 = i1;
@@ -529,7 +543,8 @@ int h5seg_close(struct h5seg *s, struct h5out_record *rec, struct ah_error *err)
              (rc = parts_failed(err, s->out_path, s->file, "kept")) == 0)
         rc = ah_fail(err, AH_EIO, "%s: removed while the run wrote it", s->path);
     int worst = rc;
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, s->comm);
+    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, s->comm) != MPI_SUCCESS && rc == 0)
+        rc = worst = ah_fail(err, AH_EIO, "%s: MPI_Allreduce failed closing the segment", s->path);
     if (rc == 0 && worst < 0)
         rc = ah_fail(err, worst, "%s: another rank failed to close the segment", s->path);
     if (rc == 0) {
@@ -737,13 +752,11 @@ static char *provenance_fingerprint(const char *prov) {
     return t;
 }
 
-int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
+// the root attributes of the master being written (tmp)
+static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct ah_error *err) {
     int rc = 0;
     const char *tmp = m->tmp;
     char *segs = records_json(m), *prov = provenance_json(m);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
-    hid_t ds = H5I_INVALID_HID;
-    CHECK_H5(f, tmp, "create the master file");
     CHECK_H5(attr_i64(f, "harvest_format", 1), tmp, "write harvest_format");
     CHECK_H5(attr_str(f, "model_family", m->p.model_family), tmp, "write model_family");
     CHECK_H5(attr_str(f, "model_config", m->p.model_config), tmp, "write model_config");
@@ -764,6 +777,19 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
     CHECK_H5(attr_str(f, "segments", segs ? segs : "[]"), tmp, "write segments");
     CHECK_H5(attr_str(f, "provenance", prov ? prov : "{}"), tmp, "write provenance");
 
+fail:
+    free(segs);
+    free(prov);
+    return rc;
+}
+
+int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
+    int rc = 0;
+    const char *tmp = m->tmp;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
+    hid_t ds = H5I_INVALID_HID;
+    CHECK_H5(f, tmp, "create the master file");
+    if ((rc = master_attrs(m, f, complete, err)) < 0) goto fail;
     static const int64_t zero = 0;
     for (int i = 0; i < 6; i++) {
         if (i == 0 || i == 3)
@@ -817,8 +843,6 @@ fail:
     if (ds >= 0) H5Dclose(ds);
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
-    free(segs);
-    free(prov);
     return rc;
 }
 
@@ -1034,8 +1058,7 @@ static void remove_unlisted(const struct h5master *m) {
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, "seg-", 4) || l < 8 || strcmp(e->d_name + l - 3, ".h5")) continue;
+        if (!is_seg_name(e->d_name)) continue;
         bool listed = false;
         for (int k = 0; !listed && k < m->n_rec; k++)
             listed = !strcmp(m->rec[k].file, e->d_name);
@@ -1179,9 +1202,7 @@ int h5out_remove(const char *path, struct ah_error *err) {
     if (!dir) return 0;
     struct dirent *e;
     while ((e = readdir(dir))) {
-        size_t l = strlen(e->d_name);
-        bool ours = !strcmp(e->d_name, "index.h5") ||
-                    (!strncmp(e->d_name, "seg-", 4) && l > 7 && !strcmp(e->d_name + l - 3, ".h5"));
+        bool ours = !strcmp(e->d_name, "index.h5") || is_seg_name(e->d_name);
         if (!ours) continue;
         char f[PATH_MAX_ + 300];
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);

@@ -54,6 +54,9 @@ struct h5out_record {
     int n_runs;
 };
 void h5out_record_free(struct h5out_record *r);
+// The name of a segment file (at most 64 bytes): run R of the output, the stage's first rank K,
+// the stage's Q-th segment of that run. Made here and nowhere else; io/h5out.c recognises it.
+void h5out_seg_name(char *file, size_t n, int run, int first_rank, int seq);
 
 // ---- segments: the ranks of one pipeline stage together ----
 struct h5seg;

@@ -204,6 +204,24 @@ check(p.returncode == 2 and "out.h5.parts" in (err or "") and "gone" in (err or 
 check(complete(f"{d}/out.h5") == 0, "parts folder removed: the output is not complete")
 print(f"parts folder removed: {(err or '').strip()}", flush=True)
 
+# ---- limits checked up front (issue 10): expert shards over 256, an output path over 4096 bytes
+d = f"{work}/limits"
+os.makedirs(d, exist_ok=True)
+run(harvest, "init-model", "--family", "laguna", "--preset", "XS-2.1", "--seed", "1",
+    f"{d}/lg", check=0)
+write_job(f"{d}/job.json", model="lg", data="../prompts.jsonl", activations=["logits"],
+          parallel={"expert_parallel": 300}, output={"path": "out.h5"})
+r = run(harvest, "run", f"{d}/job.json", "--quiet")
+check(r.returncode == 1 and "parallel.expert_parallel" in r.stderr and "300" in r.stderr,
+      f"expert_parallel 300: exit {r.returncode}: {r.stderr}")
+long_out = "/".join(["x" * 200] * 21) + "/out.h5"  # 4227 bytes
+write_job(f"{d}/job.json", model="../model", data="../prompts.jsonl", activations=ACTS,
+          output={"path": long_out})
+r = run(harvest, "run", f"{d}/job.json", "--quiet")
+check(r.returncode == 1 and "output.path" in r.stderr and "bytes long" in r.stderr,
+      f"an output path of {len(long_out)} bytes: exit {r.returncode}: {r.stderr}")
+print("limits: expert_parallel 300 and a 4 kB output path refused naming the key", flush=True)
+
 # ---- inspect --text with a bad number ----
 for bad in ["-1", "abc", "2x"]:
     r = run(harvest, "inspect", FULL, "--text", bad)
