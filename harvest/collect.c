@@ -5,6 +5,7 @@
 // token layout:  the view's one sequence axis moves to the front: (1, A.., T, B..) -> (T, A.., B..)
 //                at rows token_offset .. token_offset + T.
 #include "harvest/harvest.h"
+#include "harvest/writer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -15,7 +16,8 @@ static void *scratch(struct collector *c, size_t bytes) {
         free(c->buf);
         c->buf = malloc(bytes);
         c->buf_bytes = c->buf ? bytes : 0;
-        if (!c->buf) c->rc = -AH_ENOMEM;
+        if (!c->buf)
+            c->rc = ah_fail(&c->err, AH_ENOMEM, "out of memory: a row buffer of %zu bytes", bytes);
     }
     return c->buf;
 }
@@ -65,7 +67,7 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
         copy_corner(buf, v->data, nd, v->dims + 1, d->dims + 1, es);
         row = buf;
     }
-    c->rc = h5seg_write(c->seg, di, c->first_prompt + b, 1, row, &c->err);
+    c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, false), 1, row, &c->err);
 }
 
 static void take_token(struct collector *c, int di, int b, const struct tview *v) {
@@ -90,7 +92,7 @@ static void take_token(struct collector *c, int di, int b, const struct tview *v
                 memcpy(buf + (size_t)(t * outer + o) * run, src + (size_t)(o * T + t) * run, run);
         rows = buf;
     }
-    c->rc = h5seg_write(c->seg, di, c->token_row[b], T, rows, &c->err);
+    c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, true), T, rows, &c->err);
 }
 
 void collect_take(void *u, int id, int b, const struct tview *v) {

@@ -66,15 +66,43 @@ double model_block_flops(const struct model *m, int b, int T);
 int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, int shard, int n_shards,
                           const char **kind);
 
-// ---- collector: tap -> h5out rows ----
+// ---- tap consumers: each tap view goes, in order, to every consumer that wants its name ----
+// The forward pass computes what any consumer wants and nothing more (the union of their wants).
+// A consumer copies what it keeps before returning (buffers are reused) and records its errors
+// itself, for the driver to check after the forward pass. The HDF5 collector is the first one;
+// write-time statistics and token selection attach here.
+struct consumer {
+    const uint8_t *want; // (n_cat) the names it takes; borrowed
+    void (*take)(void *u, int id, int b, const struct tview *v);
+    void *u;
+};
+
+#define CONSUMERS_MAX 8
+struct consumers {
+    struct consumer list[CONSUMERS_MAX];
+    int n;
+    int n_cat;
+    uint8_t *want; // (n_cat) union of the consumers' wants; owned
+};
+
+int consumers_init(struct consumers *cs, int n_cat, struct ah_error *err);
+// Appends c (its want is folded into the union). -AH_EINVAL beyond CONSUMERS_MAX.
+int consumers_add(struct consumers *cs, const struct consumer *c, struct ah_error *err);
+// The tap that feeds them: want is the union, take fans out.
+struct tap consumers_tap(struct consumers *cs);
+void consumers_free(struct consumers *cs); // safe on a zeroed struct
+
+// ---- the HDF5 collector: tap views -> stored rows, through the writer ----
+struct writer;
+struct placement;
 struct collector {
-    struct h5seg *seg; // the rank's open segment
-    const struct h5out_dset *dsets;
-    const int *dset_of_id; // (n_cat) dataset index of a catalogue id, or -1
+    struct writer *w;               // borrowed
+    const struct placement *pc;     // where rows go (harvest/rounds.h); borrowed
+    const struct h5out_dset *dsets; // borrowed
+    const int *dset_of_id;          // (n_cat) dataset index of a catalogue id, or -1
     enum job_layout layout;
-    int64_t first_prompt;     // global index of prompt 0 of the current batch
-    const int64_t *token_row; // (batch) first token row of each prompt of the current batch
-    float *buf;               // padded/transposed row; owned
+    int64_t batch; // the batch in hand
+    float *buf;    // padded/transposed row; owned
     size_t buf_bytes;
     int rc; // first error, 0 if none
     struct ah_error err;

@@ -3,6 +3,7 @@
 #include "harvest/harvest.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -97,11 +98,11 @@ static int output_tokenizer(const char *out, const char *given, const char *job,
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL, *tokpath = NULL;
+    const char *path = NULL, *tokpath = NULL, *text_arg = NULL;
     long long text = -1;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--text") && i + 1 < argc)
-            text = atoll(argv[++i]);
+            text_arg = argv[++i];
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
             tokpath = argv[++i];
         else if (!path && argv[i][0] != '-')
@@ -112,6 +113,18 @@ int cmd_inspect(int argc, char **argv) {
     if (!path) {
         fprintf(stderr, "usage: harvest inspect OUT.h5 [--text PROMPT [--tokenizer PATH]]\n");
         return 1;
+    }
+    if (text_arg) {
+        char *end = NULL;
+        errno = 0;
+        text = strtoll(text_arg, &end, 10);
+        if (errno || end == text_arg || *end || text < 0) {
+            fprintf(stderr,
+                    "harvest: --text %s: expected a prompt number, 0 or more (0-based, as in "
+                    "/prompts)\n",
+                    text_arg);
+            return 1;
+        }
     }
     struct ah_error err = {0};
     int rc = h5out_inspect(path, stdout, &err);

@@ -8,15 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-int report(int rc, const struct ah_error *err) {
-    if (rc >= 0) return 0;
-    if (err && err->msg[0])
-        fprintf(stderr, "harvest: %s\n", err->msg);
-    else
-        fprintf(stderr, "harvest: %s\n", ah_strerror(rc));
-    return ah_exit_code(rc);
-}
-
 static const char usage_text[] =
     "usage: harvest COMMAND ...\n"
     "  run JOB.json [--resume | --overwrite] [--quiet]   harvest activations into HDF5\n"

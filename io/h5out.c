@@ -4,6 +4,7 @@
 #define _GNU_SOURCE // defines: fsync, sync_file_range
 #include "io/h5out.h"
 
+#include "io/fingerprint.h"
 #include "io/halfconv.h"
 #include "model/ah.h"
 
@@ -214,6 +215,16 @@ static void parts_path(const char *out_path, const char *leaf, char *buf, size_t
     snprintf(buf, n, "%s.parts%s%s", out_path, leaf ? "/" : "", leaf ? leaf : "");
 }
 
+// Segment names are made and recognised here alone: seg-RRR-KKKKK-QQQQQ.h5
+void h5out_seg_name(char *file, size_t n, int run, int first_rank, int seq) {
+    snprintf(file, n, "seg-%03d-%05d-%05d.h5", run, first_rank, seq);
+}
+
+static bool is_seg_name(const char *name) {
+    int r, k, q, end = 0;
+    return sscanf(name, "seg-%d-%d-%d.h5%n", &r, &k, &q, &end) == 3 && end > 0 && !name[end];
+}
+
 void h5out_record_free(struct h5out_record *r) {
     free(r->runs);
     memset(r, 0, sizeof *r);
@@ -246,6 +257,7 @@ static int push_run(struct h5out_run **runs, int *n, int *cap, struct h5out_run 
 
 struct h5seg {
     char path[PATH_MAX_];
+    char out_path[PATH_MAX_];
     char file[64];
     MPI_Comm comm;
     int me, members;
@@ -298,6 +310,20 @@ static hid_t mem_type(const struct h5seg *s, const struct h5out_dset *d) {
     return s->store == H5OUT_F32 ? H5T_NATIVE_FLOAT : file_type(s->f16, s->bf16, s->store, TAP_F32);
 }
 
+// a file of the parts folder could not be made, opened or kept: if the folder itself is gone
+// (removed while the run went on), say so
+static int parts_failed(struct ah_error *err, const char *out_path, const char *file,
+                        const char *what) {
+    char dir[PATH_MAX_];
+    struct stat st;
+    parts_path(out_path, NULL, dir, sizeof dir);
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    return ah_fail(err, AH_EIO,
+                   "%s: the output's parts folder is gone (removed while the run went on?), so "
+                   "%s cannot be %s; `--resume` computes what it held again",
+                   dir, file, what);
+}
+
 int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const char *file,
                enum h5out_store store, int compression, int64_t batch_rows,
                const struct h5out_dset *d, int i0, int i1, struct ah_error *err) {
@@ -312,15 +338,20 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
     s->stage_bytes = calloc((size_t)n + 1, sizeof *s->stage_bytes);
     if (!s->dset || !s->stage || !s->stage_bytes) {
         seg_free(s);
-        return -AH_ENOMEM;
+        return ah_fail(err, AH_ENOMEM, "%s: out of memory: the tables of %d datasets", file, n);
     }
     for (int i = 0; i < n; i++)
         s->dset[i] = H5I_INVALID_HID;
     parts_path(out_path, file, s->path, sizeof s->path);
+    snprintf(s->out_path, sizeof s->out_path, "%s", out_path);
     snprintf(s->file, sizeof s->file, "%s", file);
     s->comm = comm;
-    MPI_Comm_rank(comm, &s->me);
-    MPI_Comm_size(comm, &s->members);
+    if (MPI_Comm_rank(comm, &s->me) != MPI_SUCCESS ||
+        MPI_Comm_size(comm, &s->members) != MPI_SUCCESS) {
+        rc = ah_fail(err, AH_EIO, "%s: MPI_Comm_rank/size failed on the segment's ranks", s->path);
+        seg_free(s);
+        return rc;
+    }
     s->d = d;
     s->i0 = i0;
     s->i1 = i1;
@@ -332,9 +363,12 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
     CHECK_H5(s->f16 < 0 || s->bf16 < 0 ? -1 : 0, s->path, "make the 16-bit float types");
     CHECK_H5(H5Pset_fapl_mpio(fapl, comm, MPI_INFO_NULL), s->path, "set up MPI-IO");
     s->file_id = H5Fcreate(s->path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+    if (s->file_id < 0 && (rc = parts_failed(err, out_path, file, "made")) < 0) goto fail;
     CHECK_H5(s->file_id, s->path, "create a segment file");
     if ((s->fd = open(s->path, O_RDONLY)) < 0) {
-        rc = ah_fail(err, AH_EIO, "%s: open: %s", s->path, strerror(errno));
+        int e = errno;
+        if ((rc = parts_failed(err, out_path, file, "opened")) == 0)
+            rc = ah_fail(err, AH_EIO, "%s: open: %s", s->path, strerror(e));
         goto fail;
     }
     // filtered datasets take only collective transfers; plain ones are written independently,
@@ -406,7 +440,10 @@ int h5seg_begin_round(struct h5seg *s, const struct h5out_run *rows, struct ah_e
             free(s->stage[i - s->i0]);
             s->stage[i - s->i0] = malloc(need);
             s->stage_bytes[i - s->i0] = s->stage[i - s->i0] ? need : 0;
-            if (!s->stage[i - s->i0]) return -AH_ENOMEM;
+            if (!s->stage[i - s->i0])
+                return ah_fail(err, AH_ENOMEM,
+                               "%s: out of memory staging %zu bytes of %s for a round", s->path,
+                               need, d->desc->name);
         }
     }
 fail:
@@ -459,7 +496,9 @@ int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *
             free(s->conv);
             s->conv = malloc(ne * 2);
             s->conv_n = s->conv ? (int64_t)ne : 0;
-            if (!s->conv) return -AH_ENOMEM;
+            if (!s->conv)
+                return ah_fail(err, AH_ENOMEM, "%s: out of memory: %zu bytes to convert %s",
+                               s->path, ne * 2, d->desc->name);
         }
         dst = s->conv;
     }
@@ -500,8 +539,12 @@ int h5seg_close(struct h5seg *s, struct h5out_record *rec, struct ah_error *err)
         rc = ah_fail(err, AH_EIO, "%s: HDF5 failed to close a segment (disk full?)", s->path);
     else if (fsync(s->fd) != 0)
         rc = ah_fail(err, AH_EIO, "%s: fsync: %s", s->path, strerror(errno));
+    else if (access(s->path, F_OK) != 0 &&
+             (rc = parts_failed(err, s->out_path, s->file, "kept")) == 0)
+        rc = ah_fail(err, AH_EIO, "%s: removed while the run wrote it", s->path);
     int worst = rc;
-    MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, s->comm);
+    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, s->comm) != MPI_SUCCESS && rc == 0)
+        rc = worst = ah_fail(err, AH_EIO, "%s: MPI_Allreduce failed closing the segment", s->path);
     if (rc == 0 && worst < 0)
         rc = ah_fail(err, worst, "%s: another rank failed to close the segment", s->path);
     if (rc == 0) {
@@ -686,13 +729,34 @@ fail:
     return rc;
 }
 
-int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
+// the caller's provenance with the model's fingerprint added (caller frees)
+static char *provenance_json(const struct h5master *m) {
+    cJSON *o = cJSON_Parse(m->p.provenance ? m->p.provenance : "{}");
+    cJSON *fp = m->p.model_fingerprint ? cJSON_Parse(m->p.model_fingerprint) : NULL;
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        o = cJSON_CreateObject();
+    }
+    if (fp) cJSON_AddItemToObject(o, "model_fingerprint", fp);
+    char *t = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return t;
+}
+
+// the model fingerprint a master's provenance holds (caller frees), or NULL
+static char *provenance_fingerprint(const char *prov) {
+    cJSON *o = prov ? cJSON_Parse(prov) : NULL;
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(o, "model_fingerprint");
+    char *t = fp ? cJSON_PrintUnformatted(fp) : NULL;
+    cJSON_Delete(o);
+    return t;
+}
+
+// the root attributes of the master being written (tmp)
+static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct ah_error *err) {
     int rc = 0;
     const char *tmp = m->tmp;
-    char *segs = records_json(m);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
-    hid_t ds = H5I_INVALID_HID;
-    CHECK_H5(f, tmp, "create the master file");
+    char *segs = records_json(m), *prov = provenance_json(m);
     CHECK_H5(attr_i64(f, "harvest_format", 1), tmp, "write harvest_format");
     CHECK_H5(attr_str(f, "model_family", m->p.model_family), tmp, "write model_family");
     CHECK_H5(attr_str(f, "model_config", m->p.model_config), tmp, "write model_config");
@@ -711,9 +775,21 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
                                                  : "float32"),
              tmp, "write storage_dtype");
     CHECK_H5(attr_str(f, "segments", segs ? segs : "[]"), tmp, "write segments");
-    CHECK_H5(attr_str(f, "provenance", m->p.provenance ? m->p.provenance : "{}"), tmp,
-             "write provenance");
+    CHECK_H5(attr_str(f, "provenance", prov ? prov : "{}"), tmp, "write provenance");
 
+fail:
+    free(segs);
+    free(prov);
+    return rc;
+}
+
+int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
+    int rc = 0;
+    const char *tmp = m->tmp;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
+    hid_t ds = H5I_INVALID_HID;
+    CHECK_H5(f, tmp, "create the master file");
+    if ((rc = master_attrs(m, f, complete, err)) < 0) goto fail;
     static const int64_t zero = 0;
     for (int i = 0; i < 6; i++) {
         if (i == 0 || i == 3)
@@ -767,7 +843,6 @@ fail:
     if (ds >= 0) H5Dclose(ds);
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
-    free(segs);
     return rc;
 }
 
@@ -852,6 +927,128 @@ static int trim_records(struct h5master *m, const uint8_t *done) {
     return 0;
 }
 
+// ----------------------------------------------------------------------------
+// listed files checked: a segment or the index deleted, truncated or replaced after listing
+
+// rows the runs of r need in its prompt (tok false) or token datasets
+static int64_t rows_needed(const struct h5out_record *r, bool tok) {
+    int64_t need = 0;
+    for (int j = 0; j < r->n_runs; j++) {
+        const struct h5out_run *u = &r->runs[j];
+        int64_t e = tok ? u->qt + u->t1 - u->t0 : u->q + u->p1 - u->p0;
+        need = e > need ? e : need;
+    }
+    return need;
+}
+
+static int64_t dset_len(hid_t file, const char *path);
+
+// whether dataset `name` of a segment is token-major: 1, 0, or -1 for a name it should not hold
+typedef int (*token_major_fn)(void *u, const char *name);
+
+struct seg_check {
+    const struct h5out_record *r;
+    token_major_fn token_major;
+    void *u;
+    int n; // datasets found
+    char *why;
+    size_t cap;
+};
+
+static herr_t check_dset(hid_t g, const char *name, const H5L_info_t *info, void *u) {
+    (void)info;
+    struct seg_check *c = u;
+    int tok = c->token_major(c->u, name);
+    if (tok < 0) {
+        snprintf(c->why, c->cap, "holds a dataset it should not, %s", name);
+        return 1;
+    }
+    int64_t rows = dset_len(g, name), need = rows_needed(c->r, tok == 1);
+    if (rows < need) {
+        snprintf(c->why, c->cap, "its dataset %s has %lld of its %lld rows", name,
+                 (long long)(rows < 0 ? 0 : rows), (long long)need);
+        return 1;
+    }
+    c->n++;
+    return 0;
+}
+
+// Whether the segment file of r exists, opens and holds its datasets with the rows it lists;
+// if not, why says what is wrong.
+static bool seg_intact(const char *out_path, const struct h5out_record *r, token_major_fn tm,
+                       void *u, char *why, size_t cap) {
+    char path[PATH_MAX_];
+    struct stat st;
+    parts_path(out_path, r->file, path, sizeof path);
+    if (stat(path, &st) != 0) {
+        snprintf(why, cap, "is missing");
+        return false;
+    }
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t g = f < 0 ? H5I_INVALID_HID : H5Gopen2(f, "activations", H5P_DEFAULT);
+    struct seg_check c = {r, tm, u, 0, why, cap};
+    why[0] = 0;
+    herr_t e = g < 0 ? -1 : H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, check_dset, &c);
+    if (e < 0)
+        snprintf(why, cap, "cannot be read as HDF5 (truncated or damaged)");
+    else if (e == 0 && c.n != r->i1 - r->i0)
+        snprintf(why, cap, "holds %d of its %d datasets", c.n, r->i1 - r->i0);
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    return !why[0];
+}
+
+// Whether index.h5 opens and holds /prompts (n_prompts rows) and /tokens (n_tokens rows).
+static bool index_intact(const char *out_path, int64_t n_prompts, int64_t n_tokens) {
+    char path[PATH_MAX_];
+    parts_path(out_path, "index.h5", path, sizeof path);
+    struct stat st;
+    if (stat(path, &st) != 0) return false;
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    bool ok = f >= 0;
+    for (int i = 0; ok && i < 6; i++)
+        ok = dset_len(f, table_names[i]) == (i < 3 ? n_prompts : n_tokens);
+    if (f >= 0) H5Fclose(f);
+    return ok;
+}
+
+// resume: a dataset of a record is token-major as the output's list says
+struct rec_names {
+    const struct h5master *m;
+    const struct h5out_record *r;
+};
+
+static int token_major_listed(void *u, const char *name) {
+    const struct rec_names *x = u;
+    for (int i = x->r->i0; i < x->r->i1 && i < x->m->n; i++)
+        if (!strcmp(x->m->d[i].desc->name, name)) return by_token(&x->m->d[i]);
+    return -1;
+}
+
+// Drops every record whose segment is not intact (its batches are then computed again, and
+// remove_unlisted deletes what is left of the file), saying so on stderr.
+static void drop_damaged(struct h5master *m) {
+    int kept = 0;
+    for (int k = 0; k < m->n_rec; k++) {
+        struct rec_names x = {m, &m->rec[k]};
+        char why[300];
+        if (m->rec[k].i0 >= 0 && m->rec[k].i1 <= m->n && m->rec[k].i0 < m->rec[k].i1 &&
+            seg_intact(m->p.path, &m->rec[k], token_major_listed, &x, why, sizeof why)) {
+            m->rec[kept++] = m->rec[k];
+            continue;
+        }
+        if (m->rec[k].i0 < 0 || m->rec[k].i1 > m->n || m->rec[k].i0 >= m->rec[k].i1)
+            snprintf(why, sizeof why, "lists datasets [%d, %d) of %d", m->rec[k].i0, m->rec[k].i1,
+                     m->n);
+        fprintf(stderr,
+                "harvest: %s.parts/%s %s (it is listed in the output): its rows are computed "
+                "again\n",
+                m->p.path, m->rec[k].file, why);
+        h5out_record_free(&m->rec[k]);
+    }
+    m->n_rec = kept;
+}
+
 // Removes the segment files of the parts folder that no record lists: rows of a failed or killed
 // run that never became part of the output (they only hold disk space).
 static void remove_unlisted(const struct h5master *m) {
@@ -861,8 +1058,7 @@ static void remove_unlisted(const struct h5master *m) {
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
-        size_t l = strlen(e->d_name);
-        if (strncmp(e->d_name, "seg-", 4) || l < 8 || strcmp(e->d_name + l - 3, ".h5")) continue;
+        if (!is_seg_name(e->d_name)) continue;
         bool listed = false;
         for (int k = 0; !listed && k < m->n_rec; k++)
             listed = !strcmp(m->rec[k].file, e->d_name);
@@ -873,11 +1069,24 @@ static void remove_unlisted(const struct h5master *m) {
     closedir(d);
 }
 
+// resume: the parts folder and index.h5 as a fresh start makes them, if they were deleted or
+// damaged (their content follows from the job and the data, which match)
+static int resume_parts(const struct h5master *m, struct ah_error *err) {
+    char parts[PATH_MAX_];
+    parts_path(m->p.path, NULL, parts, sizeof parts);
+    if (mkdir(parts, 0777) != 0 && errno != EEXIST)
+        return ah_fail(err, AH_EIO, "%s: cannot create the parts folder: %s", parts,
+                       strerror(errno));
+    if (index_intact(m->p.path, m->p.n_prompts, m->p.n_tokens)) return 0;
+    fprintf(stderr, "harvest: %s.parts/index.h5 is missing or damaged: written again\n", m->p.path);
+    return write_index(&m->p, err);
+}
+
 static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
                         struct ah_error *err) {
     int rc = 0;
     const char *mp = m->p.path;
-    char *job = NULL, *segs = NULL;
+    char *job = NULL, *segs = NULL, *prov = NULL, *fp = NULL;
     hid_t f = H5Fopen(mp, H5F_ACC_RDONLY, H5P_DEFAULT);
     int64_t c = 0, sum = 0, runs = 0, bsz = 0;
     if (f < 0) {
@@ -889,6 +1098,7 @@ static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
     }
     job = attr_read_str(f, "job");
     segs = attr_read_str(f, "segments");
+    prov = attr_read_str(f, "provenance");
     if (!job || !segs || attr_read_i64(f, "complete", &c) < 0 ||
         attr_read_i64(f, "data_checksum", &sum) < 0 || attr_read_i64(f, "runs", &runs) < 0 ||
         attr_read_i64(f, "batch_size", &bsz) < 0) {
@@ -916,6 +1126,11 @@ static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
         rc = ah_fail(err, AH_EFORMAT, "%s: unreadable \"segments\" attribute; use --overwrite", mp);
         goto fail;
     }
+    if (m->p.model_fingerprint && (fp = provenance_fingerprint(prov)) &&
+        (rc = fp_compare(fp, m->p.model_fingerprint, mp, err)) < 0)
+        goto fail;
+    if ((rc = resume_parts(m, err)) < 0) goto fail;
+    drop_damaged(m);
     batches_done(m, batch_done);
     if ((rc = trim_records(m, batch_done)) < 0) goto fail;
     remove_unlisted(m);
@@ -924,6 +1139,8 @@ static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
 fail:
     free(job);
     free(segs);
+    free(prov);
+    free(fp);
     if (f >= 0) H5Fclose(f);
     return rc;
 }
@@ -985,9 +1202,7 @@ int h5out_remove(const char *path, struct ah_error *err) {
     if (!dir) return 0;
     struct dirent *e;
     while ((e = readdir(dir))) {
-        size_t l = strlen(e->d_name);
-        bool ours = !strcmp(e->d_name, "index.h5") ||
-                    (!strncmp(e->d_name, "seg-", 4) && l > 7 && !strcmp(e->d_name + l - 3, ".h5"));
+        bool ours = !strcmp(e->d_name, "index.h5") || is_seg_name(e->d_name);
         if (!ours) continue;
         char f[PATH_MAX_ + 300];
         snprintf(f, sizeof f, "%s/%s", p, e->d_name);
@@ -1038,6 +1253,45 @@ static herr_t show_dset(hid_t g, const char *name, const H5L_info_t *info, void 
     return 0;
 }
 
+// inspect: a dataset is token-major when the master's has n_tokens rows (with as many tokens as
+// prompts, every prompt is one token long and both ways of counting agree)
+struct master_names {
+    hid_t f;
+    int64_t n_tokens;
+};
+
+static int token_major_master(void *u, const char *name) {
+    const struct master_names *x = u;
+    char p[TAP_NAME_MAX + 16];
+    snprintf(p, sizeof p, "activations/%s", name);
+    int64_t n = H5Lexists(x->f, p, H5P_DEFAULT) > 0 ? dset_len(x->f, p) : -1;
+    return n < 0 ? -1 : n == x->n_tokens;
+}
+
+// Checks every file the master lists, printing a line for each one missing or damaged; returns
+// how many (-1: the segment list is unreadable).
+static int inspect_damage(const char *path, hid_t f, const char *segs, int64_t n, int64_t nt,
+                          FILE *out) {
+    struct h5master m = {.p = {.path = path}};
+    struct master_names x = {f, nt};
+    int bad = 0;
+    if (!segs || records_parse(&m, segs) < 0) bad = -1;
+    if (bad == 0 && !index_intact(path, n, nt)) {
+        fprintf(out, "damaged: %s.parts/index.h5 is missing or damaged\n", path);
+        bad++;
+    }
+    for (int k = 0; bad >= 0 && k < m.n_rec; k++) {
+        char why[300];
+        if (seg_intact(path, &m.rec[k], token_major_master, &x, why, sizeof why)) continue;
+        fprintf(out, "damaged: %s.parts/%s %s\n", path, m.rec[k].file, why);
+        bad++;
+    }
+    for (int k = 0; k < m.n_rec; k++)
+        h5out_record_free(&m.rec[k]);
+    free(m.rec);
+    return bad;
+}
+
 int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -1062,13 +1316,18 @@ int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
     cJSON *sa = segs ? cJSON_Parse(segs) : NULL;
     int n_seg = cJSON_GetArraySize(sa);
     cJSON_Delete(sa);
-    free(segs);
     int64_t n = dset_len(f, "prompts/length"), nt = dset_len(f, "tokens/input_ids");
     fprintf(out, "%s: harvest_format %lld, model_family %s, storage %s\n", path, (long long)fmt,
             family ? family : "?", store ? store : "?");
     free(family);
     free(store);
-    if (complete == 1)
+    int bad = inspect_damage(path, f, segs, n, nt, out);
+    free(segs);
+    if (bad != 0)
+        fprintf(out,
+                "complete: no (%s; `harvest run JOB --resume` computes the missing rows again)\n",
+                bad < 0 ? "the segment list is unreadable" : "files listed above are damaged");
+    else if (complete == 1)
         fprintf(out, "complete: yes\n");
     else
         fprintf(out,

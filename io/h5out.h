@@ -54,6 +54,9 @@ struct h5out_record {
     int n_runs;
 };
 void h5out_record_free(struct h5out_record *r);
+// The name of a segment file (at most 64 bytes): run R of the output, the stage's first rank K,
+// the stage's Q-th segment of that run. Made here and nowhere else; io/h5out.c recognises it.
+void h5out_seg_name(char *file, size_t n, int run, int first_rank, int seq);
 
 // ---- segments: the ranks of one pipeline stage together ----
 struct h5seg;
@@ -101,10 +104,16 @@ struct h5out_params {
     // extra root attributes (documented in the README)
     int64_t max_seq_len, n_skipped_empty, n_truncated;
     const char *provenance; // JSON text: the ranks and where they ran
+    // JSON text (io/fingerprint.h) of the model's files, kept in the provenance as
+    // "model_fingerprint"; --resume requires the same (an output without one is taken as is)
+    const char *model_fingerprint;
 };
 
 // Creates a new output (the caller has removed any old one), or with resume takes over the one at
-// p->path: its job and data checksum must match. batch_done (n_batches entries) receives 1 for
+// p->path: its job, data checksum and model fingerprint must match. Resume checks every listed
+// file: a segment that is missing, does not open or lacks listed rows is dropped from the listing
+// (its batches are computed again), and a missing or damaged index.h5 is written again; each is
+// said on stderr. batch_done (n_batches entries) receives 1 for
 // every batch whose rows of every dataset are in listed segments; segments' rows of other batches
 // are dropped from the listing. *run is the number of this run (0 for a new output).
 int h5m_open(struct h5master **m, const struct h5out_params *p, const struct h5out_dset *d, int n,
@@ -122,7 +131,9 @@ void h5m_close(struct h5master *m);                 // frees m; the master on di
 int h5out_remove(const char *path, struct ah_error *err);
 
 // Prints a summary of an output (read-only): completeness, prompts, tokens, segments, each dataset
-// with shape, activation dtype and storage dtype. -AH_EINVAL if path is not a harvest output.
+// with shape, activation dtype and storage dtype. Every listed file is checked as --resume checks
+// it: an output with one missing or damaged is "complete: no", naming each. -AH_EINVAL if path
+// is not a harvest output.
 int h5out_inspect(const char *path, FILE *out, struct ah_error *err);
 // The token ids of one prompt of an output (*ids malloc'd, *len of them) and its job attribute
 // (*job malloc'd, NULL if absent).

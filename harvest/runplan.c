@@ -1,0 +1,339 @@
+// runplan.c - the plan of `harvest run` (run.h): every rank loads and checks the same job, model,
+// names and data, so bad input ends every rank with the same message and exit code before any
+// work; rank 0 also checks the output's neighbourhood (no input among its files, no other run on
+// it) before anything is written.
+#define _POSIX_C_SOURCE 200809L // defines: access, glob
+#include "harvest/run.h"
+
+#include "io/fingerprint.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// io/h5out.c and the spill file name files beside the output in 4096-byte buffers
+#define OUT_PATH_MAX 4000
+
+// The token layout takes activations with one sequence axis (sequence/seq/query) and no key axis.
+static int check_token_layout(const struct job *j, const struct model *m, const uint8_t *want,
+                              struct ah_error *err) {
+    char bad[512] = "";
+    int nbad = 0;
+    for (int i = 0; i < m->n_cat; i++) {
+        if (!want[i]) continue;
+        const struct tap_desc *d = &m->cat[i];
+        bool ok = tap_n_seq_axes(d) == 1;
+        for (int k = 0; k < d->ndim; k++)
+            ok = ok && strcmp(d->axes[k], "key") && tap_axis_kind(d->axes[k]) != TAP_AXIS_SEQ2;
+        if (ok) continue;
+        if (nbad++ < 4)
+            snprintf(bad + strlen(bad), sizeof bad - strlen(bad), "%s%s", nbad > 1 ? ", " : "",
+                     d->name);
+    }
+    if (!nbad) return 0;
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"output.layout\": \"token\" takes activations with one "
+                   "sequence axis and no key axis; %d requested do not: %s%s (use \"prompt\")",
+                   j->path, nbad, bad, nbad > 4 ? ", ..." : "");
+}
+
+// Stored shape of each wanted activation.
+static int build_dsets(const struct model *m, const uint8_t *want, enum job_layout layout,
+                       int64_t S, int64_t n_prompts, int64_t n_tokens, struct h5out_dset *d,
+                       int *dset_of_id) {
+    int n = 0;
+    for (int i = 0; i < m->n_cat; i++) {
+        dset_of_id[i] = -1;
+        if (!want[i]) continue;
+        const struct tap_desc *t = &m->cat[i];
+        struct h5out_dset *o = &d[n];
+        memset(o, 0, sizeof *o);
+        o->desc = t;
+        strcpy(o->axes[0], layout == JOB_LAYOUT_PROMPT ? "prompt" : "token");
+        o->dims[0] = layout == JOB_LAYOUT_PROMPT ? n_prompts : n_tokens;
+        o->ndim = 1;
+        for (int k = 0; k < t->ndim; k++) {
+            enum tap_axis_kind kind = tap_axis_kind(t->axes[k]);
+            if (kind == TAP_AXIS_BATCH) continue;
+            if (layout == JOB_LAYOUT_TOKEN && kind == TAP_AXIS_SEQ) continue;
+            int64_t len = kind == TAP_AXIS_SEQ    ? S
+                          : kind == TAP_AXIS_SEQ2 ? 2 * S
+                                                  : model_axis_size(m, t->block, t->axes[k]);
+            AH_ASSERT(len >= 1);
+            strcpy(o->axes[o->ndim], t->axes[k]);
+            o->dims[o->ndim++] = len;
+        }
+        dset_of_id[i] = n++;
+    }
+    return n;
+}
+
+uint64_t plan_checksum(const struct plan *pl) {
+    const struct ds_prompts *ds = &pl->ds;
+    uint64_t h = 1469598103934665603ull;
+    const int64_t *arrays[3] = {ds->source, ds->len, ds->ids};
+    int64_t counts[3] = {ds->n, ds->n, ds->n_tokens};
+    for (int a = 0; a < 3; a++)
+        for (int64_t i = 0; i < counts[a]; i++) {
+            uint64_t v = (uint64_t)arrays[a][i];
+            for (int b = 0; b < 8; b++)
+                h = (h ^ ((v >> (8 * b)) & 0xff)) * 1099511628211ull;
+        }
+    return h;
+}
+
+void plan_free(struct plan *pl) {
+    free(pl->dsets);
+    free(pl->dset_of_id);
+    free(pl->want);
+    ds_free(&pl->ds);
+    model_free(&pl->m);
+    job_free(&pl->j);
+}
+
+// ----------------------------------------------------------------------------
+// the output's neighbourhood: inputs, the lock, the model's fingerprint (rank 0)
+
+struct paths {
+    char **v; // (n) owned
+    int n, cap;
+};
+
+static void paths_free(struct paths *ps) {
+    for (int i = 0; i < ps->n; i++)
+        free(ps->v[i]);
+    free(ps->v);
+    memset(ps, 0, sizeof *ps);
+}
+
+// adds a + b (b may be ""), if it names an existing file
+static int paths_add(struct paths *ps, const char *a, const char *b) {
+    size_t n = strlen(a) + strlen(b) + 1;
+    char *s = malloc(n);
+    if (!s) return -AH_ENOMEM;
+    snprintf(s, n, "%s%s", a, b);
+    if (access(s, F_OK) != 0) {
+        free(s);
+        return 0;
+    }
+    if (ps->n == ps->cap) {
+        int c = ps->cap * 2 + 8;
+        char **nv = realloc(ps->v, (size_t)c * sizeof *nv);
+        if (!nv) {
+            free(s);
+            return -AH_ENOMEM;
+        }
+        ps->v = nv;
+        ps->cap = c;
+    }
+    ps->v[ps->n++] = s;
+    return 0;
+}
+
+// the files of the model the run reads: config, index, weights, tokenizer
+static int model_files(const struct model *m, struct paths *ps) {
+    int rc = paths_add(ps, m->md.config_path, "");
+    if (rc == 0 && m->md.index_path) rc = paths_add(ps, m->md.index_path, "");
+    for (int i = 0; rc == 0 && i < m->md.n_files; i++)
+        rc = paths_add(ps, m->md.files[i].path, "");
+    if (rc == 0) rc = paths_add(ps, m->md.dir, "/tokenizer.json");
+    return rc;
+}
+
+// every file the job reads: the job, the data (a glob's matches, a Megatron prefix's pair) and
+// the model's files
+static int job_inputs(const struct plan *pl, struct paths *ps) {
+    const struct job *j = &pl->j;
+    int rc = paths_add(ps, j->path, "");
+    if (rc == 0) rc = paths_add(ps, j->data_path, "");
+    if (rc == 0) rc = paths_add(ps, j->data_path, ".bin");
+    if (rc == 0) rc = paths_add(ps, j->data_path, ".idx");
+    glob_t g;
+    if (rc == 0 && glob(j->data_path, 0, NULL, &g) == 0) {
+        for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++)
+            rc = paths_add(ps, g.gl_pathv[i], "");
+        globfree(&g);
+    }
+    return rc == 0 ? model_files(&pl->m, ps) : rc;
+}
+
+// rank 0, before the output is touched: no output file is an input, and no other run has it
+static int output_guard(const struct plan *pl, struct outlock *lk, struct ah_error *err) {
+    struct paths in = {0};
+    int rc = job_inputs(pl, &in);
+    if (rc < 0)
+        rc = ah_fail(err, AH_ENOMEM, "%s: out of memory listing the job's files", pl->j.path);
+    if (rc == 0) rc = outlock_check_inputs(pl->j.out_path, (const char *const *)in.v, in.n, err);
+    paths_free(&in);
+    return rc == 0 ? outlock_take(lk, pl->j.out_path, err) : rc;
+}
+
+// JSON text of the model's fingerprint (caller frees)
+int plan_fingerprint(const struct plan *pl, char **json, struct ah_error *err) {
+    const struct model *m = &pl->m;
+    struct paths ps = {0};
+    int rc = model_files(m, &ps);
+    if (rc < 0) rc = ah_fail(err, AH_ENOMEM, "%s: out of memory listing its files", m->md.dir);
+    if (rc == 0) rc = fp_make((const char *const *)ps.v, ps.n, json, err);
+    paths_free(&ps);
+    return rc;
+}
+
+static int plan_check(struct plan *pl, const char *job_path, int world, struct ah_error *err) {
+    int rc;
+    struct job *j = &pl->j;
+    struct model *m = &pl->m;
+    if ((rc = job_load(j, job_path, err)) < 0) return rc;
+    if (strlen(j->out_path) > OUT_PATH_MAX)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"output.path\" is %zu bytes long (resolved: %.60s...); at most %d, "
+                       "as the files beside it add their names",
+                       j->path, strlen(j->out_path), j->out_path, OUT_PATH_MAX);
+    if ((rc = model_load(m, j->model, true, err)) < 0) return rc;
+    pl->want = calloc((size_t)m->n_cat, 1);
+    pl->dset_of_id = calloc((size_t)m->n_cat, sizeof(int));
+    if (!pl->want || !pl->dset_of_id) return -AH_ENOMEM;
+    if ((rc = job_select(j, m->cat, m->n_cat, pl->want, err)) < 0) return rc;
+    if (j->layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(j, m, pl->want, err)) < 0)
+        return rc;
+    if (j->max_seq_len > m->max_pos)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"max_seq_len\": %d is longer than the model's "
+                       "max_position_embeddings %d",
+                       j->path, j->max_seq_len, m->max_pos);
+    if (j->expert_parallel != 1 && model_n_experts(m) == 0)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.expert_parallel\": %d, but the %s model has no experts "
+                       "(expected 1)",
+                       j->path, j->expert_parallel, m->family);
+    if (j->expert_parallel > plan_max_shards(m))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.expert_parallel\": %d shards for %d experts (at most one "
+                       "shard an expert, and at most %d)",
+                       j->path, j->expert_parallel, model_n_experts(m), PLAN_MAX_SHARDS);
+    if (world % (j->pipeline_stages * j->expert_parallel))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.pipeline_stages\" x \"parallel.expert_parallel\" = %d x %d "
+                       "does not divide the %d ranks (world size = pipeline_stages x "
+                       "expert_parallel x data-parallel replicas)",
+                       j->path, j->pipeline_stages, j->expert_parallel, world);
+    return 0;
+}
+
+int plan_load(struct plan *pl, const char *job_path, int world, struct outlock *lock,
+              struct ah_error *err) {
+    int rank = 0, rc = run_agree(plan_check(pl, job_path, world, err), err);
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    if (rc == 0) rc = run_agree(rank == 0 ? output_guard(pl, lock, err) : 0, err);
+    return rc;
+}
+
+int run_agree(int rc, struct ah_error *err) {
+    int rank = 0, size = 1;
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &size));
+    struct {
+        int code, rank;
+    } mine = {rc < 0 ? -rc : 0, rank}, worst; // MAXLOC: the worst code, then the lowest rank
+    CHECK_MPI(MPI_Allreduce(&mine, &worst, 1, MPI_2INT, MPI_MAXLOC, MPI_COMM_WORLD));
+    if (worst.code == 0) return 0;
+    int from = worst.rank;
+    if (size > 1 && err) { // rank `from`'s own message, for rank 0 to print
+        char msg[sizeof err->msg];
+        if (rank == from)
+            snprintf(msg, sizeof msg, "%s", err->msg[0] ? err->msg : ah_strerror(-worst.code));
+        CHECK_MPI(MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, from, MPI_COMM_WORLD));
+        if (from != 0)
+            snprintf(err->msg, sizeof err->msg, "[rank %d] %.1000s", from, msg);
+        else
+            snprintf(err->msg, sizeof err->msg, "%s", msg);
+        err->code = -worst.code;
+    }
+    return -worst.code;
+}
+
+// The data: rank 0 reads the corpus once, its token ids going to a spill file next to the output
+// that every rank then maps (so they cost the page cache, once a node); the per-prompt tables (24
+// bytes a prompt) are broadcast. Collective.
+int plan_data(struct plan *pl, int rank, struct ah_error *err) {
+    const struct job *j = &pl->j;
+    const struct model *m = &pl->m;
+    struct ds_prompts *ds = &pl->ds;
+    char spill[4200];
+    snprintf(spill, sizeof spill, "%s.tokens", j->out_path);
+    int rc = 0;
+    FILE *probe = rank == 0 ? fopen(spill, "ab") : NULL; // the output's folder must take files
+    if (rank == 0 && !probe)
+        rc = ah_fail(err, AH_EIO,
+                     "%s: cannot create the output file (check that its folder exists and is "
+                     "writable): %s",
+                     j->out_path, strerror(errno));
+    if (probe) fclose(probe);
+    if (rank == 0 && rc == 0) {
+        int64_t cap = j->max_seq_len ? j->max_seq_len : m->max_pos;
+        struct ds_spec spec = {j->data_path,      j->data_format,
+                               j->data_field,     m->tok,
+                               m->md.dir,         j->pack ? j->max_seq_len : 0,
+                               j->pack_separator, j->pack_bos};
+        rc = ds_load(ds, &spec, cap, m->vocab, spill, err);
+    }
+    if ((rc = run_agree(rc, err)) < 0) {
+        if (rank == 0) remove(spill); // a half-written spill file is of no use
+        return rc;
+    }
+    int64_t counts[6] = {ds->n,       ds->n_tokens,    ds->n_lines,
+                         ds->n_empty, ds->n_truncated, ds->longest};
+    CHECK_MPI(MPI_Bcast(counts, 6, MPI_INT64_T, 0, MPI_COMM_WORLD));
+    if (rank != 0) {
+        ds->n = counts[0], ds->n_tokens = counts[1], ds->n_lines = counts[2];
+        ds->n_empty = counts[3], ds->n_truncated = counts[4], ds->longest = counts[5];
+        ds->source = malloc((size_t)(ds->n + 1) * sizeof *ds->source);
+        ds->len = malloc((size_t)(ds->n + 1) * sizeof *ds->len);
+        ds->off = malloc((size_t)(ds->n + 1) * sizeof *ds->off);
+        if (!ds->source || !ds->len || !ds->off)
+            rc = ah_fail(err, AH_ENOMEM, "out of memory: 3 tables of %lld prompts (%zu bytes)",
+                         (long long)ds->n, 3 * (size_t)(ds->n + 1) * sizeof *ds->source);
+    }
+    if ((rc = run_agree(rc, err)) < 0) return rc;
+    for (int64_t at = 0; at < ds->n; at += 1 << 26) { // MPI counts are ints
+        int cnt = (int)(ds->n - at < (1 << 26) ? ds->n - at : 1 << 26);
+        CHECK_MPI(MPI_Bcast(ds->source + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD));
+        CHECK_MPI(MPI_Bcast(ds->len + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD));
+        CHECK_MPI(MPI_Bcast(ds->off + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD));
+    }
+    if (rank != 0) rc = ds_map_ids(ds, spill, err);
+    rc = run_agree(rc, err);
+    CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD)); // every rank has it mapped: the name can go
+    if (rank == 0) remove(spill);
+    return rc;
+}
+
+// The rest of the plan, from the data. Identical on every rank.
+int plan_finish(struct plan *pl, struct ah_error *err) {
+    const struct job *j = &pl->j;
+    const struct model *m = &pl->m;
+    const struct ds_prompts *ds = &pl->ds;
+    pl->S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);
+    int deepest = -1;
+    for (int i = 0; i < m->n_cat; i++)
+        if (pl->want[i]) {
+            pl->n_dsets++;
+            deepest = m->cat[i].block > deepest ? m->cat[i].block : deepest;
+        }
+    pl->blk_end = deepest + 1 < m->n_blocks ? deepest + 1 : m->n_blocks;
+    if (j->pipeline_stages > (pl->blk_end > 0 ? pl->blk_end : 1)) // 0 blocks: embeddings only
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"parallel.pipeline_stages\": %d stages for the %d blocks this job "
+                       "runs (at most one stage a block)",
+                       j->path, j->pipeline_stages, pl->blk_end);
+    pl->dsets = calloc((size_t)pl->n_dsets + 1, sizeof *pl->dsets);
+    if (!pl->dsets) return -AH_ENOMEM;
+    build_dsets(m, pl->want, j->layout, pl->S, ds->n, ds->n_tokens, pl->dsets, pl->dset_of_id);
+    pl->B = j->batch_size;
+    pl->pc = (struct placement){ds->n, ds->n_tokens, ds->off, pl->B};
+    pl->K = place_batches(&pl->pc);
+    return 0;
+}

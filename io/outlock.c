@@ -1,0 +1,133 @@
+// outlock.c - see outlock.h. The lock is an flock on a file beside the output: the kernel drops it
+// when its holder dies (SIGKILL, node loss on a local disk), so a killed run never leaves a stale
+// lock behind, and the file's text only says who holds it.
+#define _GNU_SOURCE // defines: flock, realpath, gethostname
+#include "io/outlock.h"
+
+#include "model/ah.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// out + suffix, malloc'd (NULL when out of memory)
+static char *with_suffix(const char *out, const char *suffix) {
+    size_t n = strlen(out) + strlen(suffix) + 1;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s%s", out, suffix);
+    return s;
+}
+
+// the input among inputs[n] that is the same file as path (exists), or NULL
+static const char *same_file(const char *path, const char *const *inputs, int n) {
+    struct stat o, i;
+    if (stat(path, &o) != 0) return NULL;
+    for (int k = 0; k < n; k++)
+        if (inputs[k] && stat(inputs[k], &i) == 0 && i.st_dev == o.st_dev && i.st_ino == o.st_ino)
+            return inputs[k];
+    return NULL;
+}
+
+// the input among inputs[n] inside the folder dir (exists), or NULL
+static const char *inside(const char *dir, const char *const *inputs, int n) {
+    char *d = realpath(dir, NULL), *f = NULL;
+    const char *hit = NULL;
+    size_t l = d ? strlen(d) : 0;
+    for (int k = 0; d && !hit && k < n; k++) {
+        if (!inputs[k] || !(f = realpath(inputs[k], NULL))) continue;
+        if (!strncmp(f, d, l) && (f[l] == '/' || (l == 1 && d[0] == '/'))) hit = inputs[k];
+        free(f);
+    }
+    free(d);
+    return hit;
+}
+
+int outlock_check_inputs(const char *out, const char *const *inputs, int n, struct ah_error *err) {
+    static const char *const suffix[] = {"", ".tmp", ".tokens", ".lock", ".parts"};
+    static const char *const what[] = {"output file", "temporary master", "token spill file",
+                                       "lock file", "parts folder"};
+    int rc = 0;
+    for (int s = 0; rc == 0 && s < 5; s++) {
+        char *p = with_suffix(out, suffix[s]);
+        if (!p) return ah_fail(err, AH_ENOMEM, "%s: out of memory", out);
+        const char *hit = same_file(p, inputs, n);
+        bool holds = !hit && s == 4 && (hit = inside(p, inputs, n)) != NULL;
+        if (hit)
+            rc = ah_fail(err, AH_EINVAL,
+                         "%s: the %s of \"output.path\" %s %s, an input of this job; choose "
+                         "another \"output.path\" (--overwrite would destroy the input)",
+                         p, what[s], holds ? "holds" : "is", hit);
+        free(p);
+    }
+    return rc;
+}
+
+// "HOST PID" of the holder, read from the lock file (or "unknown")
+static void holder(int fd, char *buf, size_t n) {
+    ssize_t r = pread(fd, buf, n - 1, 0);
+    buf[r > 0 ? r : 0] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    if (!buf[0]) snprintf(buf, n, "unknown");
+}
+
+int outlock_take(struct outlock *l, const char *out, struct ah_error *err) {
+    l->fd = -1;
+    if (!(l->path = with_suffix(out, ".lock")))
+        return ah_fail(err, AH_ENOMEM, "%s: out of memory", out);
+    for (;;) {
+        int fd = open(l->path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+        if (fd < 0)
+            return ah_fail(err, AH_EIO,
+                           "%s: cannot create the output file (check that its folder exists "
+                           "and is writable): its lock file %s: %s",
+                           out, l->path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int e = errno;
+            char who[256];
+            holder(fd, who, sizeof who);
+            close(fd);
+            if (e == EWOULDBLOCK)
+                return ah_fail(err, AH_EEXIST,
+                               "%s: the output is in use by another harvest run (host and PID: "
+                               "%s; lock file %s); wait for it to end",
+                               out, who, l->path);
+            return ah_fail(err, AH_EIO, "%s: cannot lock: %s", l->path, strerror(e));
+        }
+        // the holder before us may have removed the file between our open and our flock: then
+        // the lock is on a name nobody else sees, and we try again
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(l->path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            l->fd = fd;
+            break;
+        }
+        close(fd);
+    }
+    char host[128] = "?", text[200];
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = 0;
+    int n = snprintf(text, sizeof text, "%s %ld\n", host, (long)getpid());
+    if (ftruncate(l->fd, 0) != 0 || pwrite(l->fd, text, (size_t)n, 0) != n) {
+        int e = errno;
+        outlock_release(l);
+        return ah_fail(err, AH_EIO, "%s: cannot write the lock file: %s", out, strerror(e));
+    }
+    return 0;
+}
+
+void outlock_release(struct outlock *l) {
+    if (l->fd >= 0) {
+        unlink(l->path); // while held: a waiting run then locks a fresh file (see above)
+        close(l->fd);
+        l->fd = -1;
+    }
+    free(l->path);
+    l->path = NULL;
+}
