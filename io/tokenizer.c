@@ -432,7 +432,8 @@ struct tokenizer {
 // SentencePiece-style components (the end of this file)
 struct dec;
 static int load_sp(struct tokenizer *t, const cJSON *j, struct ah_error *err);
-static int load_metaspace(struct tokenizer *t, const cJSON *j, struct pre *p, struct ah_error *err);
+static int load_metaspace(struct tokenizer *t, const cJSON *j, struct pre *p, const char *where,
+                          struct ah_error *err);
 static int metaspace_piece(struct tokenizer *t, const struct pre *p, const char *s, size_t n,
                            bool first, struct pieces *out);
 static int decode_chain(const struct tokenizer *t, const int64_t *ids, size_t n, bool skip_special,
@@ -616,7 +617,7 @@ static int load_pre(struct tokenizer *t, const cJSON *j, struct pre *p, bool nes
                              jbool(j, "individual_digits", false) ? "[^\\d]+|\\d" : "[^\\d]+|\\d+",
                              "pre_tokenizer Digits", t->path, err);
     }
-    if (type && !strcmp(type, "Metaspace")) return load_metaspace(t, j, p, err);
+    if (type && !strcmp(type, "Metaspace")) return load_metaspace(t, j, p, "pre_tokenizer", err);
     return ah_fail(err, AH_EFORMAT,
                    "%s: \"pre_tokenizer\": type \"%s\" is not supported (expected Sequence, "
                    "Split, ByteLevel, Digits or Metaspace%s)",
@@ -1487,13 +1488,13 @@ static bool one_char(const cJSON *j, const char *key, char ch[5], size_t *ch_len
     return true;
 }
 
-static int load_metaspace(struct tokenizer *t, const cJSON *j, struct pre *p,
+// where: "pre_tokenizer" or "decoder", for messages
+static int load_metaspace(struct tokenizer *t, const cJSON *j, struct pre *p, const char *where,
                           struct ah_error *err) {
     p->k = P_METASPACE;
     if (!one_char(j, "replacement", p->rep, &p->rep_len))
-        return ah_fail(err, AH_EFORMAT,
-                       "%s: pre_tokenizer Metaspace: \"replacement\": expected one character",
-                       t->path);
+        return ah_fail(err, AH_EFORMAT, "%s: %s Metaspace: \"replacement\": expected one character",
+                       t->path, where);
     // prepend_scheme (default always); the legacy add_prefix_space false means never
     const cJSON *aps = cJSON_GetObjectItemCaseSensitive(j, "add_prefix_space");
     const char *ps = jstr(j, "prepend_scheme");
@@ -1504,16 +1505,16 @@ static int load_metaspace(struct tokenizer *t, const cJSON *j, struct pre *p,
     if (k == 3 || (ps == NULL && cJSON_GetObjectItemCaseSensitive(j, "prepend_scheme") &&
                    !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "prepend_scheme"))))
         return ah_fail(err, AH_EFORMAT,
-                       "%s: pre_tokenizer Metaspace: \"prepend_scheme\": expected \"always\", "
+                       "%s: %s Metaspace: \"prepend_scheme\": expected \"always\", "
                        "\"first\" or \"never\"",
-                       t->path);
+                       t->path, where);
     p->prepend = (enum ms_prepend)k;
     if (cJSON_IsFalse(aps)) {
         if (ps && p->prepend != MS_NEVER)
             return ah_fail(err, AH_EFORMAT,
-                           "%s: pre_tokenizer Metaspace: \"add_prefix_space\": false contradicts "
+                           "%s: %s Metaspace: \"add_prefix_space\": false contradicts "
                            "\"prepend_scheme\": \"%s\"",
-                           t->path, ps);
+                           t->path, where, ps);
         p->prepend = MS_NEVER;
     }
     p->split = jbool(j, "split", true);
@@ -1604,7 +1605,7 @@ static int load_dec(struct tokenizer *t, const cJSON *j, struct dec *d, bool nes
         d->stop = (int)b->valuedouble;
     } else if (d->k == D_METASPACE) {
         struct pre p = {0}; // the same fields as the pre-tokenizer
-        int rc = load_metaspace(t, j, &p, err);
+        int rc = load_metaspace(t, j, &p, "decoder", err);
         if (rc < 0) return rc;
         memcpy(d->ch, p.rep, sizeof d->ch);
         d->ch_len = p.rep_len;

@@ -228,6 +228,8 @@ BAD = {
     "ms_clash": ({**base, "pre_tokenizer": {**MS, "add_prefix_space": False, "prepend_scheme": "always"}},
                  "\"add_prefix_space\": false contradicts \"prepend_scheme\": \"always\""),
     "dec_type": ({**base, "decoder": {"type": "CTC"}}, "\"decoder\": type \"CTC\" is not supported"),
+    "dec_ms": ({**base, "decoder": {"type": "Metaspace", "replacement": ""}},
+               "decoder Metaspace: \"replacement\": expected one character"),
     "dec_nest": ({**base, "decoder": {"type": "Sequence", "decoders": [{"type": "Sequence", "decoders": []}]}},
                  "Sequences do not nest"),
     "dec_strip": ({**base, "decoder": {"type": "Strip", "content": "ab", "start": 1, "stop": 0}},
