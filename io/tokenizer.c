@@ -309,18 +309,21 @@ static int regex_gave_up(struct tokenizer *t, const pcre2_code *re, int rc, size
 static pcre2_match_data *tok_md(const struct tokenizer *t);
 static pcre2_match_context *tok_mctx(const struct tokenizer *t);
 
-// spans covering s: gaps (match false) and matches (match true), in order, none empty. PCRE2
-// giving up (its match or depth limit, on a regex that backtracks without end) is an error naming
-// the regex, never taken for "no match".
-static int regex_spans(struct tokenizer *t, const pcre2_code *re, const char *s, size_t n,
-                       struct spans *sp) {
+// spans covering s: gaps (match false) and matches (match true), in order, none empty. Returns
+// 0, -AH_ENOMEM, or 1 when PCRE2 gave up (*why: its code, *at_out: where), never taken for "no
+// match".
+static int spans_of(const pcre2_code *re, pcre2_match_data *md, pcre2_match_context *mctx,
+                    const char *s, size_t n, struct spans *sp, int *why, size_t *at_out) {
     sp->n = 0;
     size_t at = 0, prev = 0;
-    pcre2_match_data *md = tok_md(t);
     while (at <= n) {
-        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, tok_mctx(t));
+        int rc = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, mctx);
         if (rc == PCRE2_ERROR_NOMATCH) break;
-        if (rc < 0) return regex_gave_up(t, re, rc, n, at);
+        if (rc < 0) {
+            *why = rc;
+            *at_out = at;
+            return 1;
+        }
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
         size_t a = ov[0], b = ov[1];
         if (a > prev && spans_add(sp, prev, a, false) < 0) return -AH_ENOMEM;
@@ -339,6 +342,15 @@ static int regex_spans(struct tokenizer *t, const pcre2_code *re, const char *s,
     return 0;
 }
 
+// spans_of with the tokenizer's match data and limits; PCRE2 giving up (its match or depth limit,
+// on a regex that backtracks without end) is an error naming the regex.
+static int regex_spans(struct tokenizer *t, const pcre2_code *re, const char *s, size_t n,
+                       struct spans *sp) {
+    size_t at = 0;
+    int why = 0, rc = spans_of(re, tok_md(t), tok_mctx(t), s, n, sp, &why, &at);
+    return rc == 1 ? regex_gave_up(t, re, why, n, at) : rc;
+}
+
 // ----------------------------------------------------------------------------
 // the tokenizer
 
@@ -353,7 +365,8 @@ struct norm {
 };
 
 enum split_behavior { B_REMOVED, B_ISOLATED, B_MERGED_PREV, B_MERGED_NEXT, B_CONTIGUOUS };
-enum pre_kind { P_SEQ, P_SPLIT, P_BYTELEVEL, P_DIGITS };
+enum pre_kind { P_SEQ, P_SPLIT, P_BYTELEVEL, P_DIGITS, P_METASPACE };
+enum ms_prepend { MS_ALWAYS, MS_FIRST, MS_NEVER };
 struct pre {
     enum pre_kind k;
     struct pre *kids;
@@ -361,6 +374,10 @@ struct pre {
     pcre2_code *re; // Split; ByteLevel with use_regex; Digits
     enum split_behavior behavior;
     bool invert, add_prefix_space, matches_only;
+    char rep[5];             // Metaspace: the replacement character (UTF-8, NUL-terminated)
+    size_t rep_len;          // its bytes
+    enum ms_prepend prepend; // Metaspace: when the replacement is prepended
+    bool split;              // Metaspace: cut before each replacement
 };
 
 struct post { // ids around the sequence (TemplateProcessing's single, Bert/Roberta cls/sep)
@@ -448,6 +465,9 @@ struct tokenizer {
     size_t cache_cap, cache_n;
     struct buf cache_keys;
     struct tok_ids cache_ids;
+    struct dec *dec;    // the decoder chain; NULL: ByteLevel (byte_level_decoder) or none
+    bool fuse_unk;      // BPE: consecutive unknown characters give one unk
+    bool section_first; // encoding the section at the start of the text (Metaspace "first")
 };
 
 static int regex_name(struct tokenizer *t, const pcre2_code *re, const char *where,
@@ -492,6 +512,16 @@ const char *tok_error(const struct tokenizer *t) {
     return t->error;
 }
 
+// SentencePiece-style components (the end of this file)
+struct dec;
+static int load_sp(struct tokenizer *t, const cJSON *j, struct ah_error *err);
+static int load_metaspace(struct tokenizer *t, const cJSON *j, struct pre *p, const char *where,
+                          struct ah_error *err);
+static int metaspace_piece(struct tokenizer *t, const struct pre *p, const char *s, size_t n,
+                           bool first, struct pieces *out);
+static int decode_chain(const struct tokenizer *t, const int64_t *ids, size_t n, bool skip_special,
+                        char **text, size_t *len);
+static void dec_free(struct dec *d);
 static void bytes_to_unicode(int32_t *map) {
     bool direct[256] = {false};
     for (int b = '!'; b <= '~'; b++)
@@ -669,9 +699,10 @@ static int load_pre(struct tokenizer *t, const cJSON *j, struct pre *p, bool nes
                              jbool(j, "individual_digits", false) ? "[^\\d]+|\\d" : "[^\\d]+|\\d+",
                              "pre_tokenizer Digits", err);
     }
+    if (type && !strcmp(type, "Metaspace")) return load_metaspace(t, j, p, "pre_tokenizer", err);
     return ah_fail(err, AH_EFORMAT,
                    "%s: \"pre_tokenizer\": type \"%s\" is not supported (expected Sequence, "
-                   "Split, ByteLevel or Digits%s)",
+                   "Split, ByteLevel, Digits or Metaspace%s)",
                    t->path, type ? type : "?", nested ? "; Sequences do not nest" : "");
 }
 
@@ -954,6 +985,7 @@ void tok_free(struct tokenizer *t) {
     free(t->norm);
     if (t->pre) pre_free(t->pre);
     free(t->pre);
+    dec_free(t->dec);
     free(t->post.before);
     free(t->post.after);
     pcre2_match_data_free(t->md);
@@ -1007,6 +1039,7 @@ static int load_text(struct tokenizer **out, char *path, const char *text, size_
     if (rc == 0) rc = load_post(t, cJSON_GetObjectItemCaseSensitive(j, "post_processor"), err);
     const char *dec = jstr(cJSON_GetObjectItemCaseSensitive(j, "decoder"), "type");
     t->byte_level_decoder = dec && !strcmp(dec, "ByteLevel");
+    if (rc == 0) rc = load_sp(t, j, err);
     cJSON_Delete(j);
     bytes_to_unicode(t->byte_char);
     for (int i = 0; i < 324; i++)
@@ -1206,6 +1239,10 @@ static int pre_one(struct tokenizer *t, const struct pre *p, const struct pieces
         const char *s = in->b.p + in->v[i].off;
         size_t n = in->v[i].len;
         int rc;
+        if (p->k == P_METASPACE) {
+            if ((rc = metaspace_piece(t, p, s, n, t->section_first && i == 0, out)) < 0) return rc;
+            continue;
+        }
         if (p->k == P_BYTELEVEL) {
             struct buf *w = &t->nb2; // prefix space, then the regex, then bytes -> characters
             w->n = 0;
@@ -1369,9 +1406,11 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
         if (t->next[l] >= 0) push_pair(t, t->heap, &nh, l, t->next[l]);
     }
     int rc = 0;
+    bool unk_before = false; // fuse_unk: the id before is an unk of an unknown character
     for (int32_t i = m ? 0 : -1; i >= 0 && rc == 0; i = t->next[i]) {
         if (t->sym[i] >= 0) {
             rc = tok_ids_push(out, t->sym[i]);
+            unk_before = false;
             continue;
         }
         // an unknown character: its bytes as <0xXX> tokens, else unk (transformers.js)
@@ -1382,7 +1421,9 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
             all = t->byte_id[c[k]] >= 0;
         for (size_t k = 0; all && k < len && rc == 0; k++)
             rc = tok_ids_push(out, t->byte_id[c[k]]);
-        if (!all && t->unk_id >= 0) rc = tok_ids_push(out, t->unk_id);
+        if (!all && t->unk_id >= 0 && !(t->fuse_unk && unk_before))
+            rc = tok_ids_push(out, t->unk_id);
+        unk_before = !all && t->unk_id >= 0;
     }
     free(chr_off);
     if (rc < 0) return rc;
@@ -1461,6 +1502,7 @@ int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_speci
         }
         size_t b = a >= 0 && t->added[a].lstrip ? trim_end(s, start, i) : i;
         size_t st = strip_next ? trim_start(s, start, b) : start;
+        t->section_first = st == 0;
         rc = encode_section(t, s + st, b - st, out);
         if (a < 0) break;
         if (rc == 0) rc = tok_ids_push(out, t->added[a].id);
@@ -1489,6 +1531,10 @@ int tok_decode(const struct tokenizer *t, const int64_t *ids, size_t n, bool ski
                          (long long)id, t->path);
             break;
         }
+        if (t->dec) { // the decoder chain, once every id is known
+            if (i + 1 == n) return decode_chain(t, ids, n, skip_special, text, len);
+            continue;
+        }
         if (skip_special && t->is_special[id]) continue;
         const char *s = t->str.p + t->id_off[id];
         size_t sl = t->id_len[id];
@@ -1516,5 +1562,369 @@ int tok_decode(const struct tokenizer *t, const int64_t *ids, size_t n, bool ski
         *text = o;
     }
     free(raw.p);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// SentencePiece-style files (Llama 2, Mistral, Gemma): the Metaspace pre-tokenizer, BPE's
+// fuse_unk, and the decoders Replace, ByteFallback, Fuse, Strip, Metaspace (and ByteLevel) in a
+// Sequence. Semantics are those of Hugging Face tokenizers (Rust) where transformers.js differs.
+
+enum dec_kind { D_SEQ, D_BYTELEVEL, D_REPLACE, D_BYTEFALLBACK, D_FUSE, D_STRIP, D_METASPACE };
+struct dec {
+    enum dec_kind k;
+    struct dec *kids; // (n_kids) Sequence
+    int n_kids;
+    char *pat, *content; // Replace: a String pattern (or NULL) and what replaces it
+    pcre2_code *re;      // Replace: a Regex pattern
+    char ch[5];          // Strip: the character; Metaspace: the replacement (UTF-8)
+    size_t ch_len;
+    int start, stop; // Strip: at most this many characters from the start / the end
+    bool prefix;     // Metaspace: prepend_scheme is not "never" (the first token loses them)
+};
+
+static void dec_clear(struct dec *d) {
+    for (int i = 0; i < d->n_kids; i++)
+        dec_clear(&d->kids[i]);
+    free(d->kids);
+    free(d->pat);
+    free(d->content);
+    pcre2_code_free(d->re);
+}
+
+static void dec_free(struct dec *d) { // safe on NULL
+    if (d) dec_clear(d);
+    free(d);
+}
+
+// one character (a JSON string of exactly one code point) into ch; false if it is not one
+static bool one_char(const cJSON *j, const char *key, char ch[5], size_t *ch_len) {
+    const char *s = jstr(j, key);
+    size_t n = s ? strlen(s) : 0, len = 0;
+    if (n == 0 || n > 4) return false;
+    int32_t cp = utf8_next(s, n, &len);
+    if (len != n || (cp == 0xFFFD && n != 3)) return false;
+    memcpy(ch, s, n);
+    ch[n] = '\0';
+    *ch_len = n;
+    return true;
+}
+
+// where: "pre_tokenizer" or "decoder", for messages
+static int load_metaspace(struct tokenizer *t, const cJSON *j, struct pre *p, const char *where,
+                          struct ah_error *err) {
+    p->k = P_METASPACE;
+    if (!one_char(j, "replacement", p->rep, &p->rep_len))
+        return ah_fail(err, AH_EFORMAT, "%s: %s Metaspace: \"replacement\": expected one character",
+                       t->path, where);
+    // prepend_scheme (default always); the legacy add_prefix_space false means never
+    const cJSON *aps = cJSON_GetObjectItemCaseSensitive(j, "add_prefix_space");
+    const char *ps = jstr(j, "prepend_scheme");
+    static const char *const schemes[] = {"always", "first", "never"};
+    int k = 0;
+    while (ps && k < 3 && strcmp(ps, schemes[k]))
+        k++;
+    if (k == 3 || (ps == NULL && cJSON_GetObjectItemCaseSensitive(j, "prepend_scheme") &&
+                   !cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "prepend_scheme"))))
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: %s Metaspace: \"prepend_scheme\": expected \"always\", "
+                       "\"first\" or \"never\"",
+                       t->path, where);
+    p->prepend = (enum ms_prepend)k;
+    if (cJSON_IsFalse(aps)) {
+        if (ps && p->prepend != MS_NEVER)
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: %s Metaspace: \"add_prefix_space\": false contradicts "
+                           "\"prepend_scheme\": \"%s\"",
+                           t->path, where, ps);
+        p->prepend = MS_NEVER;
+    }
+    p->split = jbool(j, "split", true);
+    return 0;
+}
+
+// Metaspace on one piece: spaces become the replacement, which is prepended (always; first: to
+// the first piece of the section at the start of the text) unless the piece then starts with
+// it; split cuts before every replacement (MergedWithNext), as tokenizers' metaspace.rs does.
+static int metaspace_piece(struct tokenizer *t, const struct pre *p, const char *s, size_t n,
+                           bool first, struct pieces *out) {
+    struct buf *w = &t->nb2;
+    w->n = 0;
+    bool starts = n && (s[0] == ' ' || (n >= p->rep_len && !memcmp(s, p->rep, p->rep_len)));
+    bool prepend = p->prepend == MS_ALWAYS || (p->prepend == MS_FIRST && first);
+    if (prepend && !starts && buf_put(w, p->rep, p->rep_len) < 0) return -AH_ENOMEM;
+    for (size_t i = 0; i < n; i++) {
+        if (buf_put(w, s[i] == ' ' ? p->rep : s + i, s[i] == ' ' ? p->rep_len : 1) < 0)
+            return -AH_ENOMEM;
+    }
+    if (!p->split) return pieces_add(out, w->p, w->n);
+    size_t a = 0;
+    for (size_t i = 1; i + p->rep_len <= w->n; i++) {
+        if (memcmp(w->p + i, p->rep, p->rep_len)) continue;
+        int rc = pieces_add(out, w->p + a, i - a);
+        if (rc < 0) return rc;
+        a = i;
+        i += p->rep_len - 1;
+    }
+    return pieces_add(out, w->p + a, w->n - a);
+}
+
+static int load_dec(struct tokenizer *t, const cJSON *j, struct dec *d, bool nested,
+                    struct ah_error *err) {
+    const char *type = jstr(j, "type");
+    static const struct {
+        const char *name;
+        enum dec_kind k;
+    } kinds[] = {
+        {"Sequence", D_SEQ},       {"ByteLevel", D_BYTELEVEL},       {"Replace", D_REPLACE},
+        {"Fuse", D_FUSE},          {"ByteFallback", D_BYTEFALLBACK}, {"Strip", D_STRIP},
+        {"Metaspace", D_METASPACE}};
+    size_t i = 0;
+    while (i < sizeof kinds / sizeof kinds[0] && (!type || strcmp(type, kinds[i].name)))
+        i++;
+    if (i == sizeof kinds / sizeof kinds[0] || (nested && kinds[i].k == D_SEQ))
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: \"decoder\": type \"%s\" is not supported (expected Sequence, "
+                       "ByteLevel, Replace, ByteFallback, Fuse, Strip or Metaspace%s)",
+                       t->path, type ? type : "?", nested ? "; Sequences do not nest" : "");
+    d->k = kinds[i].k;
+    if (d->k == D_SEQ) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(j, "decoders"), *e;
+        if (!cJSON_IsArray(list))
+            return ah_fail(err, AH_EFORMAT, "%s: decoder Sequence: expected \"decoders\" (a list)",
+                           t->path);
+        d->kids = calloc((size_t)cJSON_GetArraySize(list) + 1, sizeof *d->kids);
+        if (!d->kids) return -AH_ENOMEM;
+        int rc;
+        cJSON_ArrayForEach(e, list) {
+            d->n_kids++; // counted first: a half-loaded kid is freed too
+            if ((rc = load_dec(t, e, &d->kids[d->n_kids - 1], true, err)) < 0) return rc;
+        }
+    } else if (d->k == D_REPLACE) {
+        const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pattern");
+        const char *rx = jstr(p, "Regex"), *lit = jstr(p, "String"), *c = jstr(j, "content");
+        if (!c || (!rx && !(lit && *lit)))
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: decoder Replace: expected \"pattern\" ({\"String\": non-empty} "
+                           "or {\"Regex\"}) and \"content\"",
+                           t->path);
+        d->content = strdup(c);
+        if (!d->content) return -AH_ENOMEM;
+        if (rx) return regex_compile(t, &d->re, rx, "decoder Replace", err);
+        d->pat = strdup(lit);
+        if (!d->pat) return -AH_ENOMEM;
+    } else if (d->k == D_STRIP) {
+        const cJSON *a = cJSON_GetObjectItemCaseSensitive(j, "start");
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "stop");
+        if (!one_char(j, "content", d->ch, &d->ch_len) || !cJSON_IsNumber(a) ||
+            !cJSON_IsNumber(b) || a->valuedouble < 0 || b->valuedouble < 0 ||
+            a->valuedouble > 1e6 || b->valuedouble > 1e6)
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: decoder Strip: expected \"content\" (one character), \"start\" "
+                           "and \"stop\" (counts)",
+                           t->path);
+        d->start = (int)a->valuedouble;
+        d->stop = (int)b->valuedouble;
+    } else if (d->k == D_METASPACE) {
+        struct pre p = {0}; // the same fields as the pre-tokenizer
+        int rc = load_metaspace(t, j, &p, "decoder", err);
+        if (rc < 0) return rc;
+        memcpy(d->ch, p.rep, sizeof d->ch);
+        d->ch_len = p.rep_len;
+        d->prefix = p.prepend != MS_NEVER;
+    }
+    return 0;
+}
+
+// the parts of the file only SentencePiece-style tokenizers use: model.fuse_unk, the decoder
+static int load_sp(struct tokenizer *t, const cJSON *j, struct ah_error *err) {
+    t->fuse_unk = jbool(cJSON_GetObjectItemCaseSensitive(j, "model"), "fuse_unk", false);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(j, "decoder");
+    if (!cJSON_IsObject(d) || t->byte_level_decoder) return 0; // none, or ByteLevel alone
+    t->dec = calloc(1, sizeof *t->dec);
+    if (!t->dec) return -AH_ENOMEM;
+    return load_dec(t, d, t->dec, false, err);
+}
+
+// ---- decoding through the chain: a list of token strings, step by step ----
+
+// tokens are pieces that may be empty; add one from s, or end one begun at offset off
+static int toks_add(struct pieces *p, const char *s, size_t n) {
+    if (grow_one((void **)&p->v, p->n, &p->cap, sizeof *p->v) < 0) return -AH_ENOMEM;
+    size_t off = p->b.n;
+    if (buf_put(&p->b, s, n) < 0) return -AH_ENOMEM;
+    p->v[p->n++] = (struct piece){off, n};
+    return 0;
+}
+
+static int toks_end(struct pieces *p, size_t off) {
+    if (grow_one((void **)&p->v, p->n, &p->cap, sizeof *p->v) < 0) return -AH_ENOMEM;
+    p->v[p->n++] = (struct piece){off, p->b.n - off};
+    return 0;
+}
+
+// Replace: every match of the pattern in s by content
+static int dec_replace(const struct dec *d, pcre2_match_data *md, pcre2_match_context *mctx,
+                       struct spans *sp, const char *s, size_t n, struct buf *o) {
+    size_t cl = strlen(d->content);
+    if (d->re) {
+        size_t at = 0; // a limit hit (the tokenizer's match limits) is an error, not "no match"
+        int why = 0, rc = spans_of(d->re, md, mctx, s, n, sp, &why, &at);
+        if (rc == 1) return -AH_EINVAL;
+        for (size_t i = 0; i < sp->n && rc == 0; i++)
+            rc = sp->v[i].match ? buf_put(o, d->content, cl)
+                                : buf_put(o, s + sp->v[i].a, sp->v[i].b - sp->v[i].a);
+        return rc;
+    }
+    size_t pl = strlen(d->pat), a = 0;
+    for (size_t i = 0; i + pl <= n;) {
+        if (memcmp(s + i, d->pat, pl)) {
+            i++;
+            continue;
+        }
+        if (buf_put(o, s + a, i - a) < 0 || buf_put(o, d->content, cl) < 0) return -AH_ENOMEM;
+        i += pl;
+        a = i;
+    }
+    return buf_put(o, s + a, n - a);
+}
+
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
+}
+
+// ByteFallback: a run of <0xXX> tokens becomes its text; bytes that are not valid UTF-8 become
+// one U+FFFD each (tokenizers' byte_fallback.rs; transformers.js decodes them the WHATWG way)
+static int dec_bytes_flush(struct buf *run, struct pieces *out) {
+    if (run->n == 0) return 0;
+    int rc = 0;
+    char *v = malloc(3 * run->n + 1);
+    if (!v) return -AH_ENOMEM;
+    size_t vn = tok_utf8_sanitize(run->p, run->n, v);
+    if (vn == run->n && !memcmp(v, run->p, vn)) {
+        rc = toks_add(out, v, vn);
+    } else {
+        for (size_t k = 0; k < run->n && rc == 0; k++)
+            rc = toks_add(out, "\xEF\xBF\xBD", 3);
+    }
+    free(v);
+    run->n = 0;
+    return rc;
+}
+
+// the characters of s with c, up to `start` of them at its start and `stop` at its end, removed
+static void strip_span(const struct dec *d, const char *s, size_t n, size_t *a, size_t *b) {
+    *a = 0, *b = n; // (UTF-8 is self-synchronizing: a byte match is a character match)
+    for (int k = 0; k < d->start && *a + d->ch_len <= n; k++) {
+        if (memcmp(s + *a, d->ch, d->ch_len)) break;
+        *a += d->ch_len;
+    }
+    for (int k = 0; k < d->stop && *b >= *a + d->ch_len; k++) {
+        if (memcmp(s + *b - d->ch_len, d->ch, d->ch_len)) break;
+        *b -= d->ch_len;
+    }
+}
+
+static int dec_step(const struct tokenizer *t, const struct dec *d, pcre2_match_data *md,
+                    struct spans *sp, const struct pieces *in, struct pieces *out) {
+    pieces_clear(out);
+    struct buf run = {0};
+    int rc = 0;
+    for (size_t i = 0; i < in->n && rc == 0; i++) {
+        const char *s = in->b.p + in->v[i].off;
+        size_t n = in->v[i].len, off = out->b.n, a, b;
+        switch (d->k) {
+            case D_REPLACE:
+                if ((rc = dec_replace(d, md, tok_mctx(t), sp, s, n, &out->b)) == 0)
+                    rc = toks_end(out, off);
+                break;
+            case D_BYTEFALLBACK:
+                if (n == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' && hex_digit(s[3]) >= 0 &&
+                    hex_digit(s[4]) >= 0) {
+                    char c = (char)(hex_digit(s[3]) * 16 + hex_digit(s[4]));
+                    rc = buf_put(&run, &c, 1);
+                } else if ((rc = dec_bytes_flush(&run, out)) == 0) {
+                    rc = toks_add(out, s, n);
+                }
+                break;
+            case D_FUSE: // everything joins the first token
+                if ((rc = buf_put(&out->b, s, n)) == 0 && i + 1 == in->n) rc = toks_end(out, 0);
+                break;
+            case D_STRIP:
+                strip_span(d, s, n, &a, &b);
+                rc = toks_add(out, s + a, b - a);
+                break;
+            case D_METASPACE: // the replacement is a space, and gone from the first token
+                for (size_t k = 0; k < n && rc == 0;) {
+                    bool r = k + d->ch_len <= n && !memcmp(s + k, d->ch, d->ch_len);
+                    if (r && !(i == 0 && d->prefix)) rc = buf_put(&out->b, " ", 1);
+                    if (!r) rc = buf_put(&out->b, s + k, 1);
+                    k += r ? d->ch_len : 1;
+                }
+                if (rc == 0) rc = toks_end(out, off);
+                break;
+            default: // ByteLevel: characters back to bytes, all joined (lossy UTF-8 below)
+                for (size_t k = 0; k < n && rc == 0;) {
+                    size_t cl;
+                    int32_t cp = utf8_next(s + k, n - k, &cl);
+                    char c = cp < 324 && t->char_byte[cp] >= 0 ? (char)t->char_byte[cp] : 0;
+                    rc = cp < 324 && t->char_byte[cp] >= 0 ? buf_put(&run, &c, 1)
+                                                           : buf_put(&run, s + k, cl);
+                    k += cl;
+                }
+                break;
+        }
+    }
+    if (rc == 0 && d->k == D_BYTEFALLBACK) rc = dec_bytes_flush(&run, out);
+    if (rc == 0 && d->k == D_BYTELEVEL) {
+        char *v = malloc(3 * run.n + 1);
+        rc = v ? toks_add(out, v, tok_utf8_sanitize(run.p ? run.p : "", run.n, v)) : -AH_ENOMEM;
+        free(v);
+    }
+    free(run.p);
+    return rc;
+}
+
+// tok_decode through the decoder chain: the ids' token strings (added tokens too, as
+// tokenizers and transformers.js do), each step in turn, then joined
+static int decode_chain(const struct tokenizer *t, const int64_t *ids, size_t n, bool skip_special,
+                        char **text, size_t *len) {
+    struct pieces a = {0}, b = {0};
+    struct spans sp = {0};
+    pcre2_match_data *md = pcre2_match_data_create(4, NULL);
+    int rc = md ? 0 : -AH_ENOMEM;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (!(skip_special && t->is_special[ids[i]]))
+            rc = toks_add(&a, t->str.p + t->id_off[ids[i]], t->id_len[ids[i]]);
+    const struct dec *steps = t->dec->k == D_SEQ ? t->dec->kids : t->dec;
+    int n_steps = t->dec->k == D_SEQ ? t->dec->n_kids : 1;
+    for (int k = 0; k < n_steps && rc == 0; k++) {
+        rc = dec_step(t, &steps[k], md, &sp, &a, &b);
+        struct pieces tmp = a;
+        a = b;
+        b = tmp;
+    }
+    char *o = rc == 0 ? malloc(3 * a.b.n + 1) : NULL;
+    if (rc == 0 && !o) rc = -AH_ENOMEM;
+    if (rc == 0) { // the tokens joined (their order in the buffer)
+        struct buf all = {0};
+        for (size_t i = 0; i < a.n && rc == 0; i++)
+            rc = buf_put(&all, a.b.p + a.v[i].off, a.v[i].len);
+        *len = rc == 0 ? tok_utf8_sanitize(all.p ? all.p : "", all.n, o) : 0;
+        o[*len] = '\0';
+        free(all.p);
+    }
+    if (rc == 0) {
+        *text = o;
+    } else {
+        free(o);
+    }
+    pieces_free(&a);
+    pieces_free(&b);
+    free(sp.v);
+    pcre2_match_data_free(md);
     return rc;
 }

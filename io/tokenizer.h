@@ -1,14 +1,18 @@
-// tokenizer.h - Hugging Face `tokenizer.json` for byte-level BPE models, in C.
+// tokenizer.h - Hugging Face `tokenizer.json` for byte-level BPE models and SentencePiece-style
+// BPE models (Llama 2, Mistral, Gemma), in C.
 //
 // Encoding: added and special tokens are cut out of the raw text first (leftmost, longest; with
 // their lstrip/rstrip), then each other section is normalized (NFC, NFD, NFKC, NFKD, Lowercase,
 // Replace, Prepend, Strip, Sequence), pre-tokenized (Split with a regex or a string and any of its
-// behaviours, ByteLevel, Digits, Sequence), BPE-merged (merges as "a b" strings or [a, b] pairs,
-// ignore_merges, byte_fallback, unk_token), and post-processed (TemplateProcessing, Bert/Roberta,
-// ByteLevel, Sequence) when special tokens are asked for. Regexes run on PCRE2 with JavaScript's
-// meanings of \s, \d and \w (what transformers.js and the tokenizers' JS reference use); Unicode
-// normalization is utf8proc's. Text that is not valid UTF-8 is decoded as WHATWG decoders do
-// (each maximal invalid subpart becomes U+FFFD) before anything else.
+// behaviours, ByteLevel, Digits, Metaspace, Sequence), BPE-merged (merges as "a b" strings or
+// [a, b] pairs, ignore_merges, byte_fallback, unk_token, fuse_unk), and post-processed
+// (TemplateProcessing, Bert/Roberta, ByteLevel, Sequence) when special tokens are asked for.
+// Decoding: the ByteLevel decoder, or a chain of Replace, ByteFallback, Fuse, Strip, Metaspace
+// (and ByteLevel) decoders; where transformers.js and tokenizers (Rust) differ, Rust's meaning.
+// Regexes run on PCRE2 with JavaScript's meanings of \s, \d and \w (what transformers.js and the
+// tokenizers' JS reference use); Unicode normalization is utf8proc's. Text that is not valid UTF-8
+// is decoded as WHATWG decoders do (each maximal invalid subpart becomes U+FFFD) before anything
+// else.
 //
 // A tokenizer is read-only after tok_load except for its BPE cache: one per thread.
 #ifndef AH_TOKENIZER_H
@@ -47,8 +51,9 @@ int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_speci
                struct tok_ids *out);
 const char *tok_error(const struct tokenizer *t); // the last encode error's message
 
-// Text of ids (malloc'd, NUL-terminated, *len bytes): added tokens as their content, the rest
-// through the ByteLevel decoder; skip_special drops special tokens. An id outside the vocabulary
+// Text of ids (malloc'd, NUL-terminated, *len bytes): with the ByteLevel decoder, added tokens as
+// their content and the rest through it; with a decoder chain, every token's string through the
+// chain; skip_special drops special tokens. An id outside the vocabulary
 // is an error naming it.
 int tok_decode(const struct tokenizer *t, const int64_t *ids, size_t n, bool skip_special,
                char **text, size_t *len, struct ah_error *err);

@@ -289,7 +289,7 @@ bad = f"{work}/bad"
 os.makedirs(bad, exist_ok=True)
 base = json.load(open(TOKENIZERS["qwen3"]))
 cases_bad = {
-    "pre": ({**base, "pre_tokenizer": {"type": "Metaspace"}}, ["\"pre_tokenizer\": type \"Metaspace\" is not supported"]),
+    "pre": ({**base, "pre_tokenizer": {"type": "Punctuation"}}, ["\"pre_tokenizer\": type \"Punctuation\" is not supported"]),
     "regex": ({**base, "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}},
               ["regex (unclosed", "at offset"]),
     "model": ({**base, "model": {**base["model"], "type": "WordPiece"}}, ["\"model.type\": \"WordPiece\" is not supported"]),
