@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: fsync, open
 #include "harvest/export.h"
 #include "io/feistel.h"
+#include "io/h5attr.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -71,47 +72,22 @@ static const char *kind_storage(enum xkind k) {
     return k == XK_BF16 ? "bfloat16-as-uint16" : xkind_name(k);
 }
 
-static herr_t put_str(hid_t obj, const char *name, const char *value) {
-    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = H5I_INVALID_HID;
-    herr_t r = H5Tset_size(t, H5T_VARIABLE);
-    if (r >= 0) r = H5Tset_cset(t, H5T_CSET_UTF8);
-    if (r >= 0) r = (a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) < 0 ? -1 : 0;
-    if (r >= 0) r = H5Awrite(a, t, &value);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(s);
-    H5Tclose(t);
-    return r;
-}
-
-static herr_t put_num(hid_t obj, const char *name, hid_t type, const void *value) {
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, type, s, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Awrite(a, type, value);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(s);
-    return r;
-}
-
-static int get_num(hid_t obj, const char *name, hid_t type, void *value) {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Aread(a, type, value);
-    if (a >= 0) H5Aclose(a);
-    return r < 0 ? -1 : 0;
-}
-
 static herr_t put_meta(hid_t f, const struct xshard_meta *m, uint64_t sum) {
-    herr_t r = put_str(f, "format", "harvest-shard");
+    herr_t r = h5attr_put_str(f, "format", "harvest-shard");
     int64_t one = 1;
-    if (r >= 0) r = put_num(f, "format_version", H5T_STD_I64LE, &one);
-    if (r >= 0) r = put_str(f, "split", m->split);
-    if (r >= 0) r = put_num(f, "shard", H5T_STD_I64LE, &m->shard);
-    if (r >= 0) r = put_num(f, "n_tokens", H5T_STD_I64LE, &m->n_tokens);
-    if (r >= 0) r = put_num(f, "first_position", H5T_STD_I64LE, &m->first_position);
-    if (r >= 0) r = put_num(f, "seed", H5T_STD_I64LE, &m->seed);
-    if (r >= 0) r = put_num(f, "val_fraction", H5T_IEEE_F64LE, &m->val_fraction);
-    if (r >= 0) r = put_num(f, "source_data_checksum", H5T_STD_U64LE, &m->data_checksum);
-    if (r >= 0) r = put_num(f, "checksum", H5T_STD_U64LE, &sum);
+    if (r >= 0) r = h5attr_put_num(f, "format_version", H5T_STD_I64LE, H5T_STD_I64LE, &one);
+    if (r >= 0) r = h5attr_put_str(f, "split", m->split);
+    if (r >= 0) r = h5attr_put_num(f, "shard", H5T_STD_I64LE, H5T_STD_I64LE, &m->shard);
+    if (r >= 0) r = h5attr_put_num(f, "n_tokens", H5T_STD_I64LE, H5T_STD_I64LE, &m->n_tokens);
+    if (r >= 0)
+        r = h5attr_put_num(f, "first_position", H5T_STD_I64LE, H5T_STD_I64LE, &m->first_position);
+    if (r >= 0) r = h5attr_put_num(f, "seed", H5T_STD_I64LE, H5T_STD_I64LE, &m->seed);
+    if (r >= 0)
+        r = h5attr_put_num(f, "val_fraction", H5T_IEEE_F64LE, H5T_IEEE_F64LE, &m->val_fraction);
+    if (r >= 0)
+        r = h5attr_put_num(f, "source_data_checksum", H5T_STD_U64LE, H5T_STD_U64LE,
+                           &m->data_checksum);
+    if (r >= 0) r = h5attr_put_num(f, "checksum", H5T_STD_U64LE, H5T_STD_U64LE, &sum);
     return r;
 }
 
@@ -147,8 +123,8 @@ static herr_t put_dset(hid_t loc, const char *name, const struct xname *x, int64
     if (r >= 0)
         r = (ds = H5Dcreate2(loc, name, t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
     if (r >= 0 && n > 0) r = H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-    if (r >= 0) r = put_str(ds, "storage", kind_storage(k));
-    if (r >= 0 && x) r = put_str(ds, "source_storage", xkind_name(x->src));
+    if (r >= 0) r = h5attr_put_str(ds, "storage", kind_storage(k));
+    if (r >= 0 && x) r = h5attr_put_str(ds, "source_storage", xkind_name(x->src));
     if (ds >= 0) H5Dclose(ds);
     if (dcpl >= 0) H5Pclose(dcpl);
     if (sp >= 0) H5Sclose(sp);
@@ -236,12 +212,12 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
     hid_t f = buf ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
     int64_t n = -1, shard = -1, seed = -1;
     uint64_t sum = 0, src = 0, h = FNV64_INIT;
-    int ok = f >= 0 && get_num(f, "n_tokens", H5T_NATIVE_INT64, &n) == 0 &&
-             get_num(f, "shard", H5T_NATIVE_INT64, &shard) == 0 &&
-             get_num(f, "seed", H5T_NATIVE_INT64, &seed) == 0 &&
-             get_num(f, "checksum", H5T_NATIVE_UINT64, &sum) == 0 &&
-             get_num(f, "source_data_checksum", H5T_NATIVE_UINT64, &src) == 0 && n == m->n_tokens &&
-             shard == m->shard && seed == m->seed && src == m->data_checksum;
+    int ok = f >= 0 && h5attr_get_num(f, "n_tokens", H5T_NATIVE_INT64, &n) == 0 &&
+             h5attr_get_num(f, "shard", H5T_NATIVE_INT64, &shard) == 0 &&
+             h5attr_get_num(f, "seed", H5T_NATIVE_INT64, &seed) == 0 &&
+             h5attr_get_num(f, "checksum", H5T_NATIVE_UINT64, &sum) == 0 &&
+             h5attr_get_num(f, "source_data_checksum", H5T_NATIVE_UINT64, &src) == 0 &&
+             n == m->n_tokens && shard == m->shard && seed == m->seed && src == m->data_checksum;
     for (int i = 0; ok && i < s->n_names + 4; i++) {
         const struct xname *x = i < s->n_names ? &s->names[i] : NULL;
         snprintf(name, sizeof name, x ? "activations/%s" : "tokens/%s",

@@ -3,6 +3,7 @@
 // no conversion; the virtual datasets map them onto the segment files).
 #define _POSIX_C_SOURCE 200809L // defines: strdup, strtok_r, access
 #include "harvest/export.h"
+#include "io/h5attr.h"
 #include "io/halfconv.h"
 #include "model/tap.h"
 
@@ -39,14 +40,6 @@ void xkind_convert(void *dst, enum xkind dk, const void *src, enum xkind sk, int
 // ----------------------------------------------------------------------------
 // attributes and tables
 
-static int attr_i64(hid_t obj, const char *name, int64_t *out) {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, out);
-    if (a >= 0) H5Aclose(a);
-    return r < 0 ? -1 : 0;
-}
-
 // A string attribute (scalar: n = 1, or a 1-D array of at most max) into out[max][len].
 static int attr_strs(hid_t obj, const char *name, char *out, int len, int max) {
     if (H5Aexists(obj, name) <= 0) return -1;
@@ -67,21 +60,6 @@ static int attr_strs(hid_t obj, const char *name, char *out, int len, int max) {
     H5Sclose(sp);
     if (a >= 0) H5Aclose(a);
     return rc;
-}
-
-static char *attr_text(hid_t obj, const char *name) {
-    if (H5Aexists(obj, name) <= 0) return NULL;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    char *v = NULL, *out = NULL;
-    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
-        out = strdup(v);
-        H5free_memory(v);
-    }
-    H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    return out;
 }
 
 // A whole 1-D int64 dataset of n entries (n: its length if *n < 0) into a malloc'd array.
@@ -114,7 +92,7 @@ static int mark_done(struct xsrc *s, int n_datasets, struct ah_error *err) {
         memset(s->done, 1, (size_t)N);
         return 0;
     }
-    char *text = attr_text(s->f, "segments");
+    char *text = h5attr_get_str(s->f, "segments");
     cJSON *a = text ? cJSON_Parse(text) : NULL;
     uint8_t *cover = malloc((size_t)N + 1);
     int rc = cJSON_IsArray(a) && cover
@@ -327,15 +305,16 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
     if (access(path, R_OK) != 0) return ah_fail(err, AH_ENOENT, "%s: cannot open", path);
     s->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     int64_t fmt = 0, sum = 0, n_datasets = 0;
-    if (s->f < 0 || attr_i64(s->f, "harvest_format", &fmt) < 0)
+    if (s->f < 0 || h5attr_get_num(s->f, "harvest_format", H5T_NATIVE_INT64, &fmt) < 0)
         return ah_fail(err, AH_EINVAL, "%s: not a harvest output (no harvest_format attribute)",
                        path);
-    if (attr_i64(s->f, "complete", &s->complete) < 0) s->complete = 0;
-    if (attr_i64(s->f, "prompts_done", &s->prompts_done) < 0) s->prompts_done = 0;
-    if (attr_i64(s->f, "data_checksum", &sum) < 0)
+    if (h5attr_get_num(s->f, "complete", H5T_NATIVE_INT64, &s->complete) < 0) s->complete = 0;
+    if (h5attr_get_num(s->f, "prompts_done", H5T_NATIVE_INT64, &s->prompts_done) < 0)
+        s->prompts_done = 0;
+    if (h5attr_get_num(s->f, "data_checksum", H5T_NATIVE_INT64, &sum) < 0)
         return ah_fail(err, AH_EFORMAT, "%s: no data_checksum attribute", path);
     s->data_checksum = (uint64_t)sum;
-    char *st = attr_text(s->f, "storage_dtype");
+    char *st = h5attr_get_str(s->f, "storage_dtype");
     snprintf(s->storage, sizeof s->storage, "%s", st ? st : "float32");
     free(st);
     s->n_prompts = -1;

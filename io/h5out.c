@@ -5,6 +5,7 @@
 #include "io/h5out.h"
 
 #include "io/fingerprint.h"
+#include "io/h5attr.h"
 #include "io/halfconv.h"
 #include "model/ah.h"
 
@@ -50,16 +51,9 @@ static hid_t make_half(int bf) {
 // ----------------------------------------------------------------------------
 // attributes
 
-static herr_t attr_str(hid_t obj, const char *name, const char *value) {
-    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = H5I_INVALID_HID;
-    herr_t r = H5Tset_size(t, H5T_VARIABLE);
-    if (r >= 0) r = H5Tset_cset(t, H5T_CSET_UTF8);
-    if (r >= 0) r = (a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) < 0 ? -1 : 0;
-    if (r >= 0) r = H5Awrite(a, t, &value);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(s);
-    H5Tclose(t);
-    return r;
+// a new int64 attribute (stored little-endian) holding value
+static herr_t attr_i64(hid_t obj, const char *name, int64_t value) {
+    return h5attr_put_num(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
 static herr_t attr_strs(hid_t obj, const char *name, int n, const char (*values)[TAP_AXIS_MAX]) {
@@ -76,49 +70,6 @@ static herr_t attr_strs(hid_t obj, const char *name, int n, const char (*values)
     H5Sclose(s);
     H5Tclose(t);
     return r;
-}
-
-static herr_t attr_i64(hid_t obj, const char *name, int64_t value) {
-    herr_t r;
-    hid_t a;
-    if (H5Aexists(obj, name) > 0) {
-        a = H5Aopen(obj, name, H5P_DEFAULT);
-    } else {
-        hid_t s = H5Screate(H5S_SCALAR);
-        a = H5Acreate2(obj, name, H5T_STD_I64LE, s, H5P_DEFAULT, H5P_DEFAULT);
-        H5Sclose(s);
-    }
-    if (a < 0) return -1;
-    r = H5Awrite(a, H5T_NATIVE_INT64, &value);
-    H5Aclose(a);
-    return r;
-}
-
-static int attr_read_i64(hid_t obj, const char *name, int64_t *out) {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    if (a < 0) return -1;
-    herr_t r = H5Aread(a, H5T_NATIVE_INT64, out);
-    H5Aclose(a);
-    return r < 0 ? -1 : 0;
-}
-
-// Reads a scalar string attribute (caller frees), or NULL.
-static char *attr_read_str(hid_t obj, const char *name) {
-    if (H5Aexists(obj, name) <= 0) return NULL;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8); // as written by attr_str
-    char *v = NULL, *out = NULL;
-    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
-        out = malloc(strlen(v) + 1);
-        if (out) strcpy(out, v);
-        H5free_memory(v);
-    }
-    H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    return out;
 }
 
 // Chunk: whole rows while small, several rows up to CHUNK_TARGET; a row above CHUNK_MAX is split
@@ -758,9 +709,9 @@ static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct
     const char *tmp = m->tmp;
     char *segs = records_json(m), *prov = provenance_json(m);
     CHECK_H5(attr_i64(f, "harvest_format", 1), tmp, "write harvest_format");
-    CHECK_H5(attr_str(f, "model_family", m->p.model_family), tmp, "write model_family");
-    CHECK_H5(attr_str(f, "model_config", m->p.model_config), tmp, "write model_config");
-    CHECK_H5(attr_str(f, "job", m->p.job), tmp, "write job");
+    CHECK_H5(h5attr_put_str(f, "model_family", m->p.model_family), tmp, "write model_family");
+    CHECK_H5(h5attr_put_str(f, "model_config", m->p.model_config), tmp, "write model_config");
+    CHECK_H5(h5attr_put_str(f, "job", m->p.job), tmp, "write job");
     CHECK_H5(attr_i64(f, "complete", complete), tmp, "write complete");
     CHECK_H5(attr_i64(f, "prompts_done", h5m_done_prompts(m)), tmp, "write prompts_done");
     CHECK_H5(attr_i64(f, "max_seq_len", m->p.max_seq_len), tmp, "write max_seq_len");
@@ -769,13 +720,13 @@ static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct
     CHECK_H5(attr_i64(f, "n_prompts_truncated", m->p.n_truncated), tmp, "write counts");
     CHECK_H5(attr_i64(f, "data_checksum", (int64_t)m->p.data_checksum), tmp, "write checksum");
     CHECK_H5(attr_i64(f, "runs", m->run + 1), tmp, "write runs");
-    CHECK_H5(attr_str(f, "storage_dtype",
-                      m->p.store == H5OUT_F16    ? "float16"
-                      : m->p.store == H5OUT_BF16 ? "bfloat16"
-                                                 : "float32"),
+    CHECK_H5(h5attr_put_str(f, "storage_dtype",
+                            m->p.store == H5OUT_F16    ? "float16"
+                            : m->p.store == H5OUT_BF16 ? "bfloat16"
+                                                       : "float32"),
              tmp, "write storage_dtype");
-    CHECK_H5(attr_str(f, "segments", segs ? segs : "[]"), tmp, "write segments");
-    CHECK_H5(attr_str(f, "provenance", prov ? prov : "{}"), tmp, "write provenance");
+    CHECK_H5(h5attr_put_str(f, "segments", segs ? segs : "[]"), tmp, "write segments");
+    CHECK_H5(h5attr_put_str(f, "provenance", prov ? prov : "{}"), tmp, "write provenance");
 
 fail:
     free(segs);
@@ -824,8 +775,8 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
         CHECK_H5(attr_strs(ds, "semantic_shape", d->desc->ndim, (const char(*)[TAP_AXIS_MAX])sem),
                  tmp, "write semantic_shape");
         CHECK_H5(attr_strs(ds, "stored_axes", d->ndim, d->axes), tmp, "write stored_axes");
-        CHECK_H5(attr_str(ds, "dtype", tap_dtype_name(d->desc->dtype)), tmp, "write dtype");
-        CHECK_H5(attr_str(ds, "meaning", d->desc->meaning), tmp, "write meaning");
+        CHECK_H5(h5attr_put_str(ds, "dtype", tap_dtype_name(d->desc->dtype)), tmp, "write dtype");
+        CHECK_H5(h5attr_put_str(ds, "meaning", d->desc->meaning), tmp, "write meaning");
         H5Dclose(ds);
         ds = H5I_INVALID_HID;
     }
@@ -1096,12 +1047,13 @@ static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
                      mp);
         goto fail;
     }
-    job = attr_read_str(f, "job");
-    segs = attr_read_str(f, "segments");
-    prov = attr_read_str(f, "provenance");
-    if (!job || !segs || attr_read_i64(f, "complete", &c) < 0 ||
-        attr_read_i64(f, "data_checksum", &sum) < 0 || attr_read_i64(f, "runs", &runs) < 0 ||
-        attr_read_i64(f, "batch_size", &bsz) < 0) {
+    job = h5attr_get_str(f, "job");
+    segs = h5attr_get_str(f, "segments");
+    prov = h5attr_get_str(f, "provenance");
+    if (!job || !segs || h5attr_get_num(f, "complete", H5T_NATIVE_INT64, &c) < 0 ||
+        h5attr_get_num(f, "data_checksum", H5T_NATIVE_INT64, &sum) < 0 ||
+        h5attr_get_num(f, "runs", H5T_NATIVE_INT64, &runs) < 0 ||
+        h5attr_get_num(f, "batch_size", H5T_NATIVE_INT64, &bsz) < 0) {
         rc = ah_fail(err, AH_EINVAL,
                      "%s: not a harvest output (no job/segments attributes); use "
                      "--overwrite to replace it",
@@ -1238,7 +1190,7 @@ static herr_t show_dset(hid_t g, const char *name, const H5L_info_t *info, void 
     for (int k = 0; k < nd; k++)
         snprintf(shape + strlen(shape), sizeof shape - strlen(shape), "%s%llu", k ? ", " : "",
                  (unsigned long long)dims[k]);
-    char *dtype = attr_read_str(d, "dtype");
+    char *dtype = h5attr_get_str(d, "dtype");
     const char *stored = "float32";
     size_t spos, epos, esize, mpos, msize;
     if (H5Tget_class(t) == H5T_INTEGER)
@@ -1301,18 +1253,18 @@ int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
                        "by a killed job)",
                        path);
     int64_t fmt = -1, complete = 0, done = -1, empty = 0, trunc = 0, S = 0;
-    if (attr_read_i64(f, "harvest_format", &fmt) < 0) {
+    if (h5attr_get_num(f, "harvest_format", H5T_NATIVE_INT64, &fmt) < 0) {
         H5Fclose(f);
         return ah_fail(err, AH_EINVAL, "%s: not a harvest output (no harvest_format attribute)",
                        path);
     }
-    attr_read_i64(f, "complete", &complete);
-    attr_read_i64(f, "prompts_done", &done);
-    attr_read_i64(f, "n_prompts_skipped_empty", &empty);
-    attr_read_i64(f, "n_prompts_truncated", &trunc);
-    attr_read_i64(f, "max_seq_len", &S);
-    char *family = attr_read_str(f, "model_family"), *store = attr_read_str(f, "storage_dtype");
-    char *segs = attr_read_str(f, "segments");
+    h5attr_get_num(f, "complete", H5T_NATIVE_INT64, &complete);
+    h5attr_get_num(f, "prompts_done", H5T_NATIVE_INT64, &done);
+    h5attr_get_num(f, "n_prompts_skipped_empty", H5T_NATIVE_INT64, &empty);
+    h5attr_get_num(f, "n_prompts_truncated", H5T_NATIVE_INT64, &trunc);
+    h5attr_get_num(f, "max_seq_len", H5T_NATIVE_INT64, &S);
+    char *family = h5attr_get_str(f, "model_family"), *store = h5attr_get_str(f, "storage_dtype");
+    char *segs = h5attr_get_str(f, "segments");
     cJSON *sa = segs ? cJSON_Parse(segs) : NULL;
     int n_seg = cJSON_GetArraySize(sa);
     cJSON_Delete(sa);
@@ -1396,7 +1348,7 @@ int h5out_prompt_ids(const char *path, int64_t prompt, int64_t **ids, int64_t *l
         if (doff >= 0) H5Dclose(doff);
         if (dt >= 0) H5Dclose(dt);
     }
-    if (rc == 0) *job = attr_read_str(f, "job");
+    if (rc == 0) *job = h5attr_get_str(f, "job");
     H5Fclose(f);
     if (rc < 0) {
         free(*ids);

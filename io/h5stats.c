@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: fsync, open
 #include "io/h5stats.h"
 
+#include "io/h5attr.h"
 #include "model/ah.h"
 #include "model/tap.h"
 
@@ -31,15 +32,6 @@ static herr_t write_f64(hid_t g, const char *name, int ndim, const hsize_t *dims
     hid_t d = H5Dcreate2(g, name, H5T_IEEE_F64LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     herr_t r = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
     if (d >= 0) H5Dclose(d);
-    H5Sclose(s);
-    return r;
-}
-
-static herr_t attr_scalar(hid_t obj, const char *name, hid_t ftype, hid_t mtype, const void *v) {
-    hid_t s = H5Screate(H5S_SCALAR);
-    hid_t a = H5Acreate2(obj, name, ftype, s, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Awrite(a, mtype, v);
-    if (a >= 0) H5Aclose(a);
     H5Sclose(s);
     return r;
 }
@@ -81,10 +73,10 @@ int h5stats_write(hid_t loc, const char *name, int ndim, const int64_t *dims, co
     double scale = sqrt((double)F) / nm;
     H5TRY(write_f64(g, "norm_mean", 0, NULL, &nm), name, "write norm_mean");
     H5TRY(write_f64(g, "norm_var", 0, NULL, &nv), name, "write norm_var");
-    H5TRY(attr_scalar(g, "sae_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale), name,
+    H5TRY(h5attr_put_num(g, "sae_scale", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &scale), name,
           "write sae_scale");
-    H5TRY(attr_scalar(g, "n_rows_nonfinite", H5T_STD_I64LE, H5T_NATIVE_INT64, &s->nonfinite), name,
-          "write n_rows_nonfinite");
+    H5TRY(h5attr_put_num(g, "n_rows_nonfinite", H5T_STD_I64LE, H5T_NATIVE_INT64, &s->nonfinite),
+          name, "write n_rows_nonfinite");
 fail:
     if (d >= 0) H5Dclose(d);
     if (sp >= 0) H5Sclose(sp);
@@ -96,14 +88,6 @@ fail:
 
 // ---------------------------------------------------------------------------------------------
 // reading an output
-
-static int attr_i64(hid_t obj, const char *name, int64_t *out) {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-    herr_t r = a < 0 ? -1 : H5Aread(a, H5T_NATIVE_INT64, out);
-    if (a >= 0) H5Aclose(a);
-    return r < 0 ? -1 : 0;
-}
 
 // n strings of a (scalar or 1-d) variable-length string attribute into out; -1 if absent or wrong
 static int attr_strs(hid_t obj, const char *name, char (*out)[TAP_AXIS_MAX], int *n) {
@@ -372,26 +356,10 @@ struct result {
     struct stats s;
 };
 
-static char *attr_text(hid_t obj, const char *name) {
-    if (H5Aexists(obj, name) <= 0) return NULL;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    char *v = NULL, *out = NULL;
-    if (a >= 0 && H5Aread(a, t, &v) >= 0 && v) {
-        out = malloc(strlen(v) + 1);
-        if (out) strcpy(out, v);
-        H5free_memory(v);
-    }
-    H5Tclose(t);
-    if (a >= 0) H5Aclose(a);
-    return out;
-}
-
 // Every segment the master lists opens as HDF5: a lost or truncated one would read as NaN rows
 // through the virtual datasets, which a complete output must not have.
 static int check_segments(const char *path, hid_t f, struct ah_error *err) {
-    char *text = attr_text(f, "segments");
+    char *text = h5attr_get_str(f, "segments");
     cJSON *segs = text ? cJSON_Parse(text) : NULL, *e;
     int rc = cJSON_IsArray(segs) ? 0 : ah_fail(err, AH_EFORMAT, "%s: no segments attribute", path);
     cJSON_ArrayForEach(e, segs) {
@@ -424,11 +392,11 @@ static int open_output(const char *path, hid_t *f, struct tables *tb, struct ah_
         return ah_fail(err, AH_EINVAL,
                        "%s: cannot open as HDF5 (missing, not HDF5, or left open by a killed job)",
                        path);
-    if (attr_i64(*f, "harvest_format", &fmt) < 0)
+    if (h5attr_get_num(*f, "harvest_format", H5T_NATIVE_INT64, &fmt) < 0)
         return ah_fail(err, AH_EINVAL, "%s: not a harvest output (no harvest_format attribute)",
                        path);
-    attr_i64(*f, "complete", &complete);
-    attr_i64(*f, "prompts_done", &done);
+    h5attr_get_num(*f, "complete", H5T_NATIVE_INT64, &complete);
+    h5attr_get_num(*f, "prompts_done", H5T_NATIVE_INT64, &done);
     hid_t l = tb->length = H5Dopen2(*f, "prompts/length", H5P_DEFAULT);
     tb->offset = H5Dopen2(*f, "prompts/token_offset", H5P_DEFAULT);
     hid_t s = l >= 0 ? H5Dget_space(l) : H5I_INVALID_HID;
@@ -440,7 +408,8 @@ static int open_output(const char *path, hid_t *f, struct tables *tb, struct ah_
                        "%s: the output is incomplete (complete = %lld, %lld of %lld prompts "
                        "written): finish it with `harvest run JOB --resume` first",
                        path, (long long)complete, (long long)done, (long long)tb->n_prompts);
-    if (l < 0 || tb->offset < 0 || attr_i64(*f, "batch_size", &tb->batch) < 0 || tb->batch < 1)
+    if (l < 0 || tb->offset < 0 ||
+        h5attr_get_num(*f, "batch_size", H5T_NATIVE_INT64, &tb->batch) < 0 || tb->batch < 1)
         return ah_fail(err, AH_EFORMAT,
                        "%s: no /prompts/length, /prompts/token_offset or batch_size attribute",
                        path);
@@ -653,8 +622,7 @@ static double *read_all(hid_t g, const char *name, int64_t *n, int *ndim, hsize_
 
 static double attr_f64(hid_t obj, const char *name) {
     double v = (double)NAN;
-    hid_t a = H5Aexists(obj, name) > 0 ? H5Aopen(obj, name, H5P_DEFAULT) : H5I_INVALID_HID;
-    if (a >= 0) H5Aread(a, H5T_NATIVE_DOUBLE, &v), H5Aclose(a);
+    h5attr_get_num(obj, name, H5T_NATIVE_DOUBLE, &v); // stays NaN when missing
     return v;
 }
 
