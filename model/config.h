@@ -1,0 +1,56 @@
+// config.h - a read-only view of a model folder's config.json, so that each family in model/
+// reads and checks its own configuration without a JSON library: io/config_json.c implements the
+// view over cJSON. Values are borrowed from the document and valid while it is.
+#ifndef AH_CONFIG_H
+#define AH_CONFIG_H
+
+#include <stdbool.h>
+
+struct ah_error;
+
+enum cfg_kind { CFG_ABSENT, CFG_NULL, CFG_BOOL, CFG_NUMBER, CFG_STRING, CFG_ARRAY, CFG_OBJECT };
+
+struct cfg_value; // a node of the document (opaque)
+
+struct cfg_ops {
+    // The member `key` of an object; NULL when absent or v is not an object.
+    const struct cfg_value *(*member)(const struct cfg_value *v, const char *key);
+    enum cfg_kind (*kind)(const struct cfg_value *v); // v non-NULL
+    bool (*boolean)(const struct cfg_value *v);       // v a CFG_BOOL
+    double (*number)(const struct cfg_value *v);      // v a CFG_NUMBER
+    const char *(*string)(const struct cfg_value *v); // v a CFG_STRING
+    int (*length)(const struct cfg_value *v);         // v a CFG_ARRAY
+    const struct cfg_value *(*element)(const struct cfg_value *v,
+                                       int i); // v a CFG_ARRAY, i < length
+};
+
+struct config {
+    const struct cfg_ops *ops;
+    const struct cfg_value *root; // the top-level object
+    const char *path;             // config.json's path, which every message names
+};
+
+// ---- safe on anything: NULL (absent) and values of another kind give the neutral answer ----
+const struct cfg_value *cfg_get(const struct config *c, const struct cfg_value *obj,
+                                const char *key); // obj NULL: the top level
+enum cfg_kind cfg_kind(const struct config *c, const struct cfg_value *v); // NULL: CFG_ABSENT
+bool cfg_is_true(const struct config *c, const struct cfg_value *v);
+bool cfg_is_false(const struct config *c, const struct cfg_value *v);
+double cfg_number(const struct config *c, const struct cfg_value *v);      // 0 if not a number
+const char *cfg_string(const struct config *c, const struct cfg_value *v); // NULL if not a string
+int cfg_length(const struct config *c, const struct cfg_value *v);         // 0 if not an array
+const struct cfg_value *cfg_element(const struct config *c, const struct cfg_value *v, int i);
+
+// ---- top-level keys. `required` false: returns 1 and leaves *out alone when the key is
+// absent. Errors name config.json, the key and the expected type.
+int cfg_int(const struct config *c, const char *key, bool required, int *out, struct ah_error *err);
+int cfg_double(const struct config *c, const char *key, bool required, double *out,
+               struct ah_error *err);
+// Borrowed string, or NULL when absent or not a string.
+const char *cfg_str(const struct config *c, const char *key);
+// An integer key with a default, checked against [lo, hi]: "CONFIG: "KEY": V is out of range
+// (expected LO to HI)".
+int cfg_int_in(const struct config *c, const char *key, bool required, int *out, int lo, int hi,
+               struct ah_error *err);
+
+#endif
