@@ -9,7 +9,8 @@
 #define _DEFAULT_SOURCE // defines: mkdtemp, sync, realpath
 #include "harvest/harvest.h"
 
-#include "model/ops.h" // defines: op_set_threads, op_threads, op_bf16_panel_floats
+#include "model/encdec.h" // defines: encdec_spec_config, encdec_flops
+#include "model/ops.h"    // defines: op_set_threads, op_threads, op_bf16_panel_floats
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <fcntl.h>
@@ -283,7 +284,7 @@ int cmd_bench(int argc, char **argv) {
     }
     struct ah_error err = {0};
     snprintf(path, sizeof path, "%s/model", dir);
-    int rc = init_model_encdec(path, 0, 0, 1, &err);
+    int rc = init_model_preset(path, "encdec", "spec", 0, ST_F32, 1, &err);
     snprintf(path, sizeof path, "%s/fwd.jsonl", dir);
     if (rc == 0 && write_prompts(path, n_prompts, T, 8192) != 0)
         rc = ah_fail(&err, AH_EIO, "%s", path);

@@ -8,24 +8,20 @@
 #include "io/tokenizer.h"
 #include "jobs/job.h"
 #include "model/ah.h"
-#include "model/encdec.h"
-#include "model/identity.h"
-#include "model/laguna.h"
+#include "model/family.h"
+#include "model/laguna.h" // struct laguna_shard
 
 #include <stdbool.h>
 #include <stdint.h>
 
 // ---- a loaded model of any family ----
-struct family; // load.c: a family's table of operations
 struct model {
-    const struct family *fam; // chosen from config.json (see load.c)
-    const char *family;       // its name: "encdec", "laguna" or "identity"
-    struct modeldir md;       // config (+ weights unless config-only)
-    struct encdec ed;         // family "encdec"
-    struct laguna lg;         // family "laguna" (weights unbound when config-only)
-    struct identity idn;      // family "identity" (test only)
-    struct tokenizer *tok;    // the folder's tokenizer.json, if it has one (loaded with weights)
-    struct tap_desc *cat;     // (n_cat) catalogue; owned
+    const struct model_family *fam; // chosen from config.json (model/families.c)
+    const char *family;             // its name (fam->name)
+    struct modeldir md;             // config (+ weights unless config-only)
+    void *fm;                       // the family's model (weights unbound when config-only); owned
+    struct tokenizer *tok; // the folder's tokenizer.json, if it has one (loaded with weights)
+    struct tap_desc *cat;  // (n_cat) catalogue; owned
     int n_cat;
     int n_blocks; // blocks of the layer loop
     int max_pos;  // longest prompt the model takes
@@ -41,10 +37,8 @@ int64_t model_axis_size(const struct model *m, int block, const char *axis);
 
 // ---- the forward pass of either family ----
 struct model_state {
-    const struct family *fam;
-    struct encdec_state ed;
-    struct laguna_state lg;
-    struct identity_state idn;
+    const struct model_family *fam;
+    void *fs; // the family's run state; owned
 };
 // want (catalogue-indexed) sizes tap-only buffers; NULL = anything may be asked for.
 // shard: Laguna's expert shard of this rank (NULL: every expert), borrowed.
@@ -142,9 +136,11 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
 // before MPI_Init, which can take seconds (a singleton starts its own orted).
 void harvest_catch_stops(void);
 
-// Writes the spec model with random weights into dir (see initmodel.c).
-int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
-                      struct ah_error *err);
+// Writes preset `preset` of family `family` (model/family.h) with random weights into dir, in
+// the family's published dtype or dtype_st, in `shards` files (0: the family's default); see
+// initmodel.c.
+int init_model_preset(const char *dir, const char *family, const char *preset, uint64_t seed,
+                      int dtype_st, int shards, struct ah_error *err);
 
 // The stage cut of `run` and `plan` (plan.c): blocks [0, n_blocks) into `parts` contiguous
 // stages minimising the most expensive one, a block costing model_block_flops at T tokens and
@@ -154,15 +150,6 @@ int plan_stage_cut(const struct model *m, int T, bool head, int n_blocks, int pa
 // Expert shards a split may have: at most the routed experts and PLAN_MAX_SHARDS; 1 without.
 #define PLAN_MAX_SHARDS 256
 int plan_max_shards(const struct model *m);
-
-// Reads a LagunaForCausalLM config.json (tests/ref/laguna-forward.md section 2, with HF's defaults
-// for absent keys). Errors name config.json and the key: an unknown rope_type, a per-layer list of
-// the wrong length, an option the family does not have.
-int laguna_config_read(const struct modeldir *md, struct laguna_config *c, struct ah_error *err);
-bool model_is_laguna(const struct modeldir *md);
-// Reads the spec model's config.json (checked as model_load checks it; the family is chosen by
-// model_load's table, not here).
-int model_config_encdec(const struct modeldir *md, struct encdec_config *c, struct ah_error *err);
 
 // ---- subcommands: return the process exit code ----
 int cmd_run(int argc, char **argv);

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: mkdir
 #include "harvest/harvest.h"
 
+#include "io/config_json.h"
 #include "io/halfconv.h"
 #include "io/safetensors.h"
 
@@ -99,27 +100,6 @@ static int write_json(const char *dir, const char *leaf, cJSON *o, struct ah_err
     return ok ? 0 : ah_fail(err, AH_EIO, "%s: cannot write: %s", path, strerror(errno));
 }
 
-static int write_config(const char *dir, const struct encdec_config *c, struct ah_error *err) {
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "architecture", "causal-encoder-decoder");
-    cJSON_AddNumberToObject(o, "num_encoder_layers", c->n_layer_enc);
-    cJSON_AddNumberToObject(o, "num_decoder_layers", c->n_layer_dec);
-    cJSON_AddNumberToObject(o, "hidden_size", c->hidden);
-    cJSON_AddNumberToObject(o, "num_attention_heads", c->n_head);
-    cJSON_AddNumberToObject(o, "head_dim", c->head_dim);
-    cJSON_AddNumberToObject(o, "vocab_size", c->vocab);
-    cJSON_AddNumberToObject(o, "local_window", c->local_window);
-    cJSON_AddNumberToObject(o, "max_position_embeddings", c->max_pos);
-    cJSON_AddStringToObject(o, "position_encoding", "rope");
-    cJSON_AddStringToObject(o, "normalization", "rmsnorm");
-    cJSON_AddStringToObject(o, "activation", "swiglu");
-    cJSON_AddNumberToObject(o, "ffn_dim", c->ffn_dim);
-    cJSON_AddNumberToObject(o, "rms_norm_eps", (double)c->eps);
-    cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-    cJSON_AddBoolToObject(o, "tie_word_embeddings", 1);
-    return write_json(dir, "config.json", o, err);
-}
-
 // A shard holds at least one tensor.
 static int shards_fit(int shards, int n, struct ah_error *err) {
     if (shards <= n) return 0;
@@ -186,153 +166,10 @@ static int make_dirs(const char *dir) {
     return mkdir(p, 0777) != 0 && errno != EEXIST ? -1 : 0;
 }
 
-int init_model_encdec(const char *dir, uint64_t seed, int dtype_st, int shards,
-                      struct ah_error *err) {
-    if (make_dirs(dir) != 0)
-        return ah_fail(err, AH_EIO, "init-model: cannot create %s: %s", dir, strerror(errno));
-    struct encdec m;
-    struct model_tensor *list = NULL;
-    struct encdec_config c = encdec_spec_config();
-    int n = encdec_init(&m, &c, &list);
-    int rc = n < 0 ? n : shards_fit(shards, n, err);
-    if (rc == 0) rc = write_config(dir, &c, err);
-    struct wspec *ws = rc == 0 ? calloc((size_t)n, sizeof *ws) : NULL;
-    if (rc == 0 && !ws) rc = -AH_ENOMEM;
-    for (int i = 0; rc == 0 && i < n; i++)
-        ws[i] = (struct wspec){list[i].name,
-                               list[i].ndim,
-                               {list[i].shape[0], list[i].shape[1]},
-                               (enum st_dtype)dtype_st};
-    if (rc == 0) rc = write_weights(dir, ws, n, seed, shards, err);
-    free(ws);
-    free(list);
-    encdec_free(&m);
-    return rc;
-}
-
-// ----------------------------------------------------------------------------
-// Laguna: tiny checkpoints laid out as the releases are (config keys, sharded BF16 safetensors +
-// index, per-expert tensors, the F32 selection bias), each mirroring one release's structure.
-
-struct laguna_preset {
-    const char *name;
-    int layers, heads, kv, n_dense, top_k;
-    const int *head_cycle; // per-layer heads repeat this 4-cycle (NULL: no per-layer list)
-    bool sliding;          // every fourth layer full, the rest sliding (else: no layer_types)
-    const char *gating;    // "per-head", "per-element" or NULL for `true`
-    double partial, factor, beta_fast, scaling;
-    int orig_max, max_pos;
-    bool xs2_keys; // XS.2's top-level partial_rotary_factor and original_max_...
-};
-
-static const int xs_heads[4] = {6, 8, 8, 8}, s_heads[4] = {4, 6, 6, 6};
-static const struct laguna_preset laguna_presets[] = {
-    {"XS-2.1", 5, 6, 2, 1, 4, xs_heads, true, "per-head", 0.5, 32, 64, 2.5, 8192, 262144, false},
-    {"XS.2", 5, 6, 2, 1, 4, xs_heads, true, NULL, 0.5, 64, 64, 2.5, 4096, 262144, true},
-    {"S-2.1", 5, 4, 2, 1, 5, s_heads, true, "per-head", 0.5, 128, 32, 2.5, 8192, 1048576, false},
-    {"M.1", 5, 8, 2, 3, 6, NULL, false, "per-element", 1.0, 64, 64, 1.0, 4096, 262144, false},
-};
-enum {
-    LG_HIDDEN = 64,
-    LG_HEAD_DIM = 16,
-    LG_VOCAB = 512,
-    LG_FFN = 96,
-    LG_EXPERT_FFN = 32,
-    LG_EXPERTS = 16,
-    LG_WINDOW = 8
-};
-
-static cJSON *string_list(const char *a, const char *b, int n, bool (*is_a)(int, int), int k) {
-    cJSON *l = cJSON_CreateArray();
-    for (int i = 0; i < n; i++)
-        cJSON_AddItemToArray(l, cJSON_CreateString(is_a(i, k) ? a : b));
-    return l;
-}
-static bool full_at(int i, int k) {
-    (void)k;
-    return i % 4 == 0;
-}
-static bool below(int i, int k) {
-    return i < k;
-}
-
-static cJSON *laguna_config_json(const struct laguna_preset *p) {
-    cJSON *o = cJSON_CreateObject(), *a;
-    cJSON_AddItemToObject(o, "architectures", a = cJSON_CreateArray());
-    cJSON_AddItemToArray(a, cJSON_CreateString("LagunaForCausalLM"));
-    cJSON_AddStringToObject(o, "model_type", "laguna");
-    cJSON_AddBoolToObject(o, "attention_bias", 0);
-    cJSON_AddNumberToObject(o, "bos_token_id", 2);
-    int eos[2] = {2, 24};
-    cJSON_AddItemToObject(o, "eos_token_id", cJSON_CreateIntArray(eos, 2));
-    cJSON_AddNumberToObject(o, "pad_token_id", 9);
-    if (p->gating)
-        cJSON_AddStringToObject(o, "gating", p->gating);
-    else
-        cJSON_AddBoolToObject(o, "gating", 1);
-    cJSON_AddNumberToObject(o, "head_dim", LG_HEAD_DIM);
-    cJSON_AddNumberToObject(o, "hidden_size", LG_HIDDEN);
-    cJSON_AddStringToObject(o, "hidden_act", "silu");
-    cJSON_AddNumberToObject(o, "intermediate_size", LG_FFN);
-    if (p->sliding)
-        cJSON_AddItemToObject(
-            o, "layer_types",
-            string_list("full_attention", "sliding_attention", p->layers, full_at, 0));
-    cJSON_AddNumberToObject(o, "max_position_embeddings", p->max_pos);
-    cJSON_AddItemToObject(o, "mlp_layer_types",
-                          string_list("dense", "sparse", p->layers, below, p->n_dense));
-    if (!p->xs2_keys) { // the vendor's keys, which HF does not read
-        int only[3] = {0, 1, 2};
-        cJSON_AddItemToObject(o, "mlp_only_layers", cJSON_CreateIntArray(only, p->n_dense));
-        cJSON_AddNumberToObject(o, "decoder_sparse_step", 1);
-        cJSON_AddBoolToObject(o, "norm_topk_prob", 1);
-    }
-    cJSON_AddFalseToObject(o, "moe_apply_router_weight_on_input");
-    cJSON_AddNumberToObject(o, "moe_intermediate_size", LG_EXPERT_FFN);
-    cJSON_AddNumberToObject(o, "moe_routed_scaling_factor", p->scaling);
-    cJSON_AddNumberToObject(o, "num_attention_heads", p->heads);
-    if (p->head_cycle) {
-        int h[64];
-        for (int i = 0; i < p->layers; i++)
-            h[i] = p->head_cycle[i % 4];
-        cJSON_AddItemToObject(o, "num_attention_heads_per_layer",
-                              cJSON_CreateIntArray(h, p->layers));
-    }
-    cJSON_AddNumberToObject(o, "num_experts", LG_EXPERTS);
-    cJSON_AddNumberToObject(o, "num_experts_per_tok", p->top_k);
-    cJSON_AddNumberToObject(o, "num_hidden_layers", p->layers);
-    cJSON_AddNumberToObject(o, "num_key_value_heads", p->kv);
-    if (p->xs2_keys) cJSON_AddNumberToObject(o, "partial_rotary_factor", p->partial);
-    cJSON_AddNumberToObject(o, "rms_norm_eps", 1e-6);
-    cJSON *rp = cJSON_AddObjectToObject(o, "rope_parameters");
-    cJSON *full = cJSON_AddObjectToObject(rp, "full_attention");
-    cJSON_AddNumberToObject(full, "attention_factor", 0.1 * log(p->factor) + 1.0);
-    cJSON_AddNumberToObject(full, "beta_fast", p->beta_fast);
-    cJSON_AddNumberToObject(full, "beta_slow", 1);
-    cJSON_AddNumberToObject(full, "factor", p->factor);
-    cJSON_AddNumberToObject(full, "original_max_position_embeddings", p->orig_max);
-    cJSON_AddNumberToObject(full, "partial_rotary_factor", p->partial);
-    cJSON_AddNumberToObject(full, "rope_theta", 500000);
-    cJSON_AddStringToObject(full, "rope_type", "yarn");
-    if (p->sliding) {
-        cJSON *sl = cJSON_AddObjectToObject(rp, "sliding_attention");
-        cJSON_AddNumberToObject(sl, "partial_rotary_factor", 1.0);
-        cJSON_AddNumberToObject(sl, "rope_theta", 10000);
-        cJSON_AddStringToObject(sl, "rope_type", "default");
-    }
-    if (p->xs2_keys) cJSON_AddNumberToObject(rp, "original_max_position_embeddings", p->orig_max);
-    cJSON_AddNumberToObject(o, "shared_expert_intermediate_size", LG_EXPERT_FFN);
-    cJSON_AddNumberToObject(o, "sliding_window", p->sliding ? LG_WINDOW : 0);
-    cJSON_AddFalseToObject(o, "tie_word_embeddings");
-    cJSON_AddStringToObject(o, "torch_dtype", "bfloat16");
-    cJSON_AddNumberToObject(o, "vocab_size", LG_VOCAB);
-    return o;
-}
-
 // A release's config.json (FILE) cut to its first `layers` layers: num_hidden_layers and every
 // per-layer list (an array as long as num_hidden_layers) cut, mlp_only_layers filtered. Errors
 // name FILE and the key.
-static int laguna_config_cut(const char *file, int layers, cJSON **out, struct ah_error *err) {
+static int release_config_cut(const char *file, int layers, cJSON **out, struct ah_error *err) {
     FILE *fp = fopen(file, "rb");
     if (!fp)
         return ah_fail(err, AH_EINVAL, "init-model: %s: cannot open: %s", file, strerror(errno));
@@ -378,47 +215,63 @@ static int laguna_config_cut(const char *file, int layers, cJSON **out, struct a
     return 0;
 }
 
-// A Laguna checkpoint: config from a preset's tiny dimensions, or (config_file) a release's
-// config.json cut to `layers` layers at its real dimensions; weights in the published layout.
-static int init_model_laguna(const char *dir, const char *preset, const char *config_file,
-                             int layers, uint64_t seed, int shards, struct ah_error *err) {
-    const struct laguna_preset *p = NULL;
-    char names[128] = "";
-    for (size_t i = 0; i < sizeof laguna_presets / sizeof laguna_presets[0]; i++) {
-        if (preset && !strcmp(preset, laguna_presets[i].name)) p = &laguna_presets[i];
+// *out: config.json of family f's preset `name` (a new object); an unknown name is an error
+// naming the presets
+static int preset_config(const struct model_family *f, const char *name, cJSON **out,
+                         struct ah_error *err) {
+    char names[256] = "";
+    for (int i = 0; i < f->n_presets; i++) {
+        if (!strcmp(name, f->presets[i].name))
+            return (*out = cJSON_Parse(f->presets[i].config))
+                       ? 0
+                       : ah_fail(err, AH_ENOMEM, "init-model: no memory for preset %s", name);
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "",
-                 laguna_presets[i].name);
+                 f->presets[i].name);
     }
-    if (!p && !config_file)
-        return ah_fail(err, AH_EINVAL, "init-model: unknown preset \"%s\" for laguna (expected %s)",
-                       preset, names);
-    cJSON *cfg = NULL;
-    int rc = config_file ? laguna_config_cut(config_file, layers, &cfg, err) : 0;
-    if (rc < 0) return rc;
+    return ah_fail(err, AH_EINVAL, "init-model: unknown preset \"%s\" for %s (expected %s)", name,
+                   f->name, names);
+}
+
+// The tensors of DIR/config.json as family f lists them (*list, caller frees) and what to write
+// of each (*ws, caller frees): the family's published dtype, or dt. Returns the count.
+static int tensor_specs(const char *dir, const struct model_family *f, enum st_dtype dt,
+                        struct model_tensor **list, struct wspec **ws, struct ah_error *err) {
+    struct modeldir md = {0};
+    void *fm = NULL;
+    int n = md_open(&md, dir, true, err);
+    if (n == 0) {
+        struct config cf = config_json(md.config, md.config_path);
+        n = f->open(&fm, &cf, NULL, list, err);
+        f->close(fm);
+    }
+    md_close(&md);
+    if (n > 0 && !(*ws = calloc((size_t)n, sizeof **ws))) n = -AH_ENOMEM;
+    for (int i = 0; n > 0 && i < n; i++) {
+        const struct model_tensor *t = &(*list)[i];
+        bool f32 = f->init_f32 && strstr(t->name, f->init_f32);
+        (*ws)[i] = (struct wspec){t->name, t->ndim, {t->shape[0], t->shape[1]}, f32 ? ST_F32 : dt};
+    }
+    return n;
+}
+
+// A checkpoint of family f with config.json cfg (consumed): weights in the family's layout, in
+// `shards` files (0: the family's default, about 256 MiB a file and at least f->init_shards).
+static int init_model(const char *dir, const struct model_family *f, cJSON *cfg, uint64_t seed,
+                      enum st_dtype dt, int shards, struct ah_error *err) {
     if (make_dirs(dir) != 0) {
         cJSON_Delete(cfg);
         return ah_fail(err, AH_EIO, "init-model: cannot create %s: %s", dir, strerror(errno));
     }
-    rc = write_json(dir, "config.json", cfg ? cfg : laguna_config_json(p), err);
-    struct modeldir md = {0};
-    struct laguna_config c;
-    struct laguna m = {0};
     struct model_tensor *list = NULL;
     struct wspec *ws = NULL;
-    int n = 0;
-    if (rc == 0 && (rc = md_open(&md, dir, true, err)) == 0 &&
-        (rc = laguna_config_read(&md, &c, err)) == 0 && (n = rc = laguna_init(&m, &c, &list)) > 0)
-        rc = (ws = calloc((size_t)n, sizeof *ws)) ? 0 : -AH_ENOMEM;
+    int rc = write_json(dir, "config.json", cfg, err);
+    int n = rc == 0 ? tensor_specs(dir, f, dt, &list, &ws, err) : rc;
+    rc = n < 0 ? n : 0;
     int64_t bytes = 0;
-    for (int i = 0; rc == 0 && i < n; i++) { // published dtypes: BF16, the selection bias F32
-        ws[i] = (struct wspec){list[i].name,
-                               list[i].ndim,
-                               {list[i].shape[0], list[i].shape[1]},
-                               strstr(list[i].name, "e_score_correction_bias") ? ST_F32 : ST_BF16};
+    for (int i = 0; i < n; i++)
         bytes += wspec_count(&ws[i]) * (int64_t)st_dtype_size(ws[i].dt);
-    }
-    if (shards == 0) // about 256 MiB a shard, and at least 3 (the releases are sharded)
-        shards = (int)(bytes >> 28) + 1 > 3 ? (int)(bytes >> 28) + 1 : 3;
+    int fit = (int)(bytes >> 28) + 1;
+    if (shards == 0) shards = !f->init_shards ? 1 : fit > f->init_shards ? fit : f->init_shards;
     if (rc == 0 && (rc = shards_fit(shards, n, err)) < 0) { // nothing half-made stays behind
         char path[4096];
         snprintf(path, sizeof path, "%s/config.json", dir);
@@ -427,9 +280,25 @@ static int init_model_laguna(const char *dir, const char *preset, const char *co
     if (rc == 0) rc = write_weights(dir, ws, n, seed, shards, err);
     free(ws);
     free(list);
-    laguna_free(&m);
-    md_close(&md);
     return rc;
+}
+
+static enum st_dtype dtype_named(const char *s) {
+    return !strcmp(s, "f32")    ? ST_F32
+           : !strcmp(s, "f16")  ? ST_F16
+           : !strcmp(s, "bf16") ? ST_BF16
+                                : ST_N_DTYPES;
+}
+
+int init_model_preset(const char *dir, const char *family, const char *preset, uint64_t seed,
+                      int dtype_st, int shards, struct ah_error *err) {
+    const struct model_family *f = model_family_named(family);
+    if (!f) return ah_fail(err, AH_EINVAL, "init-model: unknown family \"%s\"", family);
+    cJSON *cfg = NULL;
+    int rc = preset_config(f, preset, &cfg, err);
+    if (rc < 0) return rc;
+    enum st_dtype dt = f->init_dtype ? dtype_named(f->init_dtype) : (enum st_dtype)dtype_st;
+    return init_model(dir, f, cfg, seed, dt, shards, err);
 }
 
 #define INIT_MAX_SHARDS 1000
@@ -447,71 +316,91 @@ static int usage(void) {
     return 1;
 }
 
-int cmd_init_model(int argc, char **argv) {
-    const char *family = NULL, *preset = NULL, *dir = NULL, *dts = "f32", *config = NULL;
-    unsigned long long seed = 0;
-    int shards = 0, layers = -1; // -1: no --layers
+// The families init-model can write (those with presets), in alphabetical order: "a" or "b".
+static void family_names(char *out, size_t n) {
+    const char *last = "";
+    out[0] = '\0';
+    for (int k = 0;; k++) {
+        const char *next = NULL;
+        for (int f = 0; model_families[f]; f++) {
+            const char *s = model_families[f]->name;
+            if (model_families[f]->n_presets && strcmp(s, last) > 0 &&
+                (!next || strcmp(s, next) < 0))
+                next = s;
+        }
+        if (!next) return;
+        snprintf(out + strlen(out), n - strlen(out), "%s\"%s\"", k ? " or " : "", next);
+        last = next;
+    }
+}
+
+struct init_args {
+    const char *family, *preset, *dir, *dtype, *config;
+    unsigned long long seed;
+    int shards, layers; // layers -1: no --layers
+};
+
+// 0, or 1 after printing the usage
+static int parse_args(int argc, char **argv, struct init_args *a) {
+    *a = (struct init_args){.dtype = "f32", .layers = -1};
     for (int i = 0; i < argc; i++) {
         bool more = i + 1 < argc;
         if (!strcmp(argv[i], "--family") && more)
-            family = argv[++i];
+            a->family = argv[++i];
         else if (!strcmp(argv[i], "--preset") && more)
-            preset = argv[++i];
+            a->preset = argv[++i];
         else if (!strcmp(argv[i], "--seed") && more)
-            seed = strtoull(argv[++i], NULL, 10);
+            a->seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--dtype") && more)
-            dts = argv[++i];
+            a->dtype = argv[++i];
         else if (!strcmp(argv[i], "--shards") && more)
-            shards = atoi(argv[++i]);
+            a->shards = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--config") && more)
-            config = argv[++i];
+            a->config = argv[++i];
         else if (!strcmp(argv[i], "--layers") && more)
-            layers = atoi(argv[++i]);
-        else if (argv[i][0] == '-' || dir)
+            a->layers = atoi(argv[++i]);
+        else if (argv[i][0] == '-' || a->dir)
             return usage();
         else
-            dir = argv[i];
+            a->dir = argv[i];
     }
-    if (!family || !dir) return usage();
-    if (shards < 0 || shards > INIT_MAX_SHARDS) {
-        fprintf(stderr, "harvest: init-model: --shards %d: expected 1 to %d\n", shards,
+    return !a->family || !a->dir ? usage() : 0;
+}
+
+int cmd_init_model(int argc, char **argv) {
+    struct init_args a;
+    if (parse_args(argc, argv, &a)) return 1;
+    if (a.shards < 0 || a.shards > INIT_MAX_SHARDS) {
+        fprintf(stderr, "harvest: init-model: --shards %d: expected 1 to %d\n", a.shards,
                 INIT_MAX_SHARDS);
         return 1;
     }
-    struct ah_error err = {0};
-    if (!strcmp(family, "laguna")) {
-        if (!preset == !config || (config != NULL) != (layers != -1)) return usage();
-        int rc = init_model_laguna(dir, preset, config, layers, seed, shards, &err);
-        if (rc == 0 && config)
-            fprintf(stderr, "harvest: wrote laguna %s cut to %d layers (seed %llu, BF16) to %s\n",
-                    config, layers, seed, dir);
-        else if (rc == 0)
-            fprintf(stderr, "harvest: wrote a tiny laguna %s checkpoint (seed %llu, BF16) to %s\n",
-                    preset, seed, dir);
-        return report(rc, &err);
-    }
-    if (strcmp(family, "encdec")) {
-        fprintf(stderr,
-                "harvest: init-model: family \"%s\" is not available (expected \"encdec\" or "
-                "\"laguna\")\n",
-                family);
+    const struct model_family *f = model_family_named(a.family);
+    if (!f || !f->n_presets) {
+        char names[256];
+        family_names(names, sizeof names);
+        fprintf(stderr, "harvest: init-model: family \"%s\" is not available (expected %s)\n",
+                a.family, names);
         return 1;
     }
-    if (preset && strcmp(preset, "spec")) {
-        fprintf(stderr,
-                "harvest: init-model: unknown preset \"%s\" for encdec (expected "
-                "\"spec\")\n",
-                preset);
-        return 1;
-    }
-    enum st_dtype dt = !strcmp(dts, "f32")    ? ST_F32
-                       : !strcmp(dts, "f16")  ? ST_F16
-                       : !strcmp(dts, "bf16") ? ST_BF16
-                                              : ST_N_DTYPES;
+    // a family that cuts a release's config takes --preset or --config --layers; the others
+    // --preset, by default their first
+    if (f->init_cut && (!a.preset == !a.config || (a.config != NULL) != (a.layers != -1)))
+        return usage();
+    if (!f->init_cut) a.config = NULL;
+    if (!a.config && !a.preset) a.preset = f->presets[0].name;
+    enum st_dtype dt = dtype_named(f->init_dtype ? f->init_dtype : a.dtype);
     if (dt == ST_N_DTYPES) return usage();
-    int rc = init_model_encdec(dir, seed, dt, shards ? shards : 1, &err);
-    if (rc == 0)
-        fprintf(stderr, "harvest: wrote the encdec spec model (seed %llu, %s) to %s\n", seed,
-                st_dtype_name(dt), dir);
+    struct ah_error err = {0};
+    cJSON *cfg = NULL;
+    int rc = a.config ? release_config_cut(a.config, a.layers, &cfg, &err)
+                      : preset_config(f, a.preset, &cfg, &err);
+    if (rc == 0) rc = init_model(a.dir, f, cfg, a.seed, dt, a.shards, &err);
+    if (rc == 0 && a.config)
+        fprintf(stderr, "harvest: wrote %s %s cut to %d layers (seed %llu, %s) to %s\n", f->name,
+                a.config, a.layers, a.seed, st_dtype_name(dt), a.dir);
+    else if (rc == 0)
+        fprintf(stderr, "harvest: wrote %s%s%s (seed %llu, %s) to %s\n", f->init_what[0], a.preset,
+                f->init_what[1], a.seed, st_dtype_name(dt), a.dir);
     return report(rc, &err);
 }

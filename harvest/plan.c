@@ -85,26 +85,19 @@ int plan_max_shards(const struct model *m) {
     return e < 1 ? 1 : e < PLAN_MAX_SHARDS ? e : PLAN_MAX_SHARDS;
 }
 
-// the family's own lines: what the model is, its parameters and bytes as published
+// the family's own lines: what the model is, its parameters and bytes as published (a family
+// without a description: its blocks and their float32 bytes)
 static void describe(const struct model *m) {
-    char a[40], b[40];
-    if (!strcmp(m->family, "laguna")) {
-        const struct laguna_config *c = &m->lg.cfg;
-        int L = c->n_layer, n_sliding = 0, n_dense = 0;
-        for (int i = 0; i < L; i++) {
-            n_sliding += c->sliding[i];
-            n_dense += c->dense[i];
-        }
-        printf("%s: LagunaForCausalLM, %d layers (%d full + %d sliding-window attention, %d dense "
-               "+ %d MoE), hidden %d, vocab %d, %d experts (top %d)\n",
-               m->md.config_path, L, L - n_sliding, n_sliding, n_dense, L - n_dense, c->hidden,
-               c->vocab, c->n_expert, c->top_k);
-        printf("parameters: %s\n", commas(laguna_params(c), a));
-        printf("bytes: %s (%.2f GiB) as published: BF16, the selection bias F32\n",
-               commas(laguna_bytes(c), b), gib(laguna_bytes(c)));
+    char a[40], b[40], line[512];
+    int64_t params, bytes;
+    const char *stored, *kind;
+    if (m->fam->describe) {
+        m->fam->describe(m->fm, line, sizeof line, &params, &bytes, &stored);
+        printf("%s: %s\n", m->md.config_path, line);
+        printf("parameters: %s\n", commas(params, a));
+        printf("bytes: %s (%.2f GiB) as published: %s\n", commas(bytes, b), gib(bytes), stored);
         return;
     }
-    const char *kind;
     int64_t n = model_stage_bytes(m, 0, m->n_blocks, true, 0, 1, &kind) / 4; // float32, all
     printf("%s: family %s, %d blocks\nparameters: %s\nbytes: %s as float32\n", m->md.config_path,
            m->family, m->n_blocks, commas(n, a), commas(4 * n, b));

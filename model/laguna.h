@@ -160,4 +160,11 @@ void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct
 // FLOPs of a prompt of T tokens through block i (i == n_layer: the LM head).
 double laguna_block_flops(const struct laguna_config *c, int i, int T);
 
+// Reads a LagunaForCausalLM config.json (model/laguna_config.c: tests/ref/laguna-forward.md
+// section 2, with HF's defaults for absent keys). Errors name config.json and the key: an unknown
+// rope_type, a per-layer list of the wrong length, an option the family does not have.
+struct config;
+struct ah_error;
+int laguna_config_read(const struct config *cf, struct laguna_config *c, struct ah_error *err);
+
 #endif

@@ -1,0 +1,53 @@
+// families.c - the registry of model families (model/family.h): one line each.
+#include "model/family.h"
+
+#include "model/ah.h"
+
+#include <string.h>
+
+#define MODEL_FAMILIES(X) \
+    X(laguna_family)      \
+    X(encdec_family)      \
+    X(identity_family)
+
+#define X(f) extern const struct model_family f;
+MODEL_FAMILIES(X)
+#undef X
+
+const struct model_family *const model_families[] = {
+#define X(f) &f,
+    MODEL_FAMILIES(X)
+#undef X
+        NULL};
+
+static const struct model_family *family_with_id(const char *id) {
+    for (int f = 0; id && model_families[f]; f++)
+        for (const char *const *n = model_families[f]->ids; *n; n++)
+            if (!strcmp(*n, id)) return model_families[f];
+    return NULL;
+}
+
+int model_family_of(const struct config *c, const struct model_family **fam, struct ah_error *err) {
+    const struct cfg_value *a = cfg_get(c, NULL, "architectures");
+    *fam = NULL;
+    for (int i = 0; !*fam && i < cfg_length(c, a); i++)
+        *fam = family_with_id(cfg_string(c, cfg_element(c, a, i)));
+    if (!*fam) *fam = family_with_id(cfg_str(c, "model_type"));
+    if (!*fam) *fam = family_with_id(cfg_str(c, "architecture"));
+    if (*fam) return 0;
+    char known[512] = "";
+    for (int f = 0; model_families[f]; f++)
+        for (const char *const *n = model_families[f]->ids; *n; n++)
+            snprintf(known + strlen(known), sizeof known - strlen(known), "%s\"%s\"",
+                     known[0] ? ", " : "", *n);
+    return ah_fail(err, AH_EINVAL,
+                   "%s: unknown model family (\"architectures\", \"model_type\" or "
+                   "\"architecture\" must name one of %s)",
+                   c->path, known);
+}
+
+const struct model_family *model_family_named(const char *name) {
+    for (int f = 0; name && model_families[f]; f++)
+        if (!strcmp(model_families[f]->name, name)) return model_families[f];
+    return NULL;
+}
