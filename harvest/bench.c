@@ -233,102 +233,91 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
     return 0;
 }
 
-int cmd_bench(int argc, char **argv) {
-    int n_prompts = -1, io_prompts = 4, T = 512, batch = 8, threads = 0, runs = 2;
-    const char *dir_arg = NULL, *model = NULL;
+struct bench_opts {
+    int n_prompts, io_prompts, T, batch, threads, runs;
+    const char *dir_arg, *model;
+};
+
+// 0, or 1 after printing the usage
+static int bench_args(int argc, char **argv, struct bench_opts *o) {
+    *o = (struct bench_opts){-1, 4, 512, 8, 0, 2, NULL, NULL};
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--prompts"))
-            n_prompts = atoi(argv[i + 1]);
+            o->n_prompts = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--io-prompts"))
-            io_prompts = atoi(argv[i + 1]);
+            o->io_prompts = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--T"))
-            T = atoi(argv[i + 1]);
+            o->T = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--batch"))
-            batch = atoi(argv[i + 1]);
+            o->batch = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--dir"))
-            dir_arg = argv[i + 1];
+            o->dir_arg = argv[i + 1];
         else if (!strcmp(argv[i], "--model"))
-            model = argv[i + 1];
+            o->model = argv[i + 1];
         else if (!strcmp(argv[i], "--threads"))
-            threads = atoi(argv[i + 1]);
+            o->threads = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--runs"))
-            runs = atoi(argv[i + 1]);
+            o->runs = atoi(argv[i + 1]);
         else
             argc = -1;
     }
-    if (n_prompts == -1) n_prompts = model ? 8 : 32;
-    if (argc < 0 || argc % 2 || n_prompts < 1 || io_prompts < 1 || T < 1 || (T > 512 && !model) ||
-        batch < 1 || threads < 0) {
-        fprintf(stderr, "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
-                        "[--batch N] [--threads N] [--dir DIR]\n"
-                        "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "
-                        "[--threads N] [--runs N] [--dir DIR]\n");
-        return 1;
-    }
-    if (threads > 0) { // both pools: OpenBLAS's GEMMs and the kernels' OpenMP threads
-        openblas_set_num_threads(threads);
-        op_set_threads(threads);
-    }
-    char dir[4096], path[4200];
-    snprintf(dir, sizeof dir, "%s/harvest-bench-XXXXXX", dir_arg ? dir_arg : "/tmp");
-    if (!mkdtemp(dir)) {
-        fprintf(stderr, "harvest: bench: cannot make a folder under %s\n",
-                dir_arg ? dir_arg : "/tmp");
-        return 2;
-    }
-    if (model) {
-        int ret = bench_model(model, dir, T, batch, n_prompts, runs);
-        snprintf(path, sizeof path, "rm -rf '%s'", dir);
-        if (system(path) != 0) fprintf(stderr, "harvest: bench: could not remove %s\n", dir);
-        return ret;
-    }
-    struct ah_error err = {0};
-    snprintf(path, sizeof path, "%s/model", dir);
-    int rc = init_model_preset(path, "encdec", "spec", 0, ST_F32, 1, &err);
-    snprintf(path, sizeof path, "%s/fwd.jsonl", dir);
-    if (rc == 0 && write_prompts(path, n_prompts, T, 8192) != 0)
-        rc = ah_fail(&err, AH_EIO, "%s", path);
-    snprintf(path, sizeof path, "%s/io.jsonl", dir);
-    if (rc == 0 && write_prompts(path, io_prompts, T, 8192) != 0)
-        rc = ah_fail(&err, AH_EIO, "%s", path);
-    if (rc < 0) return report(rc, &err);
-    sync(); // the freshly written model must not be flushed on the harvest's time
+    if (o->n_prompts == -1) o->n_prompts = o->model ? 8 : 32;
+    if (argc >= 0 && argc % 2 == 0 && o->n_prompts >= 1 && o->io_prompts >= 1 && o->T >= 1 &&
+        (o->T <= 512 || o->model) && o->batch >= 1 && o->threads >= 0)
+        return 0;
+    fprintf(stderr, "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
+                    "[--batch N] [--threads N] [--dir DIR]\n"
+                    "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "
+                    "[--threads N] [--runs N] [--dir DIR]\n");
+    return 1;
+}
 
-    printf("harvest bench: spec model, T = %d, batch %d, OpenBLAS threads %d, folder %s\n", T,
-           batch, openblas_get_num_threads(), dir);
+static void remove_dir(const char *dir) {
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "harvest: bench: could not remove %s\n", dir);
+}
+
+// 1. + 2. the spec model's forward pass (best of 2: the machine is shared) against sgemm at its
+// shapes, whose best rate goes to *peak
+static int spec_forward(const char *dir, const struct bench_opts *o, double *peak,
+                        struct ah_error *err) {
     const int shapes[3][3] = {{4096, 384, 384}, {4096, 384, 1024}, {4096, 1024, 384}};
-    double peak = 0.0;
+    *peak = 0.0;
     for (int i = 0; i < 3; i++) {
         double g = sgemm_gflops(shapes[i][0], shapes[i][1], shapes[i][2]);
         printf("  sgemm M=%d K=%d N=%d: %.1f GFLOP/s\n", shapes[i][0], shapes[i][1], shapes[i][2],
                g);
-        peak = g > peak ? g : peak;
+        *peak = g > *peak ? g : *peak;
     }
-
-    // best of 2 (forward) and of 3 (output, alternating with the plain write): the machine is
-    // shared
-    struct run_stats fw = {0}, io = {0}, st;
+    struct run_stats fw = {0}, st;
     for (int r = 0; r < 2; r++) {
-        rc = bench_job(dir, "model", "fwd", "\"encoder_*_output\", \"decoder_*_output\"", T, batch,
-                       &st, &err);
-        if (rc < 0) return report(rc, &err);
+        int rc = bench_job(dir, "model", "fwd", "\"encoder_*_output\", \"decoder_*_output\"", o->T,
+                           o->batch, &st, err);
+        if (rc < 0) return rc;
         if (r == 0 || st.seconds < fw.seconds) fw = st;
     }
     struct encdec_config cfg = encdec_spec_config();
-    double flops = encdec_flops(&cfg, T, false) * (double)fw.prompts;
+    double flops = encdec_flops(&cfg, o->T, false) * (double)fw.prompts;
     double gf = flops / fw.seconds * 1e-9, gf_fwd = flops / (fw.seconds - fw.seconds_write) * 1e-9;
     printf("forward, 8 block outputs, %lld prompts:\n", (long long)fw.prompts);
     printf("  %.0f tokens/s, model %.1f GFLOP/s = %.0f%% of the best sgemm rate (%.1f GFLOP/s)\n",
-           (double)fw.tokens / fw.seconds, gf, 100.0 * gf / peak, peak);
+           (double)fw.tokens / fw.seconds, gf, 100.0 * gf / *peak, *peak);
     printf("  forward alone (without the %.2f s of writing): %.1f GFLOP/s = %.0f%%\n",
-           fw.seconds_write, gf_fwd, 100.0 * gf_fwd / peak);
+           fw.seconds_write, gf_fwd, 100.0 * gf_fwd / *peak);
+    return 0;
+}
 
+// 3. the output of all 214 names, best of 3 alternating with a plain write of as many bytes
+static int spec_output(const char *dir, const struct bench_opts *o, struct ah_error *err) {
+    char path[4200];
     double plain_mbs = 0.0;
+    struct run_stats io = {0}, st;
     snprintf(path, sizeof path, "%s/plain.bin", dir);
     for (int r = 0; r < 3; r++) {
         sync();
-        rc = bench_job(dir, "model", "io", "\"*\"", T, batch, &st, &err);
-        if (rc < 0) return report(rc, &err);
+        int rc = bench_job(dir, "model", "io", "\"*\"", o->T, o->batch, &st, err);
+        if (rc < 0) return rc;
         if (r == 0 || st.seconds_write < io.seconds_write) io = st;
         sync();
         double mbs = plain_write_mbs(path, st.bytes);
@@ -340,7 +329,48 @@ int cmd_bench(int argc, char **argv) {
     printf("  HDF5 %.0f MB/s vs plain write + fdatasync %.0f MB/s = %.0f%%  (whole run %.2f s, "
            "%.2f s writing)\n",
            h5_mbs, plain_mbs, 100.0 * h5_mbs / plain_mbs, io.seconds, io.seconds_write);
-    snprintf(path, sizeof path, "rm -rf '%s'", dir);
-    if (system(path) != 0) fprintf(stderr, "harvest: bench: could not remove %s\n", dir);
     return 0;
+}
+
+// the spec model's benchmark in dir: its checkpoint and prompts, then 1.-3.
+static int bench_spec(const char *dir, const struct bench_opts *o) {
+    char path[4200];
+    struct ah_error err = {0};
+    snprintf(path, sizeof path, "%s/model", dir);
+    int rc = init_model_preset(path, "encdec", "spec", 0, ST_F32, 1, &err);
+    snprintf(path, sizeof path, "%s/fwd.jsonl", dir);
+    if (rc == 0 && write_prompts(path, o->n_prompts, o->T, 8192) != 0)
+        rc = ah_fail(&err, AH_EIO, "%s", path);
+    snprintf(path, sizeof path, "%s/io.jsonl", dir);
+    if (rc == 0 && write_prompts(path, o->io_prompts, o->T, 8192) != 0)
+        rc = ah_fail(&err, AH_EIO, "%s", path);
+    if (rc < 0) return report(rc, &err);
+    sync(); // the freshly written model must not be flushed on the harvest's time
+    printf("harvest bench: spec model, T = %d, batch %d, OpenBLAS threads %d, folder %s\n", o->T,
+           o->batch, openblas_get_num_threads(), dir);
+    double peak;
+    if ((rc = spec_forward(dir, o, &peak, &err)) < 0 || (rc = spec_output(dir, o, &err)) < 0)
+        return report(rc, &err);
+    remove_dir(dir);
+    return 0;
+}
+
+int cmd_bench(int argc, char **argv) {
+    struct bench_opts o;
+    if (bench_args(argc, argv, &o)) return 1;
+    if (o.threads > 0) { // both pools: OpenBLAS's GEMMs and the kernels' OpenMP threads
+        openblas_set_num_threads(o.threads);
+        op_set_threads(o.threads);
+    }
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/harvest-bench-XXXXXX", o.dir_arg ? o.dir_arg : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "harvest: bench: cannot make a folder under %s\n",
+                o.dir_arg ? o.dir_arg : "/tmp");
+        return 2;
+    }
+    if (!o.model) return bench_spec(dir, &o);
+    int ret = bench_model(o.model, dir, o.T, o.batch, o.n_prompts, o.runs);
+    remove_dir(dir);
+    return ret;
 }
