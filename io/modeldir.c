@@ -2,12 +2,12 @@
 #define _POSIX_C_SOURCE 200809L // defines: strdup
 #include "io/modeldir.h"
 
+#include "io/config_json.h"
 #include "io/halfconv.h"
 #include "model/ah.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -143,33 +143,22 @@ void md_close(struct modeldir *md) {
     memset(md, 0, sizeof *md);
 }
 
+// the config through model/config.h's view, whose helpers word the messages
 int md_config_int(const struct modeldir *md, const char *key, bool required, int *out,
                   struct ah_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(md->config, key);
-    if (!v && !required) return 1;
-    if (!v) return ah_fail(err, AH_EINVAL, "%s: missing \"%s\" (an integer)", md->config_path, key);
-    double d = cJSON_IsNumber(v) ? v->valuedouble : 0.5; // the range first: (int)1e10 is undefined
-    if (!(d >= INT_MIN && d <= INT_MAX) || d != (double)(int)d)
-        return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an integer, not %s", md->config_path,
-                       key, cJSON_IsNumber(v) ? "a fraction or out of range" : "that type");
-    *out = (int)d;
-    return 0;
+    struct config c = config_json(md->config, md->config_path);
+    return cfg_int(&c, key, required, out, err);
 }
 
 int md_config_double(const struct modeldir *md, const char *key, bool required, double *out,
                      struct ah_error *err) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(md->config, key);
-    if (!v && !required) return 1;
-    if (!v) return ah_fail(err, AH_EINVAL, "%s: missing \"%s\" (a number)", md->config_path, key);
-    if (!cJSON_IsNumber(v))
-        return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected a number", md->config_path, key);
-    *out = v->valuedouble;
-    return 0;
+    struct config c = config_json(md->config, md->config_path);
+    return cfg_double(&c, key, required, out, err);
 }
 
 const char *md_config_string(const struct modeldir *md, const char *key) {
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(md->config, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
+    struct config c = config_json(md->config, md->config_path);
+    return cfg_str(&c, key);
 }
 
 static int find(const struct modeldir *md, const char *name, const struct st_tensor **t,
