@@ -8,6 +8,7 @@
 #define MODEL_FAMILIES(X) \
     X(laguna_family)      \
     X(encdec_family)      \
+    X(identity_family)    \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;
