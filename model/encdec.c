@@ -5,9 +5,9 @@
 #include "model/encdec.h"
 
 #include "model/ah.h"
+#include "model/attention.h"
 #include "model/ops.h"
 
-#include <cblas.h> // defines: cblas_sgemm
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,29 +149,20 @@ int encdec_state_init(struct encdec_state *s, const struct encdec_config *c, int
     memset(s, 0, sizeof *s);
     int64_t N = max_tokens, T = max_T, C = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
     int64_t F = c->ffn_dim, V = c->vocab, H = c->n_head, D = c->head_dim;
+    // 4-byte elements (the int64 mask counts two); kept in the order of struct encdec_state
+    // clang-format off
     struct arena_piece f[] = {
-        // 4-byte elements
-        {(void **)&s->x, N * C},
-        {(void **)&s->xn, N * C},
-        {(void **)&s->q, N * HD},
-        {(void **)&s->kg, N * HD},
-        {(void **)&s->vg, N * HD},
-        {(void **)&s->kl, N * HD},
-        {(void **)&s->vl, N * HD},
-        {(void **)&s->y, N * HD},
-        {(void **)&s->ao, N * C},
-        {(void **)&s->fo, N * C},
-        {(void **)&s->gate, N * F},
-        {(void **)&s->up, N * F},
-        {(void **)&s->act, N * F},
-        {(void **)&s->enc_out, N * C},
-        {(void **)&s->att, H * T * 2 * T},
-        {(void **)&s->logits, T * V},
-        {(void **)&s->cos_t, T * D / 2},
-        {(void **)&s->sin_t, T * D / 2},
-        {(void **)&s->scratch, H * 2 * T * D},
-        {(void **)&s->mask, 2 * T * 2 * T}, // int64
+        {(void **)&s->x, N * C}, {(void **)&s->xn, N * C}, {(void **)&s->q, N * HD},
+        {(void **)&s->kg, N * HD}, {(void **)&s->vg, N * HD}, {(void **)&s->kl, N * HD},
+        {(void **)&s->vl, N * HD}, {(void **)&s->y, N * HD}, {(void **)&s->ao, N * C},
+        {(void **)&s->fo, N * C}, {(void **)&s->gate, N * F}, {(void **)&s->up, N * F},
+        {(void **)&s->act, N * F}, {(void **)&s->enc_out, N * C},
+        {(void **)&s->att, attn_scores_floats((int)H, (int)T, 2, true)},
+        {(void **)&s->logits, T * V}, {(void **)&s->cos_t, T * D / 2},
+        {(void **)&s->sin_t, T * D / 2}, {(void **)&s->scratch, H * 2 * T * D},
+        {(void **)&s->mask, 2 * T * 2 * T},
     };
+    // clang-format on
     s->arena = arena_alloc(f, sizeof f / sizeof f[0]);
     if (!s->arena) return -AH_ENOMEM;
     s->max_T = max_T;
@@ -204,39 +195,27 @@ static void emit_combined(const struct tap *tp, int id, int b, const float *g, c
     tp->take(tp->u, id, b, &v);
 }
 
-static inline bool global_allowed(int i, int j) {
-    return j <= i;
-}
-static inline bool local_allowed(int i, int j, int W) {
-    return i - j >= 0 && i - j < W;
-}
-
-// the three masks as int64 (tap-only work)
-static void emit_masks(const struct tap *tp, int base, int b, int T, int W, int64_t *mask) {
+// the three masks as int64 (tap-only work): g and l are the global and local key sets
+static void emit_masks(const struct tap *tp, int base, int b, int T, const struct attn_keys *g,
+                       const struct attn_keys *l, int64_t *mask) {
     int ig = base + ED_GLOBAL_MASK, il = base + ED_LOCAL_MASK, ia = base + ED_ATTENTION_MASK;
     if (!tap_wants(tp, ig) && !tap_wants(tp, il) && !tap_wants(tp, ia)) return;
     for (int i = 0; i < T; i++)
         for (int j = 0; j < T; j++) {
-            mask[(int64_t)i * 2 * T + j] = global_allowed(i, j);
-            mask[(int64_t)i * 2 * T + T + j] = local_allowed(i, j, W);
+            mask[(int64_t)i * 2 * T + j] = attn_allowed(g, T, i, j);
+            mask[(int64_t)i * 2 * T + T + j] = attn_allowed(l, T, i, j);
         }
     struct tview va = {mask, TAP_I64, 4, {1, 1, T, 2 * T}};
     tap_emit(tp, ia, b, &va);
-    if (!tap_wants(tp, ig) && !tap_wants(tp, il)) return;
     // the (T, T) halves reuse the same buffer, one after the other
-    if (tap_wants(tp, ig)) {
+    for (int half = 0; half < 2; half++) {
+        int id = half ? il : ig;
+        if (!tap_wants(tp, id)) continue;
         for (int i = 0; i < T; i++)
             for (int j = 0; j < T; j++)
-                mask[(int64_t)i * T + j] = global_allowed(i, j);
+                mask[(int64_t)i * T + j] = attn_allowed(half ? l : g, T, i, j);
         struct tview v = {mask, TAP_I64, 4, {1, 1, T, T}};
-        tp->take(tp->u, ig, b, &v);
-    }
-    if (tap_wants(tp, il)) {
-        for (int i = 0; i < T; i++)
-            for (int j = 0; j < T; j++)
-                mask[(int64_t)i * T + j] = local_allowed(i, j, W);
-        struct tview v = {mask, TAP_I64, 4, {1, 1, T, T}};
-        tp->take(tp->u, il, b, &v);
+        tp->take(tp->u, id, b, &v);
     }
 }
 
@@ -250,62 +229,32 @@ static void embed(const struct encdec *m, float *x, const struct mbatch *bt) {
         memcpy(x + i * C, m->embed + bt->ids[i] * C, (size_t)C * sizeof(float));
 }
 
-// attention of one prompt: q, k*, v* are its rows of the (N, H*D) buffers; writes y rows
+// attention of one prompt: q, k*, v* are its rows of the (N, H*D) buffers; writes y rows. The
+// global keys are causal, the local ones causal within the window, one softmax over both.
 static void attention(const struct encdec *m, struct encdec_state *s, const struct tap *tp,
                       int base, int b, int T, const float *q, const float *kg, const float *vg,
                       const float *kl, const float *vl, float *y) {
     const struct encdec_config *c = &m->cfg;
-    int H = c->n_head, D = c->head_dim, HD = H * D, W = c->local_window;
-    int64_t T2 = 2 * (int64_t)T;
-    float scale = 1.0f / sqrtf((float)D);
+    int H = c->n_head, D = c->head_dim, HD = H * D;
+    struct attn a = {.T = T,
+                     .H = H,
+                     .KV = H,
+                     .D = D,
+                     .scale = 1.0f / sqrtf((float)D),
+                     .n_sets = 2,
+                     .q = q,
+                     .ldq = HD,
+                     .out = y,
+                     .ldo = HD};
+    a.set[0] = (struct attn_keys){kg, vg, HD, ATTN_CAUSAL, 0};
+    a.set[1] = (struct attn_keys){kl, vl, HD, ATTN_SLIDING, c->local_window};
 
     emit_combined(tp, base + ED_COMBINED_K, b, kg, kl, T, H, D, s->scratch);
     emit_combined(tp, base + ED_COMBINED_V, b, vg, vl, T, H, D, s->scratch);
-    emit_masks(tp, base, b, T, W, s->mask);
-
-    // scores: (H, T, 2T) = q_h . [kg_h ; kl_h]^T / sqrt(D)
-    for (int h = 0; h < H; h++) {
-        float *att = s->att + h * T * T2;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, q + h * D, HD,
-                    kg + h * D, HD, 0.0f, att, (int)T2);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, scale, q + h * D, HD,
-                    kl + h * D, HD, 0.0f, att + T, (int)T2);
-    }
-    struct tview va = {s->att, TAP_F32, 4, {1, H, T, T2}};
-    tap_emit(tp, base + ED_ATTN_SCORES, b, &va);
-
-    // mask: blocked entries -inf (only for the view; the softmax below skips them anyway)
-    if (tap_wants(tp, base + ED_ATTN_MASKED_SCORES)) {
-        for (int h = 0; h < H; h++) {
-            for (int i = 0; i < T; i++) {
-                float *row = s->att + ((int64_t)h * T + i) * T2;
-                for (int j = i + 1; j < T; j++)
-                    row[j] = -INFINITY; // global: j <= i
-                for (int j = 0; j < T; j++)
-                    if (!local_allowed(i, j, W)) row[T + j] = -INFINITY;
-            }
-        }
-        tap_emit(tp, base + ED_ATTN_MASKED_SCORES, b, &va);
-    }
-
-    // softmax over all 2T keys at once: allowed are global [0, i] and local [i - W + 1, i]
-    for (int h = 0; h < H; h++) {
-        for (int i = 0; i < T; i++) {
-            float *row = s->att + ((int64_t)h * T + i) * T2;
-            int lo = i - W + 1 > 0 ? i - W + 1 : 0;
-            op_softmax_ranges(row, (int)T2, 0, i + 1, T + lo, T + i + 1);
-        }
-    }
-    tap_emit(tp, base + ED_ATTN_PROBS, b, &va);
-
-    // y_h = P[:, :T] . vg_h + P[:, T:] . vl_h
-    for (int h = 0; h < H; h++) {
-        const float *p = s->att + h * T * T2;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p, (int)T2,
-                    vg + h * D, HD, 0.0f, y + h * D, HD);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f, p + T, (int)T2,
-                    vl + h * D, HD, 1.0f, y + h * D, HD);
-    }
+    emit_masks(tp, base, b, T, &a.set[0], &a.set[1], s->mask);
+    struct attn_taps at = {tp, b, base + ED_ATTN_SCORES, base + ED_ATTN_MASKED_SCORES,
+                           base + ED_ATTN_PROBS};
+    attn_forward(&a, &at, s->att);
 }
 
 static void block_forward(const struct encdec *m, struct encdec_state *s, const struct mbatch *bt,
@@ -428,15 +377,8 @@ double encdec_flops(const struct encdec_config *c, int T, bool with_head) {
 }
 
 struct encdec_config encdec_spec_config(void) {
-    return (struct encdec_config){.n_layer_enc = 4,
-                                  .n_layer_dec = 4,
-                                  .hidden = 384,
-                                  .n_head = 6,
-                                  .head_dim = 64,
-                                  .ffn_dim = 1024,
-                                  .vocab = 8192,
-                                  .local_window = 64,
-                                  .max_pos = 512,
-                                  .eps = 1e-6f,
-                                  .rope_theta = 10000.0};
+    struct encdec_config c = {.n_layer_enc = 4, .n_layer_dec = 4, .hidden = 384, .n_head = 6};
+    c.head_dim = 64, c.ffn_dim = 1024, c.vocab = 8192, c.local_window = 64, c.max_pos = 512;
+    c.eps = 1e-6f, c.rope_theta = 10000.0;
+    return c;
 }

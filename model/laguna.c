@@ -5,9 +5,8 @@
 #include "model/laguna.h"
 
 #include "model/ah.h"
+#include "model/attention.h"
 #include "model/ops.h"
-
-#include <cblas.h> // defines: cblas_sgemm
 
 #include <math.h>
 #include <stdio.h>
@@ -433,13 +432,8 @@ static int rope_tables(float *cos_t, float *sin_t, const struct laguna_rope *r, 
                        int T) {
     float *inv = sin_t, A; // sin_t's row 0 holds inv_freq until it is written, last
     double lo, hi;
-    int rot = laguna_rope_inv_freq(r, head_dim, inv, &A, &lo, &hi), half = rot / 2;
-    for (int t = T - 1; t >= 0; t--)
-        for (int j = 0; j < half; j++) {
-            float ang = (float)t * inv[j];
-            cos_t[(int64_t)t * half + j] = (float)cos((double)ang) * A;
-            sin_t[(int64_t)t * half + j] = (float)sin((double)ang) * A;
-        }
+    int rot = laguna_rope_inv_freq(r, head_dim, inv, &A, &lo, &hi);
+    op_rope_table_f32(cos_t, sin_t, T, rot, inv, A);
     return rot;
 }
 
@@ -477,7 +471,7 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         {(void **)&s->ge, N * Ie},
         {(void **)&s->ue, N * Ie},
         {(void **)&s->ye, N * D},
-        {(void **)&s->att, (s->keep_scores ? H : 1) * T * T},
+        {(void **)&s->att, attn_scores_floats((int)H, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
         {(void **)&s->tile, tile},
@@ -534,45 +528,29 @@ static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *
 }
 
 // One prompt's attention for layer l: q (T, H*Dh), k and v (T, KV*Dh) rows -> o (T, H*Dh) head
-// outputs. Query head h reads KV head h / (H / KV). Allowed keys: j <= i, and i - j < W on
-// sliding layers. Scores for all heads are kept only if a tap wants them.
+// outputs. Allowed keys: j <= i, and i - j < W on sliding layers. Scores for all heads are kept
+// only if a tap wants them.
 static void attention(const struct laguna *m, struct laguna_state *s, const struct tap *tp, int l,
                       int b, int T, const float *q, const float *k, const float *v, float *o) {
     const struct laguna_config *c = &m->cfg;
-    int H = c->n_head[l], Dh = c->head_dim, HD = H * Dh, KVD = c->n_kv_head * Dh;
-    int rep = H / c->n_kv_head, W = c->sliding[l] ? c->sliding_window : T;
-    int id_s = ID(m, l, LG_ATTENTION_SCORES), id_p = ID(m, l, LG_ATTENTION_PROBABILITIES);
-    bool keep = tap_wants(tp, id_s) || tap_wants(tp, id_p);
-    AH_ASSERT(!keep || s->keep_scores);
-    float scale = 1.0f / sqrtf((float)Dh);
-    int64_t TT = (int64_t)T * T;
-    for (int h0 = 0; h0 < H; h0 += keep ? H : 1) {
-        int h1 = keep ? H : h0 + 1;
-        for (int h = h0; h < h1; h++) // scores, (T, T) a head
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, Dh, scale, q + h * Dh, HD,
-                        k + (h / rep) * Dh, KVD, 0.0f, s->att + (h - h0) * TT, T);
-        if (tap_wants(tp, id_s)) { // blocked keys are -inf in the view (the softmax skips them)
-            for (int64_t r = 0; r < (int64_t)H * T; r++) {
-                float *row = s->att + r * T;
-                int i = (int)(r % T);
-                for (int j = 0; j < T; j++)
-                    if (j > i || i - j >= W) row[j] = -INFINITY;
-            }
-            struct tview vs = {s->att, TAP_F32, 4, {1, H, T, T}};
-            tp->take(tp->u, id_s, b, &vs);
-        }
-        for (int64_t r = 0; r < (int64_t)(h1 - h0) * T; r++) {
-            int i = (int)(r % T), lo = i - W + 1 > 0 ? i - W + 1 : 0;
-            op_softmax_ranges(s->att + r * T, T, lo, i + 1, 0, 0);
-        }
-        if (tap_wants(tp, id_p)) {
-            struct tview vp = {s->att, TAP_F32, 4, {1, H, T, T}};
-            tp->take(tp->u, id_p, b, &vp);
-        }
-        for (int h = h0; h < h1; h++) // o_h = P_h v_{h / rep}
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, Dh, T, 1.0f,
-                        s->att + (h - h0) * TT, T, v + (h / rep) * Dh, KVD, 0.0f, o + h * Dh, HD);
-    }
+    int H = c->n_head[l], Dh = c->head_dim, KVD = c->n_kv_head * Dh;
+    struct attn a = {.T = T,
+                     .H = H,
+                     .KV = c->n_kv_head,
+                     .D = Dh,
+                     .scale = 1.0f / sqrtf((float)Dh),
+                     .n_sets = 1,
+                     .q = q,
+                     .ldq = H * Dh,
+                     .out = o,
+                     .ldo = H * Dh};
+    a.set[0] = (struct attn_keys){k, v, KVD, c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL,
+                                  c->sliding_window};
+    // attention_scores are the masked scores entering the softmax (tests/ref/laguna-nnterp.txt)
+    struct attn_taps at = {tp, b, -1, ID(m, l, LG_ATTENTION_SCORES),
+                           ID(m, l, LG_ATTENTION_PROBABILITIES)};
+    AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
+    attn_forward(&a, &at, s->att);
 }
 
 // Expert shards: the other shards' slots into s->eo, then each token's slots added to the routed

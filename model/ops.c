@@ -136,6 +136,17 @@ void op_rope_table(float *cos_t, float *sin_t, int T, int head_dim, int n_rot, d
     }
 }
 
+void op_rope_table_f32(float *cos_t, float *sin_t, int T, int n_rot, const float *inv_freq,
+                       float A) {
+    int half = n_rot / 2;
+    for (int t = T - 1; t >= 0; t--) // row 0 last: inv_freq may live there
+        for (int j = 0; j < half; j++) {
+            float ang = (float)t * inv_freq[j];
+            cos_t[(int64_t)t * half + j] = (float)cos((double)ang) * A;
+            sin_t[(int64_t)t * half + j] = (float)sin((double)ang) * A;
+        }
+}
+
 void op_rope(float *x, const float *cos_t, const float *sin_t, int T, int H, int head_dim,
              int n_rot, int stride) {
     int half = n_rot / 2;

@@ -45,6 +45,11 @@ void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, f
 // RoPE tables for positions 0..T-1 and rotated pairs j < n_rot/2:
 // cos_t[t * n_rot/2 + j] = cos(t * theta^(-2j/head_dim)), likewise sin_t.
 void op_rope_table(float *cos_t, float *sin_t, int T, int head_dim, int n_rot, double theta);
+// The same tables the way Hugging Face forms them in float32: angle (float)t * inv_freq[j] in
+// float, cos and sin of it in double, rounded, times A (YaRN's attention factor; 1 otherwise).
+// inv_freq (n_rot/2) may be sin_t's first row: that row is written last.
+void op_rope_table_f32(float *cos_t, float *sin_t, int T, int n_rot, const float *inv_freq,
+                       float A);
 // Rotate-half RoPE in place on x[T, H*head_dim] (row stride `stride` floats) for positions 0..T-1:
 // pairs (j, j + n_rot/2) of the first n_rot dims of each head; dims past n_rot are left alone.
 void op_rope(float *x, const float *cos_t, const float *sin_t, int T, int H, int head_dim,

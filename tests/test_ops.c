@@ -182,12 +182,27 @@ static void test_swiglu_add_match_naive(void) {
     CHECK(op_threads() >= 1);
 }
 
+// float32 angles times A, with inv_freq in sin's first row (as model/laguna.c keeps it)
+static void test_rope_table_f32(void) {
+    enum { T = 40, ROT = 6 };
+    float c[T * ROT / 2], s[T * ROT / 2], inv[ROT / 2] = {1.0f, 0.1f, 0.01f};
+    memcpy(s, inv, sizeof inv);
+    op_rope_table_f32(c, s, T, ROT, s, 0.5f);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < ROT / 2; j++) {
+            double a = (double)((float)t * inv[j]);
+            CHECK(c[t * ROT / 2 + j] == (float)cos(a) * 0.5f);
+            CHECK(s[t * ROT / 2 + j] == (float)sin(a) * 0.5f);
+        }
+}
+
 int main(void) {
     test_matmul_matches_naive();
     test_matmul_bf16_panels();
     test_bf16_panel_floats();
     test_rmsnorm_matches_naive();
     test_rope_matches_naive();
+    test_rope_table_f32();
     test_softmax_ranges_causal_rows();
     test_softmax_ranges_matches_masked_naive();
     test_swiglu_add_match_naive();

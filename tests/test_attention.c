@@ -1,0 +1,144 @@
+// test_attention.c - model/attention.h against a float64 attention written from the definitions:
+// masks (causal, sliding, full), GQA head sharing, two key sets under one softmax, the soft-cap,
+// and the tap views (-inf exactly where blocked, probabilities 0 there and summing to 1).
+#include "model/attention.h"
+#include "tests/check.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TMAX 13
+#define HMAX 4
+#define DMAX 8
+
+static float rnd(unsigned *s) {
+    *s = *s * 1103515245u + 12345u;
+    return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+// out (T, H*D) in float64 from the definitions
+static void attn_ref(const struct attn *a, float *out) {
+    int T = a->T, D = a->D, S = a->n_sets, rep = a->H / a->KV;
+    double p[2 * TMAX];
+    for (int h = 0; h < a->H; h++)
+        for (int i = 0; i < T; i++) {
+            double mx = -(double)INFINITY, sum = 0.0;
+            for (int s = 0; s < S; s++)
+                for (int j = 0; j < T; j++) {
+                    const float *k = a->set[s].k + (int64_t)j * a->set[s].ld + (h / rep) * D;
+                    double x = 0.0;
+                    for (int d = 0; d < D; d++)
+                        x += (double)a->q[(int64_t)i * a->ldq + h * D + d] * (double)k[d];
+                    double cap = a->softcap;
+                    x *= (double)a->scale;
+                    if (cap > 0) x = cap * tanh(x / cap);
+                    bool ok =
+                        a->set[s].mask == ATTN_FULL ||
+                        (j <= i && (a->set[s].mask == ATTN_CAUSAL || i - j < a->set[s].window));
+                    p[s * T + j] = ok ? x : -(double)INFINITY;
+                    mx = p[s * T + j] > mx ? p[s * T + j] : mx;
+                }
+            for (int j = 0; j < S * T; j++)
+                sum += p[j] = exp(p[j] - mx);
+            for (int d = 0; d < D; d++) {
+                double y = 0.0;
+                for (int s = 0; s < S; s++)
+                    for (int j = 0; j < T; j++)
+                        y += p[s * T + j] / sum *
+                             (double)a->set[s].v[(int64_t)j * a->set[s].ld + (h / rep) * D + d];
+                out[(int64_t)i * a->ldo + h * D + d] = (float)y;
+            }
+        }
+}
+
+static float seen[3][HMAX * TMAX * 2 * TMAX]; // the views of the scores, masked, probs taps
+
+static void take(void *u, int id, int b, const struct tview *v) {
+    (void)u, (void)b;
+    CHECK(v->dtype == TAP_F32 && v->ndim == 4 && v->dims[0] == 1);
+    memcpy(seen[id], v->data, (size_t)(v->dims[1] * v->dims[2] * v->dims[3]) * sizeof(float));
+}
+
+// the masked view is -inf exactly where blocked; probabilities are 0 there and sum to 1 a row
+static void check_views(const struct attn *a) {
+    int T = a->T, ST = a->n_sets * T;
+    for (int64_t r = 0; r < (int64_t)a->H * T; r++) {
+        int i = (int)(r % T);
+        double sum = 0.0;
+        for (int c = 0; c < ST; c++) {
+            bool ok = attn_allowed(&a->set[c / T], T, i, c % T);
+            float m = seen[1][r * ST + c], p = seen[2][r * ST + c];
+            CHECK(ok ? isfinite(m) && m == seen[0][r * ST + c] : m == -INFINITY);
+            CHECK(ok ? p > 0.0f : p == 0.0f);
+            CHECK(isfinite(seen[0][r * ST + c]));
+            sum += (double)p;
+        }
+        CHECK(fabs(sum - 1.0) < 1e-5);
+    }
+}
+
+// one configuration, with and without taps: both equal the reference, and to each other bit
+// for bit
+static void run(int T, int H, int KV, int S, enum attn_mask m0, enum attn_mask m1, int W,
+                float softcap) {
+    static float q[TMAX * HMAX * DMAX], kv[4][TMAX * HMAX * DMAX], att[HMAX * TMAX * 2 * TMAX];
+    static float out[TMAX * HMAX * DMAX], out2[TMAX * HMAX * DMAX], want[TMAX * HMAX * DMAX];
+    unsigned seed = (unsigned)(T * 131 + H * 17 + S * 7 + W + (int)m0 * 3 + (int)m1);
+    int D = DMAX, ld = KV * D + 3; // a row stride past the heads, as a packed buffer may have
+    for (int i = 0; i < TMAX * HMAX * DMAX; i++) {
+        q[i] = 2.0f * rnd(&seed);
+        for (int s = 0; s < 4; s++)
+            kv[s][i] = 2.0f * rnd(&seed);
+    }
+    struct attn a = {.T = T,
+                     .H = H,
+                     .KV = KV,
+                     .D = D,
+                     .scale = 0.35f,
+                     .softcap = softcap,
+                     .n_sets = S,
+                     .q = q,
+                     .ldq = H * D,
+                     .out = out,
+                     .ldo = H * D};
+    a.set[0] = (struct attn_keys){kv[0], kv[1], ld, m0, W};
+    a.set[1] = (struct attn_keys){kv[2], kv[3], ld, m1, W};
+    attn_ref(&a, want);
+    attn_forward(&a, NULL, att);
+    check_close("attention", out, want, (int64_t)T * H * D, 1e-5f, 1e-4f);
+
+    uint8_t all[3] = {1, 1, 1};
+    struct tap tp = {all, take, NULL};
+    struct attn_taps taps = {&tp, 0, 0, 1, 2};
+    CHECK(attn_taps_wanted(&taps) && attn_scores_floats(H, T, S, true) == (int64_t)H * T * S * T);
+    a.out = out2;
+    attn_forward(&a, &taps, att);
+    CHECK(!memcmp(out, out2, (size_t)T * H * D * sizeof(float)));
+    check_views(&a);
+}
+
+static void test_ranges(void) {
+    struct attn_keys c = {.mask = ATTN_CAUSAL}, w = {.mask = ATTN_SLIDING, .window = 3};
+    struct attn_keys f = {.mask = ATTN_FULL};
+    int lo, hi;
+    attn_range(&c, 10, 4, &lo, &hi);
+    CHECK(lo == 0 && hi == 5);
+    attn_range(&w, 10, 4, &lo, &hi);
+    CHECK(lo == 2 && hi == 5);
+    attn_range(&w, 10, 1, &lo, &hi);
+    CHECK(lo == 0 && hi == 2);
+    attn_range(&f, 10, 4, &lo, &hi);
+    CHECK(lo == 0 && hi == 10);
+    CHECK(attn_allowed(&w, 10, 4, 2) && !attn_allowed(&w, 10, 4, 1) && !attn_allowed(&c, 10, 4, 5));
+}
+
+int main(void) {
+    test_ranges();
+    run(TMAX, 4, 2, 1, ATTN_CAUSAL, ATTN_CAUSAL, 0, 0.0f);  // GQA, causal (Laguna full layers)
+    run(TMAX, 4, 1, 1, ATTN_SLIDING, ATTN_CAUSAL, 4, 0.0f); // one kv head, sliding window
+    run(TMAX, 2, 2, 1, ATTN_FULL, ATTN_CAUSAL, 0, 0.0f);    // bidirectional
+    run(TMAX, 3, 3, 2, ATTN_CAUSAL, ATTN_SLIDING, 5, 0.0f); // the spec model's global + local
+    run(TMAX, 4, 2, 1, ATTN_SLIDING, ATTN_CAUSAL, 3, 0.5f); // soft-capped (Gemma 2)
+    run(1, 2, 1, 2, ATTN_CAUSAL, ATTN_SLIDING, 1, 0.0f);    // one token
+    return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
+}
