@@ -102,4 +102,16 @@ int xshard_write(const char *dir, const char *file, const struct xshard *b, cons
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
                   const struct xshard_meta *m, size_t buf_bytes);
 
+// ---- probe datasets (export_probe.c) ----
+// Writes dir/probe.h5 (through probe.h5.tmp, fsynced, renamed): for every prompt s->done holds,
+// its pooled values of each float name (pools: bit 0 last, bit 1 mean) and its data.fields
+// (README "Probe datasets"). int64 names are dropped, or refused when named (named: --names).
+int xprobe_write(struct xsrc *s, const char *dir, unsigned pools, bool named, struct ah_error *err);
+// The pools a list names ("last", "mean", "last,mean"): bits 0 and 1, or 0 if it names another.
+unsigned xprobe_pools(const char *csv);
+// The pools of the output's job ("pool" in its job attribute), or 0 when it names none.
+unsigned xprobe_job_pools(hid_t f);
+// Prompts the probe file holds (those s->done holds).
+int64_t xprobe_count(const struct xsrc *s);
+
 #endif
