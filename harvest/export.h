@@ -107,6 +107,11 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
 // its pooled values of each float name (pools: bit 0 last, bit 1 mean) and its data.fields
 // (README "Probe datasets"). int64 names are dropped, or refused when named (named: --names).
 int xprobe_write(struct xsrc *s, const char *dir, unsigned pools, bool named, struct ah_error *err);
+// The job key "pool" in `harvest run`: once the output at path is complete, adds
+// /pooled/NAME/{last, mean} of every float name with token rows to its master (a copy written to
+// PATH.tmp, fsynced, renamed over it, as `harvest stats` does). Nothing if the output is
+// incomplete or already has /pooled.
+int xprobe_pool_output(const char *path, unsigned pools, struct ah_error *err);
 // The pools a list names ("last", "mean", "last,mean"): bits 0 and 1, or 0 if it names another.
 unsigned xprobe_pools(const char *csv);
 // The pools of the output's job ("pool" in its job attribute), or 0 when it names none.

@@ -172,9 +172,9 @@ static herr_t write_tables(const struct xsrc *s, struct probe_out *o) {
     return r;
 }
 
-// root attributes and the pooled datasets (empty)
-static int layout(const struct xsrc *s, struct probe_out *o, unsigned pools, const char *path,
-                  struct ah_error *err) {
+// the probe file's root attributes
+static int probe_attrs(const struct xsrc *s, const struct probe_out *o, unsigned pools,
+                       const char *path, struct ah_error *err) {
     int rc = 0;
     int64_t one = 1, n = o->n_keep, sum = (int64_t)s->data_checksum;
     const char *slash = strrchr(s->path, '/');
@@ -190,20 +190,27 @@ static int layout(const struct xsrc *s, struct probe_out *o, unsigned pools, con
     CHECK(h5attr_put_num(o->f, "n_prompts", H5T_STD_I64LE, H5T_NATIVE_INT64, &n),
           "write attributes");
     CHECK(h5attr_put_str(o->f, "pool", list), "write attributes");
+fail:
+    return rc;
+}
+
+// /pooled/NAME/{last, mean} (those pools asks for), empty, in o->ds
+static int pooled_layout(const struct xsrc *s, struct probe_out *o, unsigned pools,
+                         const char *path, struct ah_error *err) {
+    int rc = 0;
     hid_t pg = H5Gcreate2(o->f, "pooled", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    CHECK(pg, "make /pooled");
+    if (pg < 0) return ah_fail(err, AH_EIO, "%s: cannot create /pooled", path);
     for (int i = 0; i < s->n_names && rc == 0; i++) {
         hid_t g = H5Gcreate2(pg, s->names[i].name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
         for (int w = 0; w < 2 && g >= 0; w++)
-            if ((pools >> w & 1) &&
-                (o->ds[2 * i + w] = make_2d(g, pool_name[w], H5T_IEEE_F32LE, n, &s->names[i])) < 0)
+            if ((pools >> w & 1) && (o->ds[2 * i + w] = make_2d(g, pool_name[w], H5T_IEEE_F32LE,
+                                                                o->n_keep, &s->names[i])) < 0)
                 rc = -1;
         if (g < 0 || rc < 0)
             rc = ah_fail(err, AH_EIO, "%s: cannot create /pooled/%s", path, s->names[i].name);
         if (g >= 0) H5Gclose(g);
     }
     H5Gclose(pg);
-fail:
     return rc;
 }
 
@@ -229,6 +236,45 @@ static int float_names_only(struct xsrc *s, bool named, struct ah_error *err) {
     return 0;
 }
 
+// o's buffers for the names of s, and every prompt s->done holds as a row
+static int probe_alloc(const struct xsrc *s, struct probe_out *o, struct ah_error *err) {
+    *o = (struct probe_out){.f = H5I_INVALID_HID, .prompts = H5I_INVALID_HID};
+    int64_t elems = 1;
+    for (int i = 0; i < s->n_names; i++)
+        elems = s->names[i].elems > elems ? s->names[i].elems : elems;
+    o->ds = malloc((size_t)(2 * s->n_names) * sizeof *o->ds);
+    o->rows = malloc((size_t)(2 * s->blk_prompts * elems) * sizeof *o->rows);
+    o->acc = malloc((size_t)elems * sizeof *o->acc);
+    o->keep = malloc((size_t)(s->n_prompts + 1) * sizeof *o->keep);
+    if (!o->ds || !o->rows || !o->acc || !o->keep)
+        return ah_fail(err, AH_ENOMEM, "out of memory for the probe rows");
+    for (int i = 0; i < 2 * s->n_names; i++)
+        o->ds[i] = H5I_INVALID_HID;
+    for (int64_t p = 0; p < s->n_prompts; p++)
+        if (s->done[p]) o->keep[o->n_keep++] = p;
+    return 0;
+}
+
+// closes o's file (path), and if all went well fsyncs it and renames it to final
+static int probe_finish(struct probe_out *o, int n_names, const char *path, const char *final,
+                        int rc, struct ah_error *err) {
+    for (int i = 0; o->ds && i < 2 * n_names; i++)
+        if (o->ds[i] >= 0) H5Dclose(o->ds[i]);
+    if (o->prompts >= 0) H5Gclose(o->prompts);
+    if (o->f >= 0 && H5Fclose(o->f) < 0 && rc == 0)
+        rc = ah_fail(err, AH_EIO, "%s: cannot close (disk full?)", path);
+    int fd = rc == 0 ? open(path, O_RDONLY) : -1;
+    if (rc == 0 && (fd < 0 || fsync(fd) != 0 || rename(path, final) != 0))
+        rc = ah_fail(err, AH_EIO, "%s: cannot write: %s", final, strerror(errno));
+    if (fd >= 0) close(fd);
+    if (rc < 0) remove(path);
+    free(o->ds);
+    free(o->rows);
+    free(o->acc);
+    free(o->keep);
+    return rc;
+}
+
 int xprobe_write(struct xsrc *s, const char *dir, unsigned pools, bool named,
                  struct ah_error *err) {
     char path[4200], final[4200];
@@ -238,22 +284,8 @@ int xprobe_write(struct xsrc *s, const char *dir, unsigned pools, bool named,
     if (rc == 0 && mkdir(dir, 0777) != 0 && errno != EEXIST)
         rc = ah_fail(err, AH_EIO, "%s: cannot create: %s", dir, strerror(errno));
     if (rc < 0) return rc;
-    struct probe_out o = {.f = H5I_INVALID_HID, .prompts = H5I_INVALID_HID};
-    int64_t elems = 1;
-    for (int i = 0; i < s->n_names; i++)
-        elems = s->names[i].elems > elems ? s->names[i].elems : elems;
-    o.ds = malloc((size_t)(2 * s->n_names) * sizeof *o.ds);
-    o.rows = malloc((size_t)(2 * s->blk_prompts * elems) * sizeof *o.rows);
-    o.acc = malloc((size_t)elems * sizeof *o.acc);
-    o.keep = malloc((size_t)(s->n_prompts + 1) * sizeof *o.keep);
-    if (!o.ds || !o.rows || !o.acc || !o.keep) {
-        rc = ah_fail(err, AH_ENOMEM, "out of memory for the probe rows");
-        goto fail;
-    }
-    for (int i = 0; i < 2 * s->n_names; i++)
-        o.ds[i] = H5I_INVALID_HID;
-    for (int64_t p = 0; p < s->n_prompts; p++)
-        if (s->done[p]) o.keep[o.n_keep++] = p;
+    struct probe_out o;
+    if ((rc = probe_alloc(s, &o, err)) < 0) goto fail;
     CHECK(o.f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "create the file");
     CHECK(o.prompts = H5Gcreate2(o.f, "prompts", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
           "make /prompts");
@@ -263,23 +295,43 @@ int xprobe_write(struct xsrc *s, const char *dir, unsigned pools, bool named,
               ? -1
               : 0,
           "copy the data.fields (/prompts/NAME)");
-    if ((rc = layout(s, &o, pools, path, err)) < 0 || (rc = pool_all(s, &o, pools, path, err)) < 0)
-        goto fail;
+    if ((rc = probe_attrs(s, &o, pools, path, err)) == 0 &&
+        (rc = pooled_layout(s, &o, pools, path, err)) == 0)
+        rc = pool_all(s, &o, pools, path, err);
 fail:
-    for (int i = 0; o.ds && i < 2 * s->n_names; i++)
-        if (o.ds[i] >= 0) H5Dclose(o.ds[i]);
-    if (o.prompts >= 0) H5Gclose(o.prompts);
-    if (o.f >= 0 && H5Fclose(o.f) < 0 && rc == 0)
-        rc = ah_fail(err, AH_EIO, "%s: cannot close (disk full?)", path);
-    int fd = rc == 0 ? open(path, O_RDONLY) : -1;
-    if (rc == 0 && (fd < 0 || fsync(fd) != 0 || rename(path, final) != 0))
-        rc = ah_fail(err, AH_EIO, "%s: cannot write: %s", final, strerror(errno));
-    if (fd >= 0) close(fd);
-    if (rc < 0) remove(path);
-    free(o.ds);
-    free(o.rows);
-    free(o.acc);
-    free(o.keep);
+    return probe_finish(&o, s->n_names, path, final, rc, err);
+}
+
+// from to to, whole (to is created or truncated)
+static int copy_whole(const char *from, const char *to) {
+    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    char buf[1 << 16];
+    ssize_t n = in >= 0 && out >= 0 ? 1 : -1;
+    while (n > 0 && (n = read(in, buf, sizeof buf)) > 0)
+        n = write(out, buf, (size_t)n) == n ? n : -1;
+    if (in >= 0) close(in);
+    if (out >= 0 && close(out) != 0) n = -1;
+    return n < 0 ? -1 : 0;
+}
+
+int xprobe_pool_output(const char *path, unsigned pools, struct ah_error *err) {
+    struct xsrc s;
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int rc = xsrc_open(&s, path, NULL, XK_F32, 64 << 20, err);
+    if (rc < 0 || s.complete != 1 || H5Lexists(s.f, "pooled", H5P_DEFAULT) > 0) {
+        xsrc_close(&s); // incomplete: pooled by the run that completes it; or done already
+        return rc;
+    }
+    struct probe_out o;
+    if ((rc = float_names_only(&s, false, err)) == 0 && (rc = probe_alloc(&s, &o, err)) == 0) {
+        if (copy_whole(path, tmp) < 0 || (o.f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT)) < 0)
+            rc = ah_fail(err, AH_EIO, "%s: cannot copy the master to %s (disk full?)", path, tmp);
+        if (rc == 0 && (rc = pooled_layout(&s, &o, pools, tmp, err)) == 0)
+            rc = pool_all(&s, &o, pools, tmp, err);
+        rc = probe_finish(&o, s.n_names, tmp, path, rc, err);
+    }
+    xsrc_close(&s);
     return rc;
 }
 

@@ -104,8 +104,9 @@ static int line_of(const char *text, const char *at) {
     return line;
 }
 
-static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
-                                       "batch_size", "output", "parallel",    NULL};
+static const char *const top_keys[] = {"model",       "data",       "activations",
+                                       "max_seq_len", "batch_size", "output",
+                                       "parallel",    "pool",       NULL};
 static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
@@ -163,6 +164,7 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                        "\"text\", \"text-files\" or \"megatron\")",
                        path, j->data_format);
     if (cJSON_IsObject(data) && (rc = job_parse_fields(j, data, path, err)) < 0) return rc;
+    if ((rc = job_parse_pool(j, root, path, err)) < 0) return rc;
 
     const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");
     if (!cJSON_IsArray(acts) || cJSON_GetArraySize(acts) == 0)

@@ -28,6 +28,7 @@ struct job {
     int pack_bos;       // token that starts every context, -1 for none
     struct ds_field_spec *fields; // (n_fields) data.fields (jobs/jobfields.c); owned
     int n_fields;
+    unsigned pool;      // "pool": bit 0 last, bit 1 mean (jobs/jobfields.c); 0: none
     char **activations; // (n_activations) names or globs as written; owned
     int n_activations;
     int max_seq_len; // 0: the longest prompt, capped by the model

@@ -104,3 +104,24 @@ void job_free_fields(struct job *j) {
     j->fields = NULL;
     j->n_fields = 0;
 }
+
+int job_parse_pool(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(root, "pool"), *e;
+    if (!p) return 0;
+    const cJSON *one[1] = {p};
+    int n = cJSON_IsArray(p) ? cJSON_GetArraySize(p) : 1;
+    for (int k = 0; k < n; k++) {
+        e = cJSON_IsArray(p) ? cJSON_GetArrayItem(p, k) : one[0];
+        const char *v = cJSON_IsString(e) ? e->valuestring : "";
+        unsigned bit = !strcmp(v, "last") ? 1 : !strcmp(v, "mean") ? 2 : 0;
+        if (!bit)
+            return ah_fail(err, AH_EINVAL,
+                           "%s: \"pool\": expected \"last\", \"mean\" or [\"last\", \"mean\"]",
+                           path);
+        j->pool |= bit;
+    }
+    if (!j->pool)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"pool\": an empty list (give \"last\" and/or \"mean\")", path);
+    return 0;
+}

@@ -1,4 +1,4 @@
-// jobfields.h - the job keys of probe datasets (README "Probe datasets"): data.fields.
+// jobfields.h - the job keys of probe datasets (README "Probe datasets"): data.fields, pool.
 #ifndef AH_JOBFIELDS_H
 #define AH_JOBFIELDS_H
 
@@ -11,5 +11,8 @@ struct ah_error;
 int job_parse_fields(struct job *j, const struct cJSON *data, const char *path,
                      struct ah_error *err);
 void job_free_fields(struct job *j); // safe on a zeroed struct
+// "pool": "last" | "mean" | ["last", "mean"] at the job's top level, into j->pool (bit 0 last,
+// bit 1 mean): `harvest run` then writes /pooled/NAME/{last, mean} once the output is complete.
+int job_parse_pool(struct job *j, const struct cJSON *root, const char *path, struct ah_error *err);
 
 #endif
