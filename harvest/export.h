@@ -94,7 +94,8 @@ int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens);
 void xshard_free(struct xshard *b, int n_names);
 // Writes b to dir/file through dir/file.tmp (fsynced, then renamed): contiguous datasets
 // /activations/NAME and /tokens/{input_ids, prompt_index, position, source_index}, with
-// attributes (README "Training shards"), and the checksum of their bytes.
+// attributes (README "Training shards"), and the checksum of their bytes; the source's
+// /stats/NAME of the exported names, when it has them, copied into /stats/NAME.
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
                  const struct xshard_meta *m, struct ah_error *err);
 // 1 if dir/file is a finished shard matching m and s's names (shapes and checksum), 0 if absent or
