@@ -199,7 +199,7 @@ shutil.copy(f"{work}/seg.h5", inc)
 os.symlink(f"{work}/seg.h5.parts", f"{inc}.parts")
 with h5py.File(inc, "r+") as f:
     segs = json.loads(f.attrs["segments"])
-    dropped = segs.pop()
+    dropped = segs.pop(0)  # the first batch: the kept prompts are not 0, 1, ...
     f.attrs["segments"] = json.dumps(segs)
     f.attrs["complete"] = 0
 gone = set(p for r in dropped["runs"] for p in range(int(r[0]), int(r[1])))
@@ -247,7 +247,10 @@ def refused(label, want, data_lines, fields=FIELDS, **kw):
     with open(f"{work}/bad.jsonl", "w") as f:
         f.writelines(json.dumps(d) + "\n" for d in data_lines)
     j = job("bad", data={"path": "bad.jsonl", "fields": fields}, **kw)
-    p = run(harvest, "run", j, "--quiet", "--overwrite")
+    for leftover in (f"{work}/bad.h5", f"{work}/bad.h5.parts"):  # each case on its own
+        shutil.rmtree(leftover, ignore_errors=True) if os.path.isdir(leftover) else (
+            os.path.exists(leftover) and os.remove(leftover))
+    p = run(harvest, "run", j, "--quiet")
     complete = False
     if os.path.exists(f"{work}/bad.h5"):
         with h5py.File(f"{work}/bad.h5", "r") as f:
