@@ -158,6 +158,17 @@ for layout, dtype in (("prompt", "float32"), ("token", "bfloat16"), ("token", "f
               and np.array_equal(g["prompts/source_index"][:], f["prompts/source_index"][:]),
               f"--probe of {name}: prompt_index, source_index")
 
+# killed after completing the output but before pooling: --resume adds /pooled
+name = "pool-token-float16"
+with h5py.File(f"{work}/{name}.h5", "r") as f:
+    before = {n: f[f"pooled/{n}/mean"][:] for n in NAMES}
+with h5py.File(f"{work}/{name}.h5", "r+") as f:
+    del f["pooled"]
+run(harvest, "run", f"{work}/{name}.json", "--quiet", "--resume", check=0)
+with h5py.File(f"{work}/{name}.h5", "r") as f:
+    check("pooled" in f and all(np.array_equal(f[f"pooled/{n}/mean"][:], before[n]) for n in NAMES),
+          "--resume of a complete output without /pooled adds it")
+
 # an output without "pool": --probe computes them; --pool last alone; the reader
 run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/probe", "--quiet", check=0)
 run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/probe-last", "--pool", "last",
