@@ -191,6 +191,10 @@ check(Xq.ndim == 2 and Xq.shape[0] == 22, "Probe.X flattens a head-split row")
 check(list(pr.y("tag")) == list(want_field("tag", h5py.File(f"{work}/pr.h5", "r")
                                             ["prompts/source_index"][:])), "Probe.y: str values")
 check(pr.fields == sorted(FIELDS) and pr.pools == ["last", "mean"], "Probe: fields and pools")
+o = hd.open_output(f"{work}/pr.h5")
+check(o.fields == sorted(FIELDS) and np.array_equal(o.field("label"), y) and
+      list(o.field("tag")) == list(pr.y("tag")), "open_output: .fields and .field(name)")
+o.close()
 check(hd.Probe(f"{work}/pool-token-bfloat16.h5").names == sorted(NAMES),
       "Probe opens an output with /pooled")
 try:

@@ -265,8 +265,14 @@ class Output:
         self.n_prompts = len(self.length)
         self.n_tokens = self.f["tokens/input_ids"].shape[0]
         self.names = sorted(self.f["activations"].keys())
+        self.fields = sorted(k for k in self.f["prompts"]
+                             if "field_type" in self.f["prompts/" + k].attrs)  # data.fields
         self._maps = {}
         self._files = {}
+
+    def field(self, name):
+        """a data.fields column, one value a prompt: int64, float64, bool or str"""
+        return _field(self.f["prompts/" + name])
 
     def _map(self, name):
         """[(v0, v1, file, dataset, s0)]: virtual rows [v0, v1) are rows s0.. of file/dataset."""
