@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,21 +36,26 @@ static float widen(const void *row, enum xkind k, int64_t e) {
     return k == XK_F16 ? hc_f16_to_f32(h) : hc_bf16_to_f32(h);
 }
 
-// pooled rows of prompt p for name i: last (e floats) and mean (e floats), acc: e doubles
-static void pool_prompt(struct xsrc *s, int i, int64_t p, float *last, float *mean, double *acc) {
+// pooled rows of prompt p for name i: last (e floats) and mean (e floats) over the tokens sel
+// marks (sel: the prompt's T flags, NULL: every token; none: NaN), acc: e doubles
+static void pool_prompt(struct xsrc *s, int i, int64_t p, const uint8_t *sel, float *last,
+                        float *mean, double *acc) {
     const struct xname *x = &s->names[i];
-    int64_t T = s->length[p];
+    int64_t T = s->length[p], n = 0;
     memset(acc, 0, (size_t)x->elems * sizeof *acc);
     for (int64_t t = 0; t < T; t++) {
+        bool take = !sel || sel[t];
+        if (!take && t < T - 1) continue;
         const void *row = xsrc_token(s, i, p, t);
-        for (int64_t e = 0; e < x->elems; e++)
+        for (int64_t e = 0; take && e < x->elems; e++)
             acc[e] += (double)widen(row, x->src, e);
+        n += take;
         if (t == T - 1)
             for (int64_t e = 0; e < x->elems; e++)
                 last[e] = widen(row, x->src, e);
     }
     for (int64_t e = 0; e < x->elems; e++)
-        mean[e] = (float)(acc[e] / (double)T);
+        mean[e] = n ? (float)(acc[e] / (double)n) : NAN;
 }
 
 static hid_t make_2d(hid_t g, const char *name, hid_t type, int64_t n, const struct xname *x) {
@@ -83,8 +89,29 @@ struct probe_out {
     float *rows;      // (blk_prompts * elems) one block's pooled rows of one name
     double *acc;      // (elems)
     int64_t *keep;    // (n_prompts) exported prompts' indices
+    hid_t selected;   // the output's /tokens/selected (prompt layout under `select`), or -1
+    uint8_t *sel;     // (sel_cap) one block's flags of it
+    int64_t sel_cap;
     int64_t n_keep;
 };
+
+// /tokens/selected of the block's tokens [s->t0, s->t1) into o->sel
+static int read_selected(const struct xsrc *s, struct probe_out *o, struct ah_error *err) {
+    int64_t n = s->t1 - s->t0;
+    if (n > o->sel_cap) {
+        uint8_t *b = realloc(o->sel, (size_t)n);
+        if (!b) return ah_fail(err, AH_ENOMEM, "out of memory for /tokens/selected");
+        o->sel = b, o->sel_cap = n;
+    }
+    hid_t fs = H5Dget_space(o->selected);
+    hsize_t at = (hsize_t)s->t0, cnt = (hsize_t)n;
+    hid_t ms = H5Screate_simple(1, &cnt, NULL);
+    herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, NULL, &cnt, NULL);
+    if (r >= 0) r = H5Dread(o->selected, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, o->sel);
+    H5Sclose(ms);
+    H5Sclose(fs);
+    return r < 0 ? ah_fail(err, AH_EIO, "%s: cannot read /tokens/selected", s->path) : 0;
+}
 
 // every exported prompt's pooled rows, a block of prompts at a time
 static int pool_all(struct xsrc *s, struct probe_out *o, unsigned pools, const char *path,
@@ -96,6 +123,7 @@ static int pool_all(struct xsrc *s, struct probe_out *o, unsigned pools, const c
         for (int64_t p = p0; p < p1; p++)
             n += s->done[p];
         if (n && (rc = xsrc_read(s, p0, p1, err)) < 0) break;
+        if (n && o->selected >= 0 && (rc = read_selected(s, o, err)) < 0) break;
         for (int i = 0; n && i < s->n_names; i++) {
             const struct xname *x = &s->names[i];
             float *last = o->rows, *mean = o->rows + (size_t)n * (size_t)x->elems;
@@ -103,7 +131,9 @@ static int pool_all(struct xsrc *s, struct probe_out *o, unsigned pools, const c
             for (int64_t p = p0; p < p1; p++)
                 if (s->done[p]) {
                     size_t at = (size_t)k++ * (size_t)x->elems;
-                    pool_prompt(s, i, p, last + at, mean + at, o->acc);
+                    const uint8_t *sel =
+                        o->selected >= 0 ? o->sel + s->token_offset[p] - s->t0 : NULL;
+                    pool_prompt(s, i, p, sel, last + at, mean + at, o->acc);
                 }
             for (int w = 0; w < 2; w++)
                 if ((pools >> w & 1) && put_rows(o->ds[2 * i + w], H5T_NATIVE_FLOAT, row, n,
@@ -238,7 +268,12 @@ static int float_names_only(struct xsrc *s, bool named, struct ah_error *err) {
 
 // o's buffers for the names of s, and every prompt s->done holds as a row
 static int probe_alloc(const struct xsrc *s, struct probe_out *o, struct ah_error *err) {
-    *o = (struct probe_out){.f = H5I_INVALID_HID, .prompts = H5I_INVALID_HID};
+    *o = (struct probe_out){
+        .f = H5I_INVALID_HID, .prompts = H5I_INVALID_HID, .selected = H5I_INVALID_HID};
+    // the prompt layout under `select` marks the chosen tokens (README "Statistics")
+    if (!s->token_layout && H5Lexists(s->f, "tokens/selected", H5P_DEFAULT) > 0 &&
+        (o->selected = H5Dopen2(s->f, "tokens/selected", H5P_DEFAULT)) < 0)
+        return ah_fail(err, AH_EIO, "%s: cannot open /tokens/selected", s->path);
     int64_t elems = 1;
     for (int i = 0; i < s->n_names; i++)
         elems = s->names[i].elems > elems ? s->names[i].elems : elems;
@@ -261,6 +296,8 @@ static int probe_finish(struct probe_out *o, int n_names, const char *path, cons
     for (int i = 0; o->ds && i < 2 * n_names; i++)
         if (o->ds[i] >= 0) H5Dclose(o->ds[i]);
     if (o->prompts >= 0) H5Gclose(o->prompts);
+    if (o->selected >= 0) H5Dclose(o->selected);
+    free(o->sel);
     if (o->f >= 0 && H5Fclose(o->f) < 0 && rc == 0)
         rc = ah_fail(err, AH_EIO, "%s: cannot close (disk full?)", path);
     int fd = rc == 0 ? open(path, O_RDONLY) : -1;
@@ -324,8 +361,10 @@ int xprobe_pool_output(const char *path, unsigned pools, struct ah_error *err) {
         return rc;
     }
     struct probe_out o;
-    if ((rc = float_names_only(&s, false, err)) == 0 && (rc = probe_alloc(&s, &o, err)) == 0) {
-        if (copy_whole(path, tmp) < 0 || (o.f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT)) < 0)
+    if ((rc = float_names_only(&s, false, err)) == 0) {
+        rc = probe_alloc(&s, &o, err);
+        if (rc == 0 &&
+            (copy_whole(path, tmp) < 0 || (o.f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT)) < 0))
             rc = ah_fail(err, AH_EIO, "%s: cannot copy the master to %s (disk full?)", path, tmp);
         if (rc == 0 && (rc = pooled_layout(&s, &o, pools, tmp, err)) == 0)
             rc = pool_all(&s, &o, pools, tmp, err);

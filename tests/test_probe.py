@@ -204,6 +204,30 @@ try:
 except ImportError:
     print("torch not installed: Probe.torch_dataset not checked")
 
+# the prompt layout under `select` marks the chosen tokens in /tokens/selected: mean over them
+# (NaN for a prompt with none), last is still the prompt's last token
+sel_out = f"{work}/sel.h5"
+shutil.copy(f"{work}/pr.h5", sel_out)
+os.symlink(f"{work}/pr.h5.parts", f"{sel_out}.parts")
+with h5py.File(sel_out, "r+") as f:
+    L, off = f["prompts/length"][:], f["prompts/token_offset"][:]
+    mask = np.random.default_rng(1).random(int(L.sum())) < 0.6
+    mask[off[2]:off[2] + L[2]] = False
+    f["tokens/selected"] = mask.astype(np.uint8)
+run(harvest, "export", sel_out, "--probe", f"{work}/probe-sel", "--quiet", check=0)
+with h5py.File(f"{work}/probe-sel/probe.h5", "r") as g, h5py.File(sel_out, "r") as f:
+    ok = True
+    for n in NAMES:
+        for p in range(len(L)):
+            x = stored_tokens(f, n, p).astype(np.float64)
+            m = mask[off[p]:off[p] + L[p]]
+            want = (np.cumsum(x[m], axis=0)[-1] / m.sum()).astype(np.float32) if m.any() else \
+                np.full(x.shape[1:], np.nan, np.float32)
+            ok &= np.array_equal(g[f"pooled/{n}/mean"][p], want, equal_nan=True)
+            ok &= np.array_equal(g[f"pooled/{n}/last"][p], x[-1].astype(np.float32))
+    check(ok and np.isnan(g[f"pooled/{NAMES[0]}/mean"][2]).all(),
+          "/tokens/selected: mean over the selected tokens, last unchanged, none -> NaN")
+
 # --allow-partial: the complete prompts only, with their fields
 inc = f"{work}/inc.h5"
 j = json.load(open(job("seg")))
