@@ -269,6 +269,13 @@ for s in [s for k in ("train", "val") for s in man["splits"][k]["shards"]]:
     with h5py.File(f"{work}/sh/{s['file']}", "r") as g:
         check(all(np.array_equal(g[f"stats/{n}/mean"][:], want[n]["mean"]) for n in NAMES),
               f"{s['file']}: /stats/NAME copied")
+p = subprocess.run(["mpirun", "-np", "2", harvest, "export", f"{work}/pool-token-bfloat16.h5",
+                    "--shards", f"{work}/sh-np2", "--val", "0.3", "--shard-tokens", "100",
+                    "--quiet"], capture_output=True, text=True, env=MPI_ENV, timeout=600)
+same = p.returncode == 0 and sorted(os.listdir(f"{work}/sh")) == sorted(os.listdir(f"{work}/sh-np2"))
+for n in os.listdir(f"{work}/sh") if same else []:
+    same &= open(f"{work}/sh/{n}", "rb").read() == open(f"{work}/sh-np2/{n}", "rb").read()
+check(same, f"shards with statistics: np 2 writes the same bytes as np 1 {p.stderr[-300:]}")
 check("pooled" in h5py.File(f"{work}/pool-token-bfloat16.h5", "r"),
       "harvest stats keeps /pooled")
 # shards written before `harvest stats` are rewritten with them (same command again)
