@@ -7,6 +7,7 @@
 #include "model/ah.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,8 +35,9 @@ static int parse_default(struct ds_field_spec *f, const cJSON *d, const char *pa
                          struct ah_error *err) {
     f->has_default = true;
     bool ok = false;
-    if (f->type == DS_INT && cJSON_IsNumber(d) && d->valuedouble == (double)(int64_t)d->valuedouble)
-        ok = true, f->def_i = (int64_t)d->valuedouble;
+    double v = cJSON_IsNumber(d) ? d->valuedouble : 0.5; // (int64_t) of |v| >= 2^63 is undefined
+    if (f->type == DS_INT && fabs(v) < 9223372036854775808.0 && v == floor(v))
+        ok = true, f->def_i = (int64_t)v;
     if (f->type == DS_FLOAT && cJSON_IsNumber(d)) ok = true, f->def_f = d->valuedouble;
     if (f->type == DS_BOOL && cJSON_IsBool(d)) ok = true, f->def_i = cJSON_IsTrue(d);
     if (f->type == DS_STRING && cJSON_IsString(d)) {
