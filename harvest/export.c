@@ -26,7 +26,9 @@
 
 struct xopts {
     const char *src, *dir, *names;
-    enum xkind dtype; // XK_I64: as the source stores it
+    const char *probe; // --probe DIR: a probe dataset instead of shards (export_probe.c)
+    unsigned pools;    // --pool: bit 0 last, bit 1 mean (0: the job's "pool", else both)
+    enum xkind dtype;  // XK_I64: as the source stores it
     int64_t shard_tokens, shard_size, memory;
     int64_t seed;
     double val;
@@ -49,7 +51,9 @@ static const char *const split_name[2] = {"train", "val"};
 static const char usage[] =
     "usage: harvest export OUT.h5 --shards DIR [--names N1,N2] [--dtype float32|float16|bfloat16]\n"
     "                      [--shard-tokens N | --shard-size BYTES] [--seed S] [--val FRACTION]\n"
-    "                      [--memory BYTES] [--allow-partial] [--quiet]\n";
+    "                      [--memory BYTES] [--allow-partial] [--quiet]\n"
+    "       harvest export OUT.h5 --probe DIR [--names N1,N2] [--pool last,mean]\n"
+    "                      [--allow-partial] [--quiet]\n";
 
 // ----------------------------------------------------------------------------
 // options
@@ -84,6 +88,14 @@ static int parse_opts(struct xopts *o, int argc, char **argv) {
             return -1;
         } else if (!strcmp(a, "--shards")) {
             o->dir = argv[++i];
+        } else if (!strcmp(a, "--probe")) {
+            o->probe = argv[++i];
+        } else if (!strcmp(a, "--pool")) {
+            if (!(o->pools = xprobe_pools(argv[++i]))) {
+                fprintf(stderr, "harvest export: --pool \"%s\": expected last, mean or last,mean\n",
+                        v);
+                return -1;
+            }
         } else if (!strcmp(a, "--names")) {
             o->names = argv[++i];
         } else if (!strcmp(a, "--dtype")) {
@@ -127,8 +139,8 @@ static int parse_opts(struct xopts *o, int argc, char **argv) {
             return -1;
         }
     }
-    if (!o->src || !o->dir) {
-        fputs(usage, stderr);
+    if (!o->src || !o->dir == !o->probe) {
+        fprintf(stderr, "harvest export: give one of --shards DIR and --probe DIR\n%s", usage);
         return -1;
     }
     return 0;
@@ -398,8 +410,8 @@ static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xop
 // ----------------------------------------------------------------------------
 // the command
 
-static int export_plan(struct xsrc *s, struct xplan *pl, const struct xopts *o, int rank,
-                       bool *resumed, struct ah_error *err) {
+// the source, refused when incomplete unless --allow-partial
+static int open_source(struct xsrc *s, const struct xopts *o, struct ah_error *err) {
     int64_t block = o->memory / 8 < (64 << 20) ? o->memory / 8 : (64 << 20);
     int rc = xsrc_open(s, o->src, o->names, o->dtype, block, err);
     if (rc == 0 && s->complete != 1 && !o->allow_partial)
@@ -409,6 +421,25 @@ static int export_plan(struct xsrc *s, struct xplan *pl, const struct xopts *o, 
                      "--allow-partial",
                      o->src, (long long)s->complete, (long long)s->prompts_done,
                      (long long)s->n_prompts);
+    return rc;
+}
+
+// --probe DIR: rank 0 writes DIR/probe.h5 (export_probe.c)
+static int export_probe(const struct xopts *o, struct ah_error *err) {
+    struct xsrc s = {0};
+    int rc = open_source(&s, o, err);
+    unsigned pools = o->pools ? o->pools : rc == 0 ? xprobe_job_pools(s.f) : 0;
+    if (rc == 0) rc = xprobe_write(&s, o->probe, pools ? pools : 3, o->names != NULL, err);
+    if (rc == 0 && !o->quiet)
+        fprintf(stderr, "export: %s/probe.h5: %lld prompts, %d names\n", o->probe,
+                (long long)xprobe_count(&s), s.n_names);
+    xsrc_close(&s);
+    return rc;
+}
+
+static int export_plan(struct xsrc *s, struct xplan *pl, const struct xopts *o, int rank,
+                       bool *resumed, struct ah_error *err) {
+    int rc = open_source(s, o, err);
     if (rc == 0) rc = plan_build(pl, s, o, err);
     if (rc == 0 && rank == 0) {
         cJSON *m = manifest(pl, s, o);
@@ -448,6 +479,11 @@ int cmd_export(int argc, char **argv) {
     struct ah_error err = {0};
     bool resumed = false;
     double t0 = now_seconds();
+    if (o.probe) { // one file: rank 0 alone
+        int code = agree(rank == 0 ? export_probe(&o, &err) : 0, &err, rank, size);
+        MPI_Finalize();
+        return code;
+    }
     int rc = export_plan(&s, &pl, &o, rank, &resumed, &err);
     int code = agree(rc, &err, rank, size);
     int64_t counts[2] = {0, 0}, total[2] = {0, 0}; // shards kept, written

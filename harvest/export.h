@@ -94,12 +94,30 @@ int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens);
 void xshard_free(struct xshard *b, int n_names);
 // Writes b to dir/file through dir/file.tmp (fsynced, then renamed): contiguous datasets
 // /activations/NAME and /tokens/{input_ids, prompt_index, position, source_index}, with
-// attributes (README "Training shards"), and the checksum of their bytes.
+// attributes (README "Training shards"), and the checksum of their bytes; the source's
+// /stats/NAME of the exported names, when it has them, copied into /stats/NAME.
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
                  const struct xshard_meta *m, struct ah_error *err);
 // 1 if dir/file is a finished shard matching m and s's names (shapes and checksum), 0 if absent or
 // not (then it is rewritten). Reads at most buf_bytes at a time.
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
                   const struct xshard_meta *m, size_t buf_bytes);
+
+// ---- probe datasets (export_probe.c) ----
+// Writes dir/probe.h5 (through probe.h5.tmp, fsynced, renamed): for every prompt s->done holds,
+// its pooled values of each float name (pools: bit 0 last, bit 1 mean) and its data.fields
+// (README "Probe datasets"). int64 names are dropped, or refused when named (named: --names).
+int xprobe_write(struct xsrc *s, const char *dir, unsigned pools, bool named, struct ah_error *err);
+// The job key "pool" in `harvest run`: once the output at path is complete, adds
+// /pooled/NAME/{last, mean} of every float name with token rows to its master (a copy written to
+// PATH.tmp, fsynced, renamed over it, as `harvest stats` does). Nothing if the output is
+// incomplete or already has /pooled.
+int xprobe_pool_output(const char *path, unsigned pools, struct ah_error *err);
+// The pools a list names ("last", "mean", "last,mean"): bits 0 and 1, or 0 if it names another.
+unsigned xprobe_pools(const char *csv);
+// The pools of the output's job ("pool" in its job attribute), or 0 when it names none.
+unsigned xprobe_job_pools(hid_t f);
+// Prompts the probe file holds (those s->done holds).
+int64_t xprobe_count(const struct xsrc *s);
 
 #endif

@@ -132,6 +132,28 @@ static herr_t put_dset(hid_t loc, const char *name, const struct xname *x, int64
     return r;
 }
 
+// 1 if the source has statistics for name i (/stats/NAME, written by `harvest stats`)
+static bool has_stats(hid_t f, const char *name) {
+    char path[300];
+    snprintf(path, sizeof path, "stats/%s", name);
+    return H5Lexists(f, "stats", H5P_DEFAULT) > 0 && H5Lexists(f, path, H5P_DEFAULT) > 0;
+}
+
+// the source's /stats/NAME of every exported name that has them, copied as they are
+static herr_t copy_stats(hid_t f, const struct xsrc *s, hid_t gcpl) {
+    hid_t g = H5I_INVALID_HID;
+    herr_t r = 0;
+    char path[300];
+    for (int i = 0; r >= 0 && i < s->n_names; i++) {
+        if (!has_stats(s->f, s->names[i].name)) continue;
+        if (g < 0 && (g = H5Gcreate2(f, "stats", H5P_DEFAULT, gcpl, H5P_DEFAULT)) < 0) return -1;
+        snprintf(path, sizeof path, "stats/%s", s->names[i].name);
+        r = H5Ocopy(s->f, path, g, s->names[i].name, H5P_DEFAULT, H5P_DEFAULT);
+    }
+    if (g >= 0) H5Gclose(g);
+    return r;
+}
+
 static int fsync_file(const char *path) {
     int fd = open(path, O_RDONLY);
     if (fd < 0) return -1;
@@ -157,6 +179,7 @@ int xshard_write(const char *dir, const char *file, const struct xshard *b, cons
     for (int c = 0; r >= 0 && c < 4; c++)
         r = put_dset(g, xshard_cols[c], NULL, b->n_tokens, b->cols[c]);
     if (g >= 0) H5Gclose(g);
+    if (r >= 0) r = copy_stats(f, s, gcpl);
     if (f >= 0 && H5Fclose(f) < 0) r = -1;
     H5Pclose(gcpl);
     if (r < 0) return ah_fail(err, AH_EIO, "%s: cannot write the shard (disk full?)", tmp);
@@ -229,6 +252,8 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
         size_t rb = x ? (size_t)x->elems * xkind_size(x->dst) : 8;
         ok = d >= 0 && hash_dset(d, n, rb, buf, buf_bytes, &h) == 0;
         if (d >= 0) H5Dclose(d);
+        // statistics added to the output since (`harvest stats`): the shard is written again
+        if (ok && x) ok = has_stats(s->f, x->name) == has_stats(f, x->name);
     }
     if (f >= 0) H5Fclose(f);
     free(buf);

@@ -22,7 +22,8 @@ static const char usage_text[] =
     "  init-model --family laguna --preset XS-2.1|XS.2|S-2.1|M.1 [--seed N] [--shards N] OUT_DIR\n"
     "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n"
     "  export OUT.h5 --shards DIR [--names N1,N2] [--dtype D] [--shard-tokens N] [--seed S]\n"
-    "         [--val FRACTION] [--allow-partial] [--quiet]  shuffled training shards\n";
+    "         [--val FRACTION] [--allow-partial] [--quiet]  shuffled training shards\n"
+    "  export OUT.h5 --probe DIR [--names N1,N2] [--pool last,mean]  pooled rows + fields\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

@@ -18,6 +18,7 @@
 // expert exchange grid.c's, the output side writer.c's (rows placed by rounds.c), and the tap
 // consumers consumers.c's (run.h, writer.h).
 #define _POSIX_C_SOURCE 200809L // defines: sigaction
+#include "harvest/export.h"     // xprobe_pool_output (the job key "pool")
 #include "harvest/writer.h"
 
 #include <cjson/cJSON.h>
@@ -439,6 +440,8 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
                                     .seconds_write = rr.col.seconds + rr.w.seconds,
                                     .bytes = rr.w.bytes};
 done:
+    if (rc == 0 && g.rank == 0 && pl.j.pool) // the job key "pool", on the complete output
+        rc = xprobe_pool_output(pl.j.out_path, pl.j.pool, err);
     rank_free(&rr, rc == 0);
     writer_close(&rr.w);
     outlock_release(&lock);

@@ -277,7 +277,8 @@ int plan_data(struct plan *pl, int rank, struct ah_error *err) {
         struct ds_spec spec = {j->data_path,      j->data_format,
                                j->data_field,     m->tok,
                                m->md.dir,         j->pack ? j->max_seq_len : 0,
-                               j->pack_separator, j->pack_bos};
+                               j->pack_separator, j->pack_bos,
+                               j->fields,         j->n_fields}; // data.fields
         rc = ds_load(ds, &spec, cap, m->vocab, spill, err);
     }
     if ((rc = run_agree(rc, err)) < 0) {

@@ -176,6 +176,8 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .n_truncated = pl->ds.n_truncated,
         .provenance = prov,
         .model_fingerprint = fp,
+        .fields = pl->ds.fields, // data.fields (rank 0 read them)
+        .n_fields = pl->ds.n_fields,
     };
     if (rc == 0)
         rc = h5m_open(&w->mst, &hp, pl->dsets, pl->n_dsets, exists && o->resume, done, &w->run,

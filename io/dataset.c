@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: fseeko
 #include "io/dataset.h"
 
+#include "io/dsfields.h"
 #include "io/textin.h"
 #include "io/tokenizer.h"
 #include "model/ah.h"
@@ -272,15 +273,20 @@ done:
 
 // joins the documents of p, the separator between two, and cuts contexts of len tokens, each
 // starting with bos when given; the new ids go to k
-static int pack(struct ds_prompts *p, struct idsink *k, int64_t len, int64_t sep, int64_t bos) {
+// (doc[c]: the document of context c's first token, for the fields; n_ctx + 1 entries)
+static int pack(struct ds_prompts *p, struct idsink *k, int64_t len, int64_t sep, int64_t bos,
+                int64_t **doc) {
     int64_t body = bos >= 0 ? len - 1 : len, total = p->n_tokens + (sep >= 0 ? p->n - 1 : 0);
     int64_t n_ctx = p->n ? (total + body - 1) / body : 0;
     int64_t *src = malloc((size_t)(n_ctx + 1) * sizeof *src);
     int64_t *ln = malloc((size_t)(n_ctx + 1) * sizeof *ln),
             *off = malloc((size_t)(n_ctx + 1) * sizeof *off);
+    *doc = malloc((size_t)(n_ctx + 1) * sizeof **doc);
     int64_t piece[4096], np = 0; // ids on their way to the sink
     struct ds_prompts out = {0}; // counts the sink's tokens
-    int rc = src && ln && off ? 0 : nomem(k->err, "the packed contexts", 24 * (size_t)(n_ctx + 1));
+    int rc = src && ln && off && *doc
+                 ? 0
+                 : nomem(k->err, "the packed contexts", 32 * (size_t)(n_ctx + 1));
     int64_t c = 0, t = 0, in_ctx = body; // in_ctx == body: start a new context
     for (int64_t d = 0; rc == 0 && d < p->n; d++) {
         int64_t first = d > 0 && sep >= 0 ? -1 : 0; // -1: the separator before the document
@@ -288,6 +294,7 @@ static int pack(struct ds_prompts *p, struct idsink *k, int64_t len, int64_t sep
             if (in_ctx == body) {
                 off[c] = t;
                 src[c] = p->source[d];
+                (*doc)[c] = d;
                 ln[c] = 0;
                 c++;
                 in_ctx = 0;
@@ -372,8 +379,12 @@ static int on_line(void *u, const char *text, size_t len, const char *where, lon
             i++;
         }
     }
+    if (rc == 0) rc = dsf_line(l->p, o, where, l->err);
     cJSON_Delete(o);
-    return rc < 0 ? rc : add_prompt(l, index, where, key);
+    int64_t n0 = l->p->n;
+    if (rc == 0) rc = add_prompt(l, index, where, key);
+    if (rc == 0 && l->p->n == n0) dsf_drop(l->p, n0); // empty: not kept
+    return rc;
 }
 
 int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_at, int64_t vocab,
@@ -389,6 +400,12 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
     bool per_file = !strcmp(s.format, "text-files");
     struct text_source src = {.raw_lines = !per_file, .per_file = per_file};
     int rc = sink_open(&l.sink, spill, err);
+    if (rc == 0 && s.n_fields && strcmp(s.format, "jsonl"))
+        rc = ah_fail(err, AH_EINVAL,
+                     "\"data.fields\": fields are keys of JSON Lines objects; \"data.format\" "
+                     "is \"%s\"",
+                     s.format);
+    if (rc == 0) rc = dsf_begin(p, &s, err);
     if (rc == 0)
         rc = !strcmp(s.format, "megatron") ? load_megatron(&l, s.path)
                                            : text_read(&src, s.path, on_line, &l, err);
@@ -410,8 +427,11 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
     }
     if (rc == 0 && s.pack_len > 0) { // the documents' ids, read once, become the contexts'
         struct idsink k;
+        int64_t *doc = NULL;
         if ((rc = sink_open(&k, spill ? tmp : NULL, err)) == 0)
-            rc = pack(p, &k, s.pack_len, s.pack_separator, s.pack_bos);
+            rc = pack(p, &k, s.pack_len, s.pack_separator, s.pack_bos, &doc);
+        if (rc == 0) rc = dsf_remap(p, doc, p->n, err);
+        free(doc);
         drop_ids(p);
         if (rc == 0) rc = sink_finish(&k, p, spill ? tmp : NULL, err);
         if (k.f) fclose(k.f);
@@ -421,6 +441,7 @@ int ds_load(struct ds_prompts *p, const struct ds_spec *spec, int64_t truncate_a
         if (spill && rc < 0) remove(tmp);
     }
     free(tmp);
+    if (rc == 0) dsf_finish(p);
     if (l.sink.f) fclose(l.sink.f);
     free(l.sink.mem);
     if (rc < 0) ds_free(p);
@@ -432,5 +453,6 @@ void ds_free(struct ds_prompts *p) {
     free(p->len);
     free(p->off);
     drop_ids(p);
+    dsf_free(p);
     memset(p, 0, sizeof *p);
 }

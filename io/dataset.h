@@ -11,11 +11,38 @@
 #ifndef AH_DATASET_H
 #define AH_DATASET_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 struct ah_error;
 struct tokenizer;
+
+// Per-prompt fields (data.fields, JSON Lines only): a key of each line's object copied as the
+// prompt's label, typed. A line without the key (or with null) takes the default, else is an
+// error naming the file, the line and the field; so is a value of another type.
+enum ds_ftype { DS_INT, DS_FLOAT, DS_BOOL, DS_STRING }; // int64, float64, bool, UTF-8 text
+struct ds_field_spec {
+    char *name; // the JSON key, also the dataset's name (/prompts/NAME)
+    enum ds_ftype type;
+    bool has_default;
+    int64_t def_i; // DS_INT, DS_BOOL (0/1)
+    double def_f;  // DS_FLOAT
+    char *def_s;   // DS_STRING
+};
+static inline const char *ds_ftype_name(enum ds_ftype t) { // the job file's type names
+    return t == DS_INT ? "int" : t == DS_FLOAT ? "float" : t == DS_BOOL ? "bool" : "string";
+}
+
+// One field's values for the prompts kept (the same rows as the prompt tables).
+struct ds_field {
+    const struct ds_field_spec *spec; // borrowed from the ds_spec
+    void *v;                          // (n) int64_t, double or uint8_t; strings: (n) int64_t
+                                      // offsets into s (each NUL-terminated); owned
+    char *s;                          // strings' bytes; owned
+    int64_t s_len, s_cap, cap;
+    int64_t max_len; // longest string in bytes (the stored fixed length)
+};
 
 struct ds_prompts {
     int64_t n;       // prompts kept
@@ -30,6 +57,8 @@ struct ds_prompts {
     int64_t longest;     // longest prompt after truncation
     void *map;           // ids mapped from a spill file (else malloc'd)
     size_t map_bytes;
+    struct ds_field *fields; // (n_fields) the data.fields values, rank 0 only; owned
+    int n_fields;
 };
 
 struct ds_spec {
@@ -41,6 +70,8 @@ struct ds_spec {
     int pack_len;          // > 0: pack into contexts of this many tokens
     int pack_separator;    // -1: none
     int pack_bos;          // -1: none
+    const struct ds_field_spec *fields; // (n_fields) data.fields; borrowed
+    int n_fields;
 };
 
 // Loads every prompt, reading the data once. Prompts longer than truncate_at tokens are cut. Ids

@@ -6,6 +6,7 @@
 
 #include "io/fingerprint.h"
 #include "io/h5attr.h"
+#include "io/h5fields.h"
 #include "io/halfconv.h"
 #include "model/ah.h"
 
@@ -540,6 +541,7 @@ static int write_index(const struct h5out_params *p, struct ah_error *err) {
                  "write /prompts and /tokens");
     for (int i = 4; i < 6; i++) // made from the lengths, a piece at a time
         CHECK_H5(write_by_token(f, table_names[i], p, i == 4), path, "write /tokens");
+    if ((rc = h5fields_write(f, p->fields, p->n_fields, p->n_prompts, path, err)) < 0) goto fail;
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, path, "close the index file");
@@ -756,6 +758,13 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
             H5Gclose(g);
             g = H5I_INVALID_HID;
         }
+    }
+    if (m->p.n_fields) { // data.fields: /prompts/NAME over the index's
+        char src[PATH_MAX_];
+        const char *slash = strrchr(m->p.path, '/');
+        snprintf(src, sizeof src, "%s.parts/index.h5", slash ? slash + 1 : m->p.path);
+        if ((rc = h5fields_map(f, src, m->p.fields, m->p.n_fields, m->p.n_prompts, tmp, err)) < 0)
+            goto fail;
     }
     CHECK_H5(g = H5Gcreate2(f, "activations", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp,
              "make a group");

@@ -29,6 +29,7 @@
 #include <stdio.h>
 
 struct ah_error;
+struct ds_field;
 
 enum h5out_store { H5OUT_F32, H5OUT_F16, H5OUT_BF16 }; // storage of float activations
 
@@ -107,6 +108,9 @@ struct h5out_params {
     // JSON text (io/fingerprint.h) of the model's files, kept in the provenance as
     // "model_fingerprint"; --resume requires the same (an output without one is taken as is)
     const char *model_fingerprint;
+    // data.fields (io/h5fields.h): /prompts/NAME in the index, mapped into the master
+    const struct ds_field *fields; // (n_fields) borrowed; rank 0 only
+    int n_fields;
 };
 
 // Creates a new output (the caller has removed any old one), or with resume takes over the one at

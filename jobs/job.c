@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: strdup
 #include "jobs/job.h"
 
+#include "jobs/jobfields.h"
 #include "model/ah.h"
 
 #include <cjson/cJSON.h>
@@ -103,9 +104,10 @@ static int line_of(const char *text, const char *at) {
     return line;
 }
 
-static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
-                                       "batch_size", "output", "parallel",    NULL};
-static const char *const data_keys[] = {"path", "format", "field", "pack", NULL};
+static const char *const top_keys[] = {"model",       "data",       "activations",
+                                       "max_seq_len", "batch_size", "output",
+                                       "parallel",    "pool",       NULL};
+static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
     "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
@@ -161,6 +163,8 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                        "%s: \"data.format\": \"%s\" is not supported (expected \"jsonl\", "
                        "\"text\", \"text-files\" or \"megatron\")",
                        path, j->data_format);
+    if (cJSON_IsObject(data) && (rc = job_parse_fields(j, data, path, err)) < 0) return rc;
+    if ((rc = job_parse_pool(j, root, path, err)) < 0) return rc;
 
     const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");
     if (!cJSON_IsArray(acts) || cJSON_GetArraySize(acts) == 0)
@@ -284,6 +288,7 @@ void job_free(struct job *j) {
     free(j->data_path);
     free(j->data_format);
     free(j->data_field);
+    job_free_fields(j);
     free(j->out_path);
     memset(j, 0, sizeof *j);
 }

@@ -3,6 +3,7 @@
 #ifndef AH_JOB_H
 #define AH_JOB_H
 
+#include "io/dataset.h" // struct ds_field_spec (data.fields)
 #include "model/tap.h"
 
 #include <stdint.h>
@@ -25,6 +26,9 @@ struct job {
     bool pack;          // data.pack: documents joined and cut into max_seq_len contexts
     int pack_separator; // token between documents, -1 for none
     int pack_bos;       // token that starts every context, -1 for none
+    struct ds_field_spec *fields; // (n_fields) data.fields (jobs/jobfields.c); owned
+    int n_fields;
+    unsigned pool;      // "pool": bit 0 last, bit 1 mean (jobs/jobfields.c); 0: none
     char **activations; // (n_activations) names or globs as written; owned
     int n_activations;
     int max_seq_len; // 0: the longest prompt, capped by the model

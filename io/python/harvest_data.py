@@ -1,8 +1,9 @@
 """harvest_data: fast reading of harvest's training shards and outputs (numpy; torch optional).
 
-    from harvest_data import Shards, open_output, stats
+    from harvest_data import Shards, open_output, stats, Probe
     for x in Shards("shards").batches("decoder_3_output", 4096, seed=0, torch=True):
         ...                                   # x: a torch tensor [4096, 384], shuffled
+    X, y = Probe("probe").arrays("decoder_3_output", "label")   # `harvest export --probe`
 
 Shards (written by `harvest export OUT.h5 --shards DIR`) hold contiguous datasets, so a run of rows
 is one read at the dataset's file offset: no HDF5 call per batch, and bfloat16 (stored as its raw
@@ -15,7 +16,7 @@ import sys
 
 import numpy as np
 
-__all__ = ["Shards", "open_output", "stats", "widen_bf16"]
+__all__ = ["Shards", "open_output", "stats", "widen_bf16", "Probe"]
 
 
 def widen_bf16(u16):
@@ -264,8 +265,14 @@ class Output:
         self.n_prompts = len(self.length)
         self.n_tokens = self.f["tokens/input_ids"].shape[0]
         self.names = sorted(self.f["activations"].keys())
+        self.fields = sorted(k for k in self.f["prompts"]
+                             if "field_type" in self.f["prompts/" + k].attrs)  # data.fields
         self._maps = {}
         self._files = {}
+
+    def field(self, name):
+        """a data.fields column, one value a prompt: int64, float64, bool or str"""
+        return _field(self.f["prompts/" + name])
 
     def _map(self, name):
         """[(v0, v1, file, dataset, s0)]: virtual rows [v0, v1) are rows s0.. of file/dataset."""
@@ -368,9 +375,12 @@ def stats(path, name=None):
     norm_mean, norm_var, sae_scale}} from /stats/NAME (issue 12), or one name's dict. None when
     the file has none (outputs written before statistics existed; `harvest stats` adds them)."""
     import h5py
-    if os.path.isdir(path):
-        path = os.path.join(path, json.load(open(os.path.join(path, "manifest.json")))
-                            ["splits"]["train"]["shards"][0]["file"])
+    if os.path.isdir(path):  # an export: every shard holds the output's /stats of its names
+        splits = json.load(open(os.path.join(path, "manifest.json")))["splits"]
+        files = [s["file"] for k in ("train", "val") for s in splits[k]["shards"]]
+        if not files:
+            return None
+        path = os.path.join(path, files[0])
     with h5py.File(path, "r") as f:
         if "stats" not in f:
             return None
@@ -383,3 +393,63 @@ def stats(path, name=None):
         if name not in out:
             raise KeyError(f"{path}: no statistics for {name!r} (it has {sorted(out)})")
         return out[name]
+
+
+def _field(ds):
+    """A /prompts/FIELD dataset as numpy: int64, float64, bool, or str objects (UTF-8 text)."""
+    t = ds.attrs.get("field_type", "")
+    t = t.decode() if isinstance(t, bytes) else t
+    return ds.asstr()[:] if t == "string" else ds[:]
+
+
+class Probe:
+    """One row a prompt for probes: `harvest export OUT.h5 --probe DIR` (DIR/probe.h5), or an
+    output whose job had "pool" (its /pooled). Pooled values are float32 [n_prompts, ...]:
+    /pooled/NAME/last (the prompt's last token) and /pooled/NAME/mean (the mean over its tokens);
+    fields (data.fields) come typed: int64, float64, bool, str.
+
+        X, y = Probe("probe").arrays("decoder_3_output", "label", pool="mean")
+        sklearn.linear_model.LogisticRegression().fit(X, y)
+    """
+
+    def __init__(self, path):
+        import h5py
+        if os.path.isdir(path):
+            path = os.path.join(path, "probe.h5")
+        self.path = path
+        with h5py.File(path, "r") as f:
+            if "pooled" not in f:
+                raise ValueError(f"{path}: no /pooled (write one with `harvest export OUT.h5 "
+                                 f"--probe DIR`, or give the job \"pool\")")
+            self.names = sorted(f["pooled"])
+            self.pools = sorted(f["pooled/" + self.names[0]]) if self.names else []
+            self.fields = sorted(k for k in f["prompts"] if "field_type" in f["prompts/" + k].attrs)
+            self.n_prompts = int(f["prompts/length"].shape[0])
+
+    def X(self, name, pool="mean", flat=True):
+        """float32 [n_prompts, d] (flat=False: the row's own shape, e.g. [n, head, head_dim])"""
+        import h5py
+        with h5py.File(self.path, "r") as f:
+            key = f"pooled/{name}/{pool}"
+            if key not in f:
+                raise KeyError(f"{self.path}: no /{key} (names {self.names}, pools {self.pools})")
+            x = f[key][:]
+        return x.reshape(len(x), -1) if flat else x
+
+    def y(self, field):
+        """the field's values a prompt (a table: prompt_index, source_index, length, too)"""
+        import h5py
+        with h5py.File(self.path, "r") as f:
+            if "prompts/" + field not in f:
+                raise KeyError(f"{self.path}: no /prompts/{field} (fields {self.fields})")
+            return _field(f["prompts/" + field])
+
+    def arrays(self, name, field, pool="mean"):
+        """(X, y) for scikit-learn"""
+        return self.X(name, pool), self.y(field)
+
+    def torch_dataset(self, name, field, pool="mean"):
+        """a TensorDataset of (x, y); string fields are not tensors: map them to ints first"""
+        import torch
+        return torch.utils.data.TensorDataset(torch.from_numpy(self.X(name, pool)),
+                                              torch.from_numpy(np.asarray(self.y(field))))
