@@ -5,6 +5,7 @@
 #include "io/h5out.h"
 
 #include "io/fingerprint.h"
+#include "io/fsutil.h"
 #include "io/h5attr.h"
 #include "io/halfconv.h"
 #include "model/ah.h"
@@ -98,15 +99,6 @@ static void choose_chunk(const struct h5out_dset *d, size_t esize, int64_t max_r
         }
         chunk[big] = (chunk[big] + 1) / 2;
     }
-}
-
-// durability: a closed file's bytes reach the disk before anything lists it
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int r = fsync(fd);
-    close(fd);
-    return r;
 }
 
 static herr_t write_1d(hid_t loc, const char *name, const int64_t *v, int64_t n) {
@@ -543,7 +535,7 @@ static int write_index(const struct h5out_params *p, struct ah_error *err) {
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, path, "close the index file");
-    if (fsync_path(path) != 0) rc = ah_fail(err, AH_EIO, "%s: fsync: %s", path, strerror(errno));
+    if (fs_sync_path(path) != 0) rc = ah_fail(err, AH_EIO, "%s: fsync: %s", path, strerror(errno));
 fail:
     if (f >= 0) H5Fclose(f);
     return rc;
@@ -785,7 +777,7 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, tmp, "close the master file");
-    if (fsync_path(tmp) != 0 || rename(tmp, m->p.path) != 0) {
+    if (fs_replace(tmp, m->p.path) != 0) {
         rc = ah_fail(err, AH_EIO, "%s: cannot replace the master file: %s", m->p.path,
                      strerror(errno));
         goto fail;

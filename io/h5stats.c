@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: fsync, open
 #include "io/h5stats.h"
 
+#include "io/fsutil.h"
 #include "io/h5attr.h"
 #include "model/ah.h"
 #include "model/tap.h"
@@ -513,17 +514,9 @@ static int copy_file(const char *from, const char *to, struct ah_error *err) {
                   : 0;
 }
 
-// fsyncs path (a file or a folder); 0 or -1
-static int sync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    int r = fd < 0 ? -1 : fsync(fd);
-    if (fd >= 0) close(fd);
-    return r;
-}
-
 // the master, replaced whole: copy to PATH.tmp, add /stats there, fsync, rename over PATH
 static int replace_master(const char *path, const struct result *res, int n, struct ah_error *err) {
-    char tmp[4200], dir[4200];
+    char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int rc = copy_file(path, tmp, err);
     if (rc < 0) return rc;
@@ -545,9 +538,7 @@ static int replace_master(const char *path, const struct result *res, int n, str
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     H5TRY(r, tmp, "close the master");
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
-    if (sync_path(tmp) < 0 || rename(tmp, path) < 0 || sync_path(dir) < 0)
+    if (fs_replace(tmp, path) < 0)
         rc = ah_fail(err, AH_EIO, "%s: cannot replace the master with %s", path, tmp);
 fail:
     if (g >= 0) H5Gclose(g);
