@@ -57,20 +57,12 @@ static herr_t attr_i64(hid_t obj, const char *name, int64_t value) {
     return h5attr_put_num(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
+// a 1-D string attribute of n axis names
 static herr_t attr_strs(hid_t obj, const char *name, int n, const char (*values)[TAP_AXIS_MAX]) {
     const char *v[TAP_MAX_DIMS];
     for (int i = 0; i < n; i++)
         v[i] = values[i];
-    hsize_t d = (hsize_t)n;
-    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate_simple(1, &d, NULL), a = H5I_INVALID_HID;
-    herr_t r = H5Tset_size(t, H5T_VARIABLE);
-    if (r >= 0) r = H5Tset_cset(t, H5T_CSET_UTF8);
-    if (r >= 0) r = (a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) < 0 ? -1 : 0;
-    if (r >= 0) r = H5Awrite(a, t, v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(s);
-    H5Tclose(t);
-    return r;
+    return h5attr_put_strs(obj, name, n, v);
 }
 
 // Chunk: whole rows while small, several rows up to CHUNK_TARGET; a row above CHUNK_MAX is split
