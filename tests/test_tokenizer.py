@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import sys
 
-from util import HERE, args, check, finish, npm_packages, run
+from util import HERE, args, check, finish, npm_packages, run, same_ids
 
 harvest, work = args()
 JS = os.path.join(HERE, "js")
@@ -104,16 +104,7 @@ for name, tj in TOKENIZERS.items():
     out = f"{work}/{name}.jsonl"
     run(harvest, "tokenize", tj, f"{work}/cases/*.txt", "--per-file", "--quiet", "-o", out, check=0)
     got = read_ids(out)
-    check(len(got) == len(want) == len(files), f"{name}: {len(got)} results, {len(want)} expected")
-    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-    for i in bad[:5]:
-        g, w = got[i], want[i]
-        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
-        print(f"  {name} case {i} ({open(files[i], 'rb').read()[:80]!r}): first difference at {k}: "
-              f"harvest {g[max(0, k - 2):k + 4]}, reference {w[max(0, k - 2):k + 4]}")
-    check(not bad, f"{name}: {len(bad)} of {len(files)} cases differ from the JS reference")
-    if not bad:
-        print(f"{name}: {len(files)} cases, {sum(map(len, want))} ids, identical to the JS reference", flush=True)
+    same_ids(name, got, want, files)
 
     # decoding gives back the text: encoded without special tokens, decoded as it is
     src = f"{work}/{name}_fixed.jsonl"

@@ -30,7 +30,7 @@ import random
 import subprocess
 import sys
 
-from util import HERE, args, check, finish, npm_packages, run
+from util import HERE, args, check, finish, npm_packages, run, same_ids
 
 harvest, work = args()
 JS = os.path.join(HERE, "js")
@@ -131,15 +131,7 @@ for name, (tj, ref) in TOKENIZERS.items():
         continue
     got = ids_of(out)
     ids_by_name[name] = got
-    check(len(got) == len(want) == len(files), f"{name}: {len(got)} results, {len(want)} expected")
-    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-    for i in bad[:5]:
-        g, w = got[i], want[i]
-        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
-        print(f"  {name} case {i} ({open(files[i], 'rb').read()[:80]!r}): first difference at {k}: "
-              f"harvest {g[max(0, k - 2):k + 4]}, reference {w[max(0, k - 2):k + 4]}")
-    if check(not bad, f"{name}: {len(bad)} of {len(files)} cases differ from the JS reference"):
-        print(f"{name}: {len(files)} cases, {sum(map(len, want))} ids, identical to the JS reference", flush=True)
+    same_ids(name, got, want, files)
 
     # decode(encode(text)), without special tokens, against the reference's decoding of the same ids
     texts = FIXED + EXTRA

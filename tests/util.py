@@ -181,6 +181,23 @@ def compare_row(name, got, c, want, rtol):
     return err
 
 
+def same_ids(name, got, want, files):
+    """Checks that harvest's token ids got equal the reference's want, one list per case file of
+    files (the tokenizer tests), printing the first difference of up to five cases. Returns the
+    indices of the cases that differ."""
+    check(len(got) == len(want) == len(files), f"{name}: {len(got)} results, {len(want)} expected")
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    for i in bad[:5]:
+        g, w = got[i], want[i]
+        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
+        print(f"  {name} case {i} ({open(files[i], 'rb').read()[:80]!r}): first difference at {k}: "
+              f"harvest {g[max(0, k - 2):k + 4]}, reference {w[max(0, k - 2):k + 4]}")
+    if check(not bad, f"{name}: {len(bad)} of {len(files)} cases differ from the JS reference"):
+        print(f"{name}: {len(files)} cases, {sum(map(len, want))} ids, identical to the JS reference",
+              flush=True)
+    return bad
+
+
 def check(cond, what):
     global failures
     if not cond:
