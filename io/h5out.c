@@ -142,6 +142,10 @@ static hid_t file_type(hid_t f16, hid_t bf16, enum h5out_store store, enum tap_d
     return store == H5OUT_F16 ? f16 : store == H5OUT_BF16 ? bf16 : H5T_IEEE_F32LE;
 }
 
+const char *h5out_dset_name(const struct h5out_dset *d) {
+    return d->alias ? d->alias : d->desc->name;
+}
+
 static bool by_token(const struct h5out_dset *d) {
     return !strcmp(d->axes[0], "token");
 }
@@ -330,7 +334,8 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
         if (r >= 0 && compression > 0) r = H5Pset_shuffle(dcpl);
         if (r >= 0 && compression > 0) r = H5Pset_deflate(dcpl, (unsigned)compression);
         if (r >= 0)
-            r = s->dset[i] = H5Dcreate2(g, e->desc->name, ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            r = s->dset[i] =
+                H5Dcreate2(g, h5out_dset_name(e), ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
         H5Pclose(dcpl);
         H5Sclose(sp);
         CHECK_H5(r, s->path, "create a segment dataset");
@@ -378,7 +383,7 @@ int h5seg_begin_round(struct h5seg *s, const struct h5out_run *rows, struct ah_e
             if (!s->stage[i - s->i0])
                 return ah_fail(err, AH_ENOMEM,
                                "%s: out of memory staging %zu bytes of %s for a round", s->path,
-                               need, d->desc->name);
+                               need, h5out_dset_name(d));
         }
     }
 fail:
@@ -433,7 +438,7 @@ int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *
             s->conv_n = s->conv ? (int64_t)ne : 0;
             if (!s->conv)
                 return ah_fail(err, AH_ENOMEM, "%s: out of memory: %zu bytes to convert %s",
-                               s->path, ne * 2, d->desc->name);
+                               s->path, ne * 2, h5out_dset_name(d));
         }
         dst = s->conv;
     }
@@ -752,7 +757,8 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
                            : m->p.store == H5OUT_BF16 ? (const void *)&nanbf
                                                       : (const void *)&nan32;
         hid_t ft = file_type(m->f16, m->bf16, m->p.store, d->desc->dtype);
-        if ((rc = master_dset(m, g, d->desc->name, i, ft, d->ndim, d->dims, fill, &ds, err)) < 0)
+        if ((rc = master_dset(m, g, h5out_dset_name(d), i, ft, d->ndim, d->dims, fill, &ds, err)) <
+            0)
             goto fail;
         char sem[TAP_MAX_DIMS][TAP_AXIS_MAX];
         memcpy(sem, d->desc->axes, sizeof sem);
@@ -761,6 +767,9 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
         CHECK_H5(attr_strs(ds, "stored_axes", d->ndim, d->axes), tmp, "write stored_axes");
         CHECK_H5(h5attr_put_str(ds, "dtype", tap_dtype_name(d->desc->dtype)), tmp, "write dtype");
         CHECK_H5(h5attr_put_str(ds, "meaning", d->desc->meaning), tmp, "write meaning");
+        if (d->alias)
+            CHECK_H5(h5attr_put_str(ds, "canonical_name", d->desc->name), tmp,
+                     "write canonical_name");
         H5Dclose(ds);
         ds = H5I_INVALID_HID;
     }
@@ -956,7 +965,7 @@ struct rec_names {
 static int token_major_listed(void *u, const char *name) {
     const struct rec_names *x = u;
     for (int i = x->r->i0; i < x->r->i1 && i < x->m->n; i++)
-        if (!strcmp(x->m->d[i].desc->name, name)) return by_token(&x->m->d[i]);
+        if (!strcmp(h5out_dset_name(&x->m->d[i]), name)) return by_token(&x->m->d[i]);
     return -1;
 }
 

@@ -3,6 +3,7 @@
 #include "jobs/job.h"
 
 #include "model/ah.h"
+#include "model/aliases.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -311,40 +312,85 @@ static int edit_distance(const char *a, const char *b) {
     return row[lb];
 }
 
-int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, uint8_t *want,
-               struct ah_error *err) {
+// pattern a of the job matches nothing: an error suggesting the three closest names
+static int no_match(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
+                    struct ah_error *err) {
+    const char *pat = j->activations[a];
+    int best[3] = {-1, -1, -1}, bd[3] = {1 << 30, 1 << 30, 1 << 30};
+    for (int i = 0; i < n_cat; i++) {
+        int d = edit_distance(pat, cat[i].name);
+        for (int k = 0; k < 3; k++) {
+            if (d >= bd[k]) continue;
+            for (int m = 2; m > k; m--) {
+                bd[m] = bd[m - 1];
+                best[m] = best[m - 1];
+            }
+            bd[k] = d;
+            best[k] = i;
+            break;
+        }
+    }
+    char sugg[256] = "";
+    for (int k = 0; k < 3 && best[k] >= 0; k++)
+        snprintf(sugg + strlen(sugg), sizeof sugg - strlen(sugg), "%s\"%s\"", k ? ", " : "",
+                 cat[best[k]].name);
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"activations[%d]\": \"%s\" matches no activation of the model; "
+                   "closest: %s (list them with `harvest activations MODEL_DIR`)",
+                   j->path, a, pat, sugg);
+}
+
+// pattern a of the job, a name no glob matched, taken as an alias (model/aliases.h): marks its
+// catalogue entry with bit 2 of want and the name in alias_of_id
+static int select_alias(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
+                        const char *family, uint8_t *want, const char **alias_of_id,
+                        struct ah_error *err) {
+    const char *pat = j->activations[a];
+    char canon[TAP_NAME_MAX + 128];
+    int r = alias_resolve(family, pat, canon, sizeof canon);
+    if (r == 0) return no_match(j, a, cat, n_cat, err);
+    if (r < 0)
+        return ah_fail(err, AH_EINVAL, "%s: \"activations[%d]\": \"%s\": %s", j->path, a, pat,
+                       canon);
+    int i = 0;
+    while (i < n_cat && strcmp(cat[i].name, canon))
+        i++;
+    if (i == n_cat)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"activations[%d]\": \"%s\" is an alias of \"%s\", which the %s "
+                       "model lacks (list its aliases with `harvest activations MODEL_DIR "
+                       "--aliases`)",
+                       j->path, a, pat, canon, family);
+    if (want[i] & 2)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"activations[%d]\": \"%s\" and \"%s\" are both \"%s\" (a value "
+                       "is stored once, under one name: ask for one)",
+                       j->path, a, alias_of_id[i], pat, canon);
+    want[i] |= 2;
+    alias_of_id[i] = pat;
+    return 0;
+}
+
+int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, const char *family,
+               uint8_t *want, const char **alias_of_id, struct ah_error *err) {
     for (int a = 0; a < j->n_activations; a++) {
-        const char *pat = j->activations[a];
-        int hits = 0;
+        int hits = 0, rc;
         for (int i = 0; i < n_cat; i++)
-            if (tap_glob_match(pat, cat[i].name)) {
-                want[i] = 1;
+            if (tap_glob_match(j->activations[a], cat[i].name)) {
+                want[i] |= 1;
                 hits++;
             }
-        if (hits) continue;
-        // the three closest names
-        int best[3] = {-1, -1, -1}, bd[3] = {1 << 30, 1 << 30, 1 << 30};
-        for (int i = 0; i < n_cat; i++) {
-            int d = edit_distance(pat, cat[i].name);
-            for (int k = 0; k < 3; k++) {
-                if (d >= bd[k]) continue;
-                for (int m = 2; m > k; m--) {
-                    bd[m] = bd[m - 1];
-                    best[m] = best[m - 1];
-                }
-                bd[k] = d;
-                best[k] = i;
-                break;
-            }
-        }
-        char sugg[256] = "";
-        for (int k = 0; k < 3 && best[k] >= 0; k++)
-            snprintf(sugg + strlen(sugg), sizeof sugg - strlen(sugg), "%s\"%s\"", k ? ", " : "",
-                     cat[best[k]].name);
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"activations[%d]\": \"%s\" matches no activation of the model; "
-                       "closest: %s (list them with `harvest activations MODEL_DIR`)",
-                       j->path, a, pat, sugg);
+        if (!hits && (rc = select_alias(j, a, cat, n_cat, family, want, alias_of_id, err)) < 0)
+            return rc;
+    }
+    for (int i = 0; i < n_cat; i++) {
+        if (want[i] == 3)
+            return ah_fail(err, AH_EINVAL,
+                           "%s: \"activations\": \"%s\" is an alias of \"%s\", which a name or "
+                           "glob of the job also asks for (a value is stored once, under one "
+                           "name: ask for one)",
+                           j->path, alias_of_id[i], cat[i].name);
+        want[i] = want[i] != 0;
     }
     return 0;
 }
