@@ -1,10 +1,12 @@
 """Aliases in a job's "activations" (issue 11 "Names"; model/aliases.c): TransformerLens hook names
 and Hugging Face module paths are stored under the name the job asked for, with an attribute
 canonical_name, holding bit for bit the value of the canonical name (a Laguna preset, one rank and
-two pipeline stages, both layouts); `harvest activations MODEL --aliases` lists exactly the
-reference's aliases (tests/ref/hf/aliases.py, for a Llama-like rotary family) whose canonical name
-the model has; an alias whose canonical name the model lacks, an unknown name, and one value asked
-for under two names are errors naming them."""
+two pipeline stages, both layouts). The table resolves every alias of the reference
+tests/ref/hf/aliases.py as the reference does, for each of its ten families (through
+tests/alias_dump.c), and refuses the names that are no alias; `harvest activations MODEL --aliases`
+lists exactly the reference's aliases (for a Llama-like rotary family) whose canonical name the
+model has. An alias whose canonical name the model lacks, an unknown name, and one value asked for
+under two names are errors naming them."""
 import json
 import os
 import subprocess
@@ -14,6 +16,7 @@ import numpy as np
 
 from util import MPI_ENV, args, check, finish, run, write_prompts
 from hf.aliases import aliases as ref_aliases
+from hf.config import FAMILIES
 
 harvest, work = args()
 model = f"{work}/laguna"
@@ -35,6 +38,35 @@ check("blocks.1.hook_resid_post" in want and "model.layers.1.mlp" in want, "the 
 text = run(harvest, "activations", model, "layers.1.layer_output", "--aliases", check=0).stdout.split()
 check(text == ["blocks.1.hook_resid_post", "layers.1.layer_output", "model.layers.1",
                "layers.1.layer_output"], f"--aliases with a glob, as text: {text}")
+
+
+# ---- the table against the reference for every family, through tests/alias_dump.c ----
+DUMP = os.path.join(os.path.dirname(harvest), "tests", "alias_dump")
+NOT_ALIASES = ["layers.0.layer_output", "blocks.x.hook_resid_pre", "blocks..hook_resid_pre",
+               "blocks.0.hook_resid_pre.", "model.layers.0.self_attn.q_proj", "blocks.0.hook_rot_q"]
+
+
+def dump(family, mode, names):
+    p = subprocess.run([DUMP, family, mode], input="".join(n + "\n" for n in names),
+                       capture_output=True, text=True, timeout=60)
+    check(p.returncode == 0, f"alias_dump {family} {mode}: exit {p.returncode}: {p.stderr}")
+    return {f[0]: f[1:] for f in (line.split("\t") for line in p.stdout.splitlines())}
+
+
+for arch, family in FAMILIES.items():
+    ref_f = ref_aliases({"architectures": [arch], "num_hidden_layers": 3})
+    got_f = dump(family, "resolve", list(ref_f) + NOT_ALIASES)
+    for name in list(ref_f) + NOT_ALIASES:
+        c = ref_f.get(name, "-")
+        g = got_f.get(name, ["?"])[0]
+        check(g == c or (c is None and g.startswith("!")),
+              f"{family}: {name} resolves to {g!r}, the reference to {c!r}")
+    canon = sorted({c for c in ref_f.values() if c}) + ["layers.0.attention_premix", "logits"]
+    of = dump(family, "of", canon)
+    for c in canon:
+        want_of = sorted(a for a, v in ref_f.items() if v == c)
+        check(sorted(of.get(c, [])) == want_of, f"{family}: aliases of {c}: {of.get(c)}, "
+              f"the reference {want_of}")
 
 
 def job(label, acts, **out):
