@@ -62,6 +62,34 @@ static int get_string(const cJSON *obj, const char *key, const char *path, const
     return *out ? 0 : -AH_ENOMEM;
 }
 
+// An optional string key that must be one of the NULL-terminated choices: *idx is its index
+// (unchanged when the key is absent); else an error listing the choices.
+static int get_choice(const cJSON *obj, const char *key, const char *path, const char *where,
+                      const char *const *choices, int *idx, struct ah_error *err) {
+    char *v = NULL;
+    int rc = get_string(obj, key, path, where, false, &v, err);
+    if (rc < 0 || !v) return rc;
+    int n = 0;
+    while (choices[n] && strcmp(choices[n], v))
+        n++;
+    if (choices[n]) {
+        *idx = n;
+        free(v);
+        return 0;
+    }
+    char expected[256] = ""; // "a", "b" or "c"
+    for (int k = 0; choices[k]; k++)
+        snprintf(expected + strlen(expected), sizeof expected - strlen(expected), "%s\"%s\"",
+                 k == 0           ? ""
+                 : choices[k + 1] ? ", "
+                                  : " or ",
+                 choices[k]);
+    rc = ah_fail(err, AH_EINVAL, "%s: \"%s%s\": \"%s\" (expected %s)", path, where, key, v,
+                 expected);
+    free(v);
+    return rc;
+}
+
 static int get_int(const cJSON *obj, const char *key, const char *path, const char *where, int lo,
                    int hi, int *out, struct ah_error *err) {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
@@ -194,37 +222,19 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
         return ah_fail(err, AH_EINVAL, "%s: \"output\": expected an object with at least \"path\"",
                        path);
     if ((rc = check_keys(out, out_keys, path, "output: ", err)) < 0) return rc;
-    char *opath = NULL, *dt = NULL, *lay = NULL;
+    char *opath = NULL;
     if ((rc = get_string(out, "path", path, "output.", true, &opath, err)) < 0) return rc;
     j->out_path = resolve(path, opath);
     free(opath);
-    if ((rc = get_string(out, "dtype", path, "output.", false, &dt, err)) < 0) return rc;
-    if (dt) {
-        j->out_dtype = !strcmp(dt, "float32")    ? JOB_F32
-                       : !strcmp(dt, "float16")  ? JOB_F16
-                       : !strcmp(dt, "bfloat16") ? JOB_BF16
-                                                 : (enum job_dtype) - 1;
-        if ((int)j->out_dtype < 0)
-            rc = ah_fail(err, AH_EINVAL,
-                         "%s: \"output.dtype\": \"%s\" (expected \"float32\", "
-                         "\"float16\" or \"bfloat16\")",
-                         path, dt);
-        free(dt);
-        if (rc < 0) return rc;
-    }
-    if ((rc = get_string(out, "layout", path, "output.", false, &lay, err)) < 0) return rc;
-    if (lay) {
-        j->layout = !strcmp(lay, "prompt")  ? JOB_LAYOUT_PROMPT
-                    : !strcmp(lay, "token") ? JOB_LAYOUT_TOKEN
-                                            : (enum job_layout) - 1;
-        if ((int)j->layout < 0)
-            rc = ah_fail(err, AH_EINVAL,
-                         "%s: \"output.layout\": \"%s\" (expected \"prompt\" or "
-                         "\"token\")",
-                         path, lay);
-        free(lay);
-        if (rc < 0) return rc;
-    }
+    // in the order of enum job_dtype and enum job_layout
+    static const char *const dtypes[] = {"float32", "float16", "bfloat16", NULL};
+    static const char *const layouts[] = {"prompt", "token", NULL};
+    int dt = JOB_F32, lay = JOB_LAYOUT_PROMPT;
+    if ((rc = get_choice(out, "dtype", path, "output.", dtypes, &dt, err)) < 0 ||
+        (rc = get_choice(out, "layout", path, "output.", layouts, &lay, err)) < 0)
+        return rc;
+    j->out_dtype = (enum job_dtype)dt;
+    j->layout = (enum job_layout)lay;
     j->checkpoint_seconds = 60;
     if ((rc = get_int(out, "compression", path, "output.", 0, 9, &j->compression, err)) < 0 ||
         (rc = get_int(out, "checkpoint_seconds", path, "output.", 0, 1 << 30,
