@@ -1,12 +1,12 @@
 // export_shard.c - one training shard on disk: an HDF5 file of contiguous datasets (no chunks, no
 // filters), so a reader can take any run of rows straight from the dataset's file offset.
-#define _POSIX_C_SOURCE 200809L // defines: fsync, open
+#define _POSIX_C_SOURCE 200809L // defines: access
 #include "harvest/export.h"
 #include "io/feistel.h"
+#include "io/fsutil.h"
 #include "io/h5attr.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,14 +154,6 @@ static herr_t copy_stats(hid_t f, const struct xsrc *s, hid_t gcpl) {
     return r;
 }
 
-static int fsync_file(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int r = fsync(fd);
-    close(fd);
-    return r;
-}
-
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
                  const struct xshard_meta *m, struct ah_error *err) {
     char path[4200], tmp[4210];
@@ -183,7 +175,7 @@ int xshard_write(const char *dir, const char *file, const struct xshard *b, cons
     if (f >= 0 && H5Fclose(f) < 0) r = -1;
     H5Pclose(gcpl);
     if (r < 0) return ah_fail(err, AH_EIO, "%s: cannot write the shard (disk full?)", tmp);
-    if (fsync_file(tmp) != 0 || rename(tmp, path) != 0 || fsync_file(dir) != 0)
+    if (fs_replace(tmp, path) != 0)
         return ah_fail(err, AH_EIO, "%s: cannot finish the shard: %s", path, strerror(errno));
     return 0;
 }

@@ -41,27 +41,6 @@ void xkind_convert(void *dst, enum xkind dk, const void *src, enum xkind sk, int
 // attributes and tables
 
 // A string attribute (scalar: n = 1, or a 1-D array of at most max) into out[max][len].
-static int attr_strs(hid_t obj, const char *name, char *out, int len, int max) {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), sp = H5Aget_space(a);
-    hid_t t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    hssize_t n = H5Sget_simple_extent_npoints(sp);
-    char *v[X_MAX_DIMS + 1] = {0};
-    int rc = -1;
-    if (a >= 0 && n >= 1 && n <= max && n <= X_MAX_DIMS + 1 && H5Aread(a, t, v) >= 0) {
-        for (hssize_t k = 0; k < n; k++)
-            snprintf(out + k * len, (size_t)len, "%s", v[k] ? v[k] : "");
-        H5Dvlen_reclaim(t, sp, H5P_DEFAULT, v);
-        rc = (int)n;
-    }
-    H5Tclose(t);
-    H5Sclose(sp);
-    if (a >= 0) H5Aclose(a);
-    return rc;
-}
-
 // A whole 1-D int64 dataset of n entries (n: its length if *n < 0) into a malloc'd array.
 static int64_t *read_table(hid_t f, const char *name, int64_t *n) {
     hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
@@ -139,7 +118,7 @@ static int describe(hid_t f, const char *name, bool *token_layout, struct xname 
     hid_t sp = H5Dget_space(x->ds), t = H5Dget_type(x->ds);
     hsize_t d[X_MAX_DIMS + 1];
     int nd = H5Sget_simple_extent_ndims(sp);
-    int na = attr_strs(x->ds, "stored_axes", axes[0], 64, X_MAX_DIMS + 1);
+    int na = h5attr_get_strs(x->ds, "stored_axes", axes[0], 64, X_MAX_DIMS + 1);
     int ok = nd >= 1 && nd <= X_MAX_DIMS + 1 && na == nd && t >= 0;
     if (ok) H5Sget_simple_extent_dims(sp, d, NULL);
     if (ok && H5Tget_class(t) == H5T_INTEGER) {

@@ -1,6 +1,7 @@
 // inspect.c - `harvest activations` (the catalogue of a model) and `harvest inspect` (an output).
 #define _POSIX_C_SOURCE 200809L // defines: access
 #include "harvest/harvest.h"
+#include "model/aliases.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -9,12 +10,46 @@
 #include <string.h>
 #include <unistd.h>
 
+// `harvest activations MODEL --aliases`: each alias the model accepts (model/aliases.h) and the
+// catalogue name it stands for, in catalogue order (GLOB filters the catalogue names)
+static int list_aliases(const struct model *m, const char *glob, bool json) {
+    cJSON *arr = json ? cJSON_CreateArray() : NULL;
+    int shown = 0;
+    char alias[TAP_NAME_MAX + 64];
+    for (int i = 0; i < m->n_cat; i++) {
+        const char *name = m->cat[i].name;
+        if (glob && !tap_glob_match(glob, name)) continue;
+        for (int k = 0; alias_of(m->family, name, k, alias, sizeof alias); k++, shown++) {
+            if (!json) {
+                printf("%-40s %s\n", alias, name);
+                continue;
+            }
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "alias", alias);
+            cJSON_AddStringToObject(o, "canonical_name", name);
+            cJSON_AddItemToArray(arr, o);
+        }
+    }
+    if (json) {
+        char *s = cJSON_Print(arr);
+        puts(s ? s : "[]");
+        free(s);
+        cJSON_Delete(arr);
+    }
+    if (!shown)
+        fprintf(stderr, "harvest: the %s model has no aliases%s%s\n", m->family,
+                glob ? " for names matching " : "", glob ? glob : "");
+    return 0;
+}
+
 int cmd_activations(int argc, char **argv) {
     const char *dir = NULL, *glob = NULL;
-    bool json = false;
+    bool json = false, aliases = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
+        else if (!strcmp(argv[i], "--aliases"))
+            aliases = true;
         else if (!dir)
             dir = argv[i];
         else if (!glob)
@@ -23,13 +58,18 @@ int cmd_activations(int argc, char **argv) {
             dir = NULL, i = argc;
     }
     if (!dir) {
-        fprintf(stderr, "usage: harvest activations MODEL_DIR [GLOB] [--json]\n");
+        fprintf(stderr, "usage: harvest activations MODEL_DIR [GLOB] [--json] [--aliases]\n");
         return 1;
     }
     struct model m;
     struct ah_error err = {0};
     int rc = model_load(&m, dir, false, &err);
     if (rc < 0) return report(rc, &err);
+    if (aliases) {
+        rc = list_aliases(&m, glob, json);
+        model_free(&m);
+        return rc;
+    }
     cJSON *arr = json ? cJSON_CreateArray() : NULL;
     int shown = 0;
     for (int i = 0; i < m.n_cat; i++) {

@@ -11,7 +11,7 @@
 static const char usage_text[] =
     "usage: harvest COMMAND ...\n"
     "  run JOB.json [--resume | --overwrite] [--quiet]   harvest activations into HDF5\n"
-    "  activations MODEL_DIR [GLOB] [--json]            list the named activations\n"
+    "  activations MODEL_DIR [GLOB] [--json] [--aliases] list the named activations (or aliases)\n"
     "  inspect OUT.h5 [--text P [--tokenizer PATH]]     summarise an output file\n"
     "  stats OUT.h5 [--names GLOB,..] [--quiet] | --print [GLOB]  per-feature statistics\n"
     "  tokenize MODEL_DIR_OR_TOKENIZER FILE... [--decode] text <-> token ids (JSON Lines)\n"

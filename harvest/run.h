@@ -33,6 +33,7 @@ struct plan {
     struct ds_prompts ds;
     uint8_t *want;            // (n_cat) requested
     int *dset_of_id;          // (n_cat) index in dsets, or -1
+    const char **alias_of_id; // (n_cat) the job's alias it is stored under, or NULL; owned array
     struct h5out_dset *dsets; // (n_dsets) catalogue order
     int n_dsets;
     int64_t S;           // max_seq_len

@@ -41,9 +41,9 @@ static int check_token_layout(const struct job *j, const struct model *m, const 
 }
 
 // Stored shape of each wanted activation.
-static int build_dsets(const struct model *m, const uint8_t *want, enum job_layout layout,
-                       int64_t S, int64_t n_prompts, int64_t n_tokens, struct h5out_dset *d,
-                       int *dset_of_id) {
+static int build_dsets(const struct model *m, const uint8_t *want, const char **alias_of_id,
+                       enum job_layout layout, int64_t S, int64_t n_prompts, int64_t n_tokens,
+                       struct h5out_dset *d, int *dset_of_id) {
     int n = 0;
     for (int i = 0; i < m->n_cat; i++) {
         dset_of_id[i] = -1;
@@ -52,6 +52,7 @@ static int build_dsets(const struct model *m, const uint8_t *want, enum job_layo
         struct h5out_dset *o = &d[n];
         memset(o, 0, sizeof *o);
         o->desc = t;
+        o->alias = alias_of_id[i];
         strcpy(o->axes[0], layout == JOB_LAYOUT_PROMPT ? "prompt" : "token");
         o->dims[0] = layout == JOB_LAYOUT_PROMPT ? n_prompts : n_tokens;
         o->ndim = 1;
@@ -88,6 +89,7 @@ uint64_t plan_checksum(const struct plan *pl) {
 void plan_free(struct plan *pl) {
     free(pl->dsets);
     free(pl->dset_of_id);
+    free(pl->alias_of_id);
     free(pl->want);
     ds_free(&pl->ds);
     model_free(&pl->m);
@@ -195,8 +197,10 @@ static int plan_check(struct plan *pl, const char *job_path, int world, struct a
     if ((rc = model_load(m, j->model, true, err)) < 0) return rc;
     pl->want = calloc((size_t)m->n_cat, 1);
     pl->dset_of_id = calloc((size_t)m->n_cat, sizeof(int));
-    if (!pl->want || !pl->dset_of_id) return -AH_ENOMEM;
-    if ((rc = job_select(j, m->cat, m->n_cat, pl->want, err)) < 0) return rc;
+    pl->alias_of_id = calloc((size_t)m->n_cat, sizeof(char *));
+    if (!pl->want || !pl->dset_of_id || !pl->alias_of_id) return -AH_ENOMEM;
+    if ((rc = job_select(j, m->cat, m->n_cat, m->family, pl->want, pl->alias_of_id, err)) < 0)
+        return rc;
     if (j->layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(j, m, pl->want, err)) < 0)
         return rc;
     if (j->max_seq_len > m->max_pos)
@@ -332,7 +336,8 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
                        j->path, j->pipeline_stages, pl->blk_end);
     pl->dsets = calloc((size_t)pl->n_dsets + 1, sizeof *pl->dsets);
     if (!pl->dsets) return -AH_ENOMEM;
-    build_dsets(m, pl->want, j->layout, pl->S, ds->n, ds->n_tokens, pl->dsets, pl->dset_of_id);
+    build_dsets(m, pl->want, pl->alias_of_id, j->layout, pl->S, ds->n, ds->n_tokens, pl->dsets,
+                pl->dset_of_id);
     pl->B = j->batch_size;
     pl->pc = (struct placement){ds->n, ds->n_tokens, ds->off, pl->B};
     pl->K = place_batches(&pl->pc);

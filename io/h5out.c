@@ -5,6 +5,7 @@
 #include "io/h5out.h"
 
 #include "io/fingerprint.h"
+#include "io/fsutil.h"
 #include "io/h5attr.h"
 #include "io/h5fields.h"
 #include "io/halfconv.h"
@@ -57,20 +58,12 @@ static herr_t attr_i64(hid_t obj, const char *name, int64_t value) {
     return h5attr_put_num(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &value);
 }
 
+// a 1-D string attribute of n axis names
 static herr_t attr_strs(hid_t obj, const char *name, int n, const char (*values)[TAP_AXIS_MAX]) {
     const char *v[TAP_MAX_DIMS];
     for (int i = 0; i < n; i++)
         v[i] = values[i];
-    hsize_t d = (hsize_t)n;
-    hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate_simple(1, &d, NULL), a = H5I_INVALID_HID;
-    herr_t r = H5Tset_size(t, H5T_VARIABLE);
-    if (r >= 0) r = H5Tset_cset(t, H5T_CSET_UTF8);
-    if (r >= 0) r = (a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) < 0 ? -1 : 0;
-    if (r >= 0) r = H5Awrite(a, t, v);
-    if (a >= 0) H5Aclose(a);
-    H5Sclose(s);
-    H5Tclose(t);
-    return r;
+    return h5attr_put_strs(obj, name, n, v);
 }
 
 // Chunk: whole rows while small, several rows up to CHUNK_TARGET; a row above CHUNK_MAX is split
@@ -99,15 +92,6 @@ static void choose_chunk(const struct h5out_dset *d, size_t esize, int64_t max_r
         }
         chunk[big] = (chunk[big] + 1) / 2;
     }
-}
-
-// durability: a closed file's bytes reach the disk before anything lists it
-static int fsync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return -1;
-    int r = fsync(fd);
-    close(fd);
-    return r;
 }
 
 static herr_t write_1d(hid_t loc, const char *name, const int64_t *v, int64_t n) {
@@ -157,6 +141,10 @@ static herr_t write_by_token(hid_t loc, const char *name, const struct h5out_par
 static hid_t file_type(hid_t f16, hid_t bf16, enum h5out_store store, enum tap_dtype dt) {
     if (dt == TAP_I64) return H5T_STD_I64LE;
     return store == H5OUT_F16 ? f16 : store == H5OUT_BF16 ? bf16 : H5T_IEEE_F32LE;
+}
+
+const char *h5out_dset_name(const struct h5out_dset *d) {
+    return d->alias ? d->alias : d->desc->name;
 }
 
 static bool by_token(const struct h5out_dset *d) {
@@ -347,7 +335,8 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
         if (r >= 0 && compression > 0) r = H5Pset_shuffle(dcpl);
         if (r >= 0 && compression > 0) r = H5Pset_deflate(dcpl, (unsigned)compression);
         if (r >= 0)
-            r = s->dset[i] = H5Dcreate2(g, e->desc->name, ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+            r = s->dset[i] =
+                H5Dcreate2(g, h5out_dset_name(e), ft, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
         H5Pclose(dcpl);
         H5Sclose(sp);
         CHECK_H5(r, s->path, "create a segment dataset");
@@ -395,7 +384,7 @@ int h5seg_begin_round(struct h5seg *s, const struct h5out_run *rows, struct ah_e
             if (!s->stage[i - s->i0])
                 return ah_fail(err, AH_ENOMEM,
                                "%s: out of memory staging %zu bytes of %s for a round", s->path,
-                               need, d->desc->name);
+                               need, h5out_dset_name(d));
         }
     }
 fail:
@@ -450,7 +439,7 @@ int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *
             s->conv_n = s->conv ? (int64_t)ne : 0;
             if (!s->conv)
                 return ah_fail(err, AH_ENOMEM, "%s: out of memory: %zu bytes to convert %s",
-                               s->path, ne * 2, d->desc->name);
+                               s->path, ne * 2, h5out_dset_name(d));
         }
         dst = s->conv;
     }
@@ -545,7 +534,7 @@ static int write_index(const struct h5out_params *p, struct ah_error *err) {
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, path, "close the index file");
-    if (fsync_path(path) != 0) rc = ah_fail(err, AH_EIO, "%s: fsync: %s", path, strerror(errno));
+    if (fs_sync_path(path) != 0) rc = ah_fail(err, AH_EIO, "%s: fsync: %s", path, strerror(errno));
 fail:
     if (f >= 0) H5Fclose(f);
     return rc;
@@ -777,7 +766,8 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
                            : m->p.store == H5OUT_BF16 ? (const void *)&nanbf
                                                       : (const void *)&nan32;
         hid_t ft = file_type(m->f16, m->bf16, m->p.store, d->desc->dtype);
-        if ((rc = master_dset(m, g, d->desc->name, i, ft, d->ndim, d->dims, fill, &ds, err)) < 0)
+        if ((rc = master_dset(m, g, h5out_dset_name(d), i, ft, d->ndim, d->dims, fill, &ds, err)) <
+            0)
             goto fail;
         char sem[TAP_MAX_DIMS][TAP_AXIS_MAX];
         memcpy(sem, d->desc->axes, sizeof sem);
@@ -786,6 +776,9 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
         CHECK_H5(attr_strs(ds, "stored_axes", d->ndim, d->axes), tmp, "write stored_axes");
         CHECK_H5(h5attr_put_str(ds, "dtype", tap_dtype_name(d->desc->dtype)), tmp, "write dtype");
         CHECK_H5(h5attr_put_str(ds, "meaning", d->desc->meaning), tmp, "write meaning");
+        if (d->alias)
+            CHECK_H5(h5attr_put_str(ds, "canonical_name", d->desc->name), tmp,
+                     "write canonical_name");
         H5Dclose(ds);
         ds = H5I_INVALID_HID;
     }
@@ -794,7 +787,7 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, tmp, "close the master file");
-    if (fsync_path(tmp) != 0 || rename(tmp, m->p.path) != 0) {
+    if (fs_replace(tmp, m->p.path) != 0) {
         rc = ah_fail(err, AH_EIO, "%s: cannot replace the master file: %s", m->p.path,
                      strerror(errno));
         goto fail;
@@ -981,7 +974,7 @@ struct rec_names {
 static int token_major_listed(void *u, const char *name) {
     const struct rec_names *x = u;
     for (int i = x->r->i0; i < x->r->i1 && i < x->m->n; i++)
-        if (!strcmp(x->m->d[i].desc->name, name)) return by_token(&x->m->d[i]);
+        if (!strcmp(h5out_dset_name(&x->m->d[i]), name)) return by_token(&x->m->d[i]);
     return -1;
 }
 

@@ -39,7 +39,11 @@ struct h5out_dset {
     int ndim;                              // stored rank (first axis: prompt or token)
     int64_t dims[TAP_MAX_DIMS];            // stored shape
     char axes[TAP_MAX_DIMS][TAP_AXIS_MAX]; // stored_axes; axes[0] is "prompt" or "token"
+    const char *alias; // NULL, or the name the job asked for it by (model/aliases.h): the dataset
+                       // is then named so, with attribute canonical_name = desc->name; borrowed
 };
+// The dataset's name: its alias if it has one, else its catalogue name.
+const char *h5out_dset_name(const struct h5out_dset *d);
 
 // Rows [p0, p1) of the prompt datasets and [t0, t1) of the token datasets, held in a segment from
 // its row q (prompt datasets) and qt (token datasets) on.

@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: fsync, open
 #include "io/h5stats.h"
 
+#include "io/fsutil.h"
 #include "io/h5attr.h"
 #include "model/ah.h"
 #include "model/tap.h"
@@ -89,25 +90,6 @@ fail:
 // ---------------------------------------------------------------------------------------------
 // reading an output
 
-// n strings of a (scalar or 1-d) variable-length string attribute into out; -1 if absent or wrong
-static int attr_strs(hid_t obj, const char *name, char (*out)[TAP_AXIS_MAX], int *n) {
-    if (H5Aexists(obj, name) <= 0) return -1;
-    hid_t a = H5Aopen(obj, name, H5P_DEFAULT), s = H5Aget_space(a), t = H5Tcopy(H5T_C_S1);
-    H5Tset_size(t, H5T_VARIABLE);
-    H5Tset_cset(t, H5T_CSET_UTF8);
-    hssize_t m = H5Sget_simple_extent_npoints(s);
-    char *v[TAP_MAX_DIMS] = {0};
-    int rc = m >= 1 && m <= TAP_MAX_DIMS && H5Aread(a, t, v) >= 0 ? 0 : -1;
-    for (int i = 0; rc == 0 && i < (int)m; i++)
-        snprintf(out[i], TAP_AXIS_MAX, "%s", v[i] ? v[i] : "");
-    if (rc == 0) H5Dvlen_reclaim(t, s, H5P_DEFAULT, v);
-    *n = (int)m;
-    H5Tclose(t);
-    H5Sclose(s);
-    H5Aclose(a);
-    return rc;
-}
-
 // rows [start, start + n) of a 1-d integer dataset
 static herr_t read_i64(hid_t d, int64_t start, int64_t n, void *buf, hid_t mtype) {
     hsize_t st = (hsize_t)start, cnt = (hsize_t)n;
@@ -143,14 +125,14 @@ static bool is_key(const char *a) {
 // rows), 0 if not (*why says why), -1 if it is not a harvest activation dataset.
 static int src_describe(struct src *x, const char **why) {
     char axes[TAP_MAX_DIMS][TAP_AXIS_MAX], dt[TAP_MAX_DIMS][TAP_AXIS_MAX];
-    int n = 0, nd = 0;
     hid_t s = H5Dget_space(x->ds);
     x->ndim = H5Sget_simple_extent_ndims(s);
     bool ok =
         x->ndim >= 1 && x->ndim <= TAP_MAX_DIMS && H5Sget_simple_extent_dims(s, x->dims, NULL) >= 0;
     H5Sclose(s);
-    if (!ok || attr_strs(x->ds, "stored_axes", axes, &n) < 0 || n != x->ndim ||
-        attr_strs(x->ds, "dtype", dt, &nd) < 0)
+    if (!ok ||
+        h5attr_get_strs(x->ds, "stored_axes", axes[0], TAP_AXIS_MAX, TAP_MAX_DIMS) != x->ndim ||
+        h5attr_get_strs(x->ds, "dtype", dt[0], TAP_AXIS_MAX, TAP_MAX_DIMS) < 0)
         return -1;
     *why = "its values are not float32";
     if (strcmp(dt[0], "float32")) return 0;
@@ -159,7 +141,7 @@ static int src_describe(struct src *x, const char **why) {
     x->seq = 0;
     x->nf = 0;
     x->pre = x->post = 1;
-    for (int k = 1; k < n; k++) {
+    for (int k = 1; k < x->ndim; k++) {
         n_key += is_key(axes[k]);
         if (is_seq(axes[k])) {
             n_seq++, x->seq = k;
@@ -513,17 +495,9 @@ static int copy_file(const char *from, const char *to, struct ah_error *err) {
                   : 0;
 }
 
-// fsyncs path (a file or a folder); 0 or -1
-static int sync_path(const char *path) {
-    int fd = open(path, O_RDONLY);
-    int r = fd < 0 ? -1 : fsync(fd);
-    if (fd >= 0) close(fd);
-    return r;
-}
-
 // the master, replaced whole: copy to PATH.tmp, add /stats there, fsync, rename over PATH
 static int replace_master(const char *path, const struct result *res, int n, struct ah_error *err) {
-    char tmp[4200], dir[4200];
+    char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int rc = copy_file(path, tmp, err);
     if (rc < 0) return rc;
@@ -545,9 +519,7 @@ static int replace_master(const char *path, const struct result *res, int n, str
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     H5TRY(r, tmp, "close the master");
-    const char *slash = strrchr(path, '/');
-    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) + 1 : 1, slash ? path : ".");
-    if (sync_path(tmp) < 0 || rename(tmp, path) < 0 || sync_path(dir) < 0)
+    if (fs_replace(tmp, path) < 0)
         rc = ah_fail(err, AH_EIO, "%s: cannot replace the master with %s", path, tmp);
 fail:
     if (g >= 0) H5Gclose(g);

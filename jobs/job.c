@@ -4,6 +4,7 @@
 
 #include "jobs/jobfields.h"
 #include "model/ah.h"
+#include "model/aliases.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -60,6 +61,34 @@ static int get_string(const cJSON *obj, const char *key, const char *path, const
                        key);
     *out = strdup(v->valuestring);
     return *out ? 0 : -AH_ENOMEM;
+}
+
+// An optional string key that must be one of the NULL-terminated choices: *idx is its index
+// (unchanged when the key is absent); else an error listing the choices.
+static int get_choice(const cJSON *obj, const char *key, const char *path, const char *where,
+                      const char *const *choices, int *idx, struct ah_error *err) {
+    char *v = NULL;
+    int rc = get_string(obj, key, path, where, false, &v, err);
+    if (rc < 0 || !v) return rc;
+    int n = 0;
+    while (choices[n] && strcmp(choices[n], v))
+        n++;
+    if (choices[n]) {
+        *idx = n;
+        free(v);
+        return 0;
+    }
+    char expected[256] = ""; // "a", "b" or "c"
+    for (int k = 0; choices[k]; k++)
+        snprintf(expected + strlen(expected), sizeof expected - strlen(expected), "%s\"%s\"",
+                 k == 0           ? ""
+                 : choices[k + 1] ? ", "
+                                  : " or ",
+                 choices[k]);
+    rc = ah_fail(err, AH_EINVAL, "%s: \"%s%s\": \"%s\" (expected %s)", path, where, key, v,
+                 expected);
+    free(v);
+    return rc;
 }
 
 static int get_int(const cJSON *obj, const char *key, const char *path, const char *where, int lo,
@@ -197,37 +226,19 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
         return ah_fail(err, AH_EINVAL, "%s: \"output\": expected an object with at least \"path\"",
                        path);
     if ((rc = check_keys(out, out_keys, path, "output: ", err)) < 0) return rc;
-    char *opath = NULL, *dt = NULL, *lay = NULL;
+    char *opath = NULL;
     if ((rc = get_string(out, "path", path, "output.", true, &opath, err)) < 0) return rc;
     j->out_path = resolve(path, opath);
     free(opath);
-    if ((rc = get_string(out, "dtype", path, "output.", false, &dt, err)) < 0) return rc;
-    if (dt) {
-        j->out_dtype = !strcmp(dt, "float32")    ? JOB_F32
-                       : !strcmp(dt, "float16")  ? JOB_F16
-                       : !strcmp(dt, "bfloat16") ? JOB_BF16
-                                                 : (enum job_dtype) - 1;
-        if ((int)j->out_dtype < 0)
-            rc = ah_fail(err, AH_EINVAL,
-                         "%s: \"output.dtype\": \"%s\" (expected \"float32\", "
-                         "\"float16\" or \"bfloat16\")",
-                         path, dt);
-        free(dt);
-        if (rc < 0) return rc;
-    }
-    if ((rc = get_string(out, "layout", path, "output.", false, &lay, err)) < 0) return rc;
-    if (lay) {
-        j->layout = !strcmp(lay, "prompt")  ? JOB_LAYOUT_PROMPT
-                    : !strcmp(lay, "token") ? JOB_LAYOUT_TOKEN
-                                            : (enum job_layout) - 1;
-        if ((int)j->layout < 0)
-            rc = ah_fail(err, AH_EINVAL,
-                         "%s: \"output.layout\": \"%s\" (expected \"prompt\" or "
-                         "\"token\")",
-                         path, lay);
-        free(lay);
-        if (rc < 0) return rc;
-    }
+    // in the order of enum job_dtype and enum job_layout
+    static const char *const dtypes[] = {"float32", "float16", "bfloat16", NULL};
+    static const char *const layouts[] = {"prompt", "token", NULL};
+    int dt = JOB_F32, lay = JOB_LAYOUT_PROMPT;
+    if ((rc = get_choice(out, "dtype", path, "output.", dtypes, &dt, err)) < 0 ||
+        (rc = get_choice(out, "layout", path, "output.", layouts, &lay, err)) < 0)
+        return rc;
+    j->out_dtype = (enum job_dtype)dt;
+    j->layout = (enum job_layout)lay;
     j->checkpoint_seconds = 60;
     if ((rc = get_int(out, "compression", path, "output.", 0, 9, &j->compression, err)) < 0 ||
         (rc = get_int(out, "checkpoint_seconds", path, "output.", 0, 1 << 30,
@@ -316,40 +327,85 @@ static int edit_distance(const char *a, const char *b) {
     return row[lb];
 }
 
-int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, uint8_t *want,
-               struct ah_error *err) {
+// pattern a of the job matches nothing: an error suggesting the three closest names
+static int no_match(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
+                    struct ah_error *err) {
+    const char *pat = j->activations[a];
+    int best[3] = {-1, -1, -1}, bd[3] = {1 << 30, 1 << 30, 1 << 30};
+    for (int i = 0; i < n_cat; i++) {
+        int d = edit_distance(pat, cat[i].name);
+        for (int k = 0; k < 3; k++) {
+            if (d >= bd[k]) continue;
+            for (int m = 2; m > k; m--) {
+                bd[m] = bd[m - 1];
+                best[m] = best[m - 1];
+            }
+            bd[k] = d;
+            best[k] = i;
+            break;
+        }
+    }
+    char sugg[256] = "";
+    for (int k = 0; k < 3 && best[k] >= 0; k++)
+        snprintf(sugg + strlen(sugg), sizeof sugg - strlen(sugg), "%s\"%s\"", k ? ", " : "",
+                 cat[best[k]].name);
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"activations[%d]\": \"%s\" matches no activation of the model; "
+                   "closest: %s (list them with `harvest activations MODEL_DIR`)",
+                   j->path, a, pat, sugg);
+}
+
+// pattern a of the job, a name no glob matched, taken as an alias (model/aliases.h): marks its
+// catalogue entry with bit 2 of want and the name in alias_of_id
+static int select_alias(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
+                        const char *family, uint8_t *want, const char **alias_of_id,
+                        struct ah_error *err) {
+    const char *pat = j->activations[a];
+    char canon[TAP_NAME_MAX + 128];
+    int r = alias_resolve(family, pat, canon, sizeof canon);
+    if (r == 0) return no_match(j, a, cat, n_cat, err);
+    if (r < 0)
+        return ah_fail(err, AH_EINVAL, "%s: \"activations[%d]\": \"%s\": %s", j->path, a, pat,
+                       canon);
+    int i = 0;
+    while (i < n_cat && strcmp(cat[i].name, canon))
+        i++;
+    if (i == n_cat)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"activations[%d]\": \"%s\" is an alias of \"%s\", which the %s "
+                       "model lacks (list its aliases with `harvest activations MODEL_DIR "
+                       "--aliases`)",
+                       j->path, a, pat, canon, family);
+    if (want[i] & 2)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"activations[%d]\": \"%s\" and \"%s\" are both \"%s\" (a value "
+                       "is stored once, under one name: ask for one)",
+                       j->path, a, alias_of_id[i], pat, canon);
+    want[i] |= 2;
+    alias_of_id[i] = pat;
+    return 0;
+}
+
+int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, const char *family,
+               uint8_t *want, const char **alias_of_id, struct ah_error *err) {
     for (int a = 0; a < j->n_activations; a++) {
-        const char *pat = j->activations[a];
-        int hits = 0;
+        int hits = 0, rc;
         for (int i = 0; i < n_cat; i++)
-            if (tap_glob_match(pat, cat[i].name)) {
-                want[i] = 1;
+            if (tap_glob_match(j->activations[a], cat[i].name)) {
+                want[i] |= 1;
                 hits++;
             }
-        if (hits) continue;
-        // the three closest names
-        int best[3] = {-1, -1, -1}, bd[3] = {1 << 30, 1 << 30, 1 << 30};
-        for (int i = 0; i < n_cat; i++) {
-            int d = edit_distance(pat, cat[i].name);
-            for (int k = 0; k < 3; k++) {
-                if (d >= bd[k]) continue;
-                for (int m = 2; m > k; m--) {
-                    bd[m] = bd[m - 1];
-                    best[m] = best[m - 1];
-                }
-                bd[k] = d;
-                best[k] = i;
-                break;
-            }
-        }
-        char sugg[256] = "";
-        for (int k = 0; k < 3 && best[k] >= 0; k++)
-            snprintf(sugg + strlen(sugg), sizeof sugg - strlen(sugg), "%s\"%s\"", k ? ", " : "",
-                     cat[best[k]].name);
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"activations[%d]\": \"%s\" matches no activation of the model; "
-                       "closest: %s (list them with `harvest activations MODEL_DIR`)",
-                       j->path, a, pat, sugg);
+        if (!hits && (rc = select_alias(j, a, cat, n_cat, family, want, alias_of_id, err)) < 0)
+            return rc;
+    }
+    for (int i = 0; i < n_cat; i++) {
+        if (want[i] == 3)
+            return ah_fail(err, AH_EINVAL,
+                           "%s: \"activations\": \"%s\" is an alias of \"%s\", which a name or "
+                           "glob of the job also asks for (a value is stored once, under one "
+                           "name: ask for one)",
+                           j->path, alias_of_id[i], cat[i].name);
+        want[i] = want[i] != 0;
     }
     return 0;
 }

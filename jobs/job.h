@@ -48,9 +48,13 @@ void job_free(struct job *j); // safe on a zeroed struct
 
 const char *job_dtype_name(enum job_dtype d); // "float32", "float16", "bfloat16"
 
-// Marks want[i] = 1 for every catalogue entry matched by a name or glob of the job. A pattern that
-// matches nothing is an error naming it and suggesting the closest catalogue names.
-int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, uint8_t *want,
-               struct ah_error *err);
+// Marks want[i] = 1 (want: n_cat zeroes) for every catalogue entry matched by a name or glob of
+// the job, or by an alias of a model of `family` (model/aliases.h): then alias_of_id[i] (n_cat
+// NULLs) is the job's name for it (borrowed from j), under which it is stored. A pattern that
+// matches nothing is an error naming it and suggesting the closest catalogue names; so is an alias
+// whose canonical name the model lacks, and a value asked for under two names (two aliases, or an
+// alias and a name or glob): it is stored once.
+int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, const char *family,
+               uint8_t *want, const char **alias_of_id, struct ah_error *err);
 
 #endif

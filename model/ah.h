@@ -39,8 +39,9 @@ int ah_fail(struct ah_error *err, int code, const char *fmt, ...)
 const char *ah_strerror(int neg_code);
 int ah_exit_code(int neg_code); // 1 bad input, 2 system failure, 3 stopped
 
-// Reads a whole file into a NUL-terminated buffer (*out, caller frees). Returns 0, or
-// -AH_ENOENT / -AH_EIO / -AH_ENOMEM with "PATH: cannot open: reason".
+// Reads a whole regular file into a NUL-terminated buffer (*out, caller frees). Returns 0, or
+// -AH_ENOENT / -AH_EIO / -AH_ENOMEM with "PATH: cannot open: reason", or -AH_EINVAL with
+// "PATH: not a regular file (a FIFO)" for anything else (a FIFO would block: it is not opened).
 int ah_read_file(const char *path, char **out, struct ah_error *err);
 
 // Layers a config may give a layer-count key (num_hidden_layers, num_encoder_layers, ...): the

@@ -171,6 +171,14 @@ p = subprocess.run([harvest, "tokenize", fifo_tok, f"{work}/small.jsonl"], captu
                    text=True, timeout=60)
 check(p.returncode == 1 and f"{fifo_tok}/tokenizer.json" in p.stderr and "not a regular file" in p.stderr,
       f"tokenize with a FIFO tokenizer.json: exit {p.returncode}: {p.stderr.strip()}")
+fifo_job = f"{work}/fifo_job.json"  # read whole with ah_read_file: refused before it can block
+os.mkfifo(fifo_job)
+try:
+    p = subprocess.run([harvest, "run", fifo_job], capture_output=True, text=True, timeout=30)
+    check(p.returncode == 1 and f"{fifo_job}: not a regular file (a FIFO)" in p.stderr,
+          f"run with a FIFO job file: exit {p.returncode}: {p.stderr.strip()}")
+except subprocess.TimeoutExpired:
+    check(False, "run with a FIFO job file: blocked for 30 s (it must be refused, not opened)")
 
 fifo_data = f"{work}/stream.jsonl"
 os.mkfifo(fifo_data)

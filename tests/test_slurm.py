@@ -4,6 +4,11 @@ singleton output bit for bit; slurm/harvest.sbatch runs a job to completion; a U
 script stops the harvest (exit 3), the script requeues it, and the restart resumes to the same
 output. Skipped (77) where the Slurm daemons cannot start (the reason is printed).
 
+The daemons listen on two ports the system gives free at the start (bound to port 0), so a second
+cluster on the machine does not collide on fixed ones; a slurmctld or slurmd already running (not
+this test's: another cluster, or one left by a killed run) fails the test at once, naming it, since
+srun could otherwise reach the wrong daemon or the node's resources be taken.
+
 The cluster's state (slurm.conf, spool, logs) lives in a short folder made under /tmp, not in the
 scratch folder: slurmd puts PMIx's Unix socket in its spool folder, and a socket path may hold only
 107 bytes, so a build folder with a long path would break every srun. A failing srun or sbatch is
@@ -27,6 +32,41 @@ harvest, work = args()
 if not shutil.which("slurmctld") or not shutil.which("munged"):
     print("slurm-wlm is not installed: skipped")
     sys.exit(77)
+
+
+def foreign_daemons():
+    """(pid, command line) of every slurmctld or slurmd running on this machine."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            comm = open(f"/proc/{pid}/comm").read().strip()
+            if comm in ("slurmctld", "slurmd"):
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
+                out.append((int(pid), cmd.strip() or comm))
+        except OSError:  # ended meanwhile
+            pass
+    return out
+
+
+def free_ports(n):
+    """n distinct TCP ports free on this machine now (each bound to port 0, held until all are
+    chosen, then released for the daemons)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
+    try:
+        for so in socks:
+            so.bind(("", 0))
+        return [so.getsockname()[1] for so in socks]
+    finally:
+        for so in socks:
+            so.close()
+
+
+others = foreign_daemons()
+if others:
+    sys.exit("FAIL: Slurm daemons are already running on this machine (another cluster, or left "
+             "by a killed test run): " + "; ".join(f"pid {p}: {c}" for p, c in others) +
+             ". This test starts its own slurmctld and slurmd: stop those first (kill PID).")
+ctld_port, slurmd_port = free_ports(2)
 host = socket.gethostname().split(".")[0]
 conf = tempfile.mkdtemp(prefix="ahslurm-", dir="/tmp")  # short: PMIx's socket path <= 107 bytes
 os.makedirs(f"{conf}/state", exist_ok=True)
@@ -44,8 +84,8 @@ SlurmctldPidFile={conf}/slurmctld.pid
 SlurmdPidFile={conf}/slurmd.pid
 SlurmctldLogFile={conf}/slurmctld.log
 SlurmdLogFile={conf}/slurmd.log
-SlurmctldPort=16817
-SlurmdPort=16818
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none

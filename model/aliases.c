@@ -1,0 +1,137 @@
+// aliases.c - the alias table (see aliases.h). Each row's choice follows tests/ref/hf/aliases.py,
+// whose docstring gives the reasons; in short:
+//   - hook_resid_pre / _mid / _post: the residual stream entering, between and leaving the block;
+//   - hook_attn_out / hook_mlp_out: what the block adds to the residual stream, which for Gemma's
+//     sandwich norms is after the post-attention / post-feed-forward norm;
+//   - attn.hook_q / hook_k: TransformerLens's queries and keys before rotary (hook_rot_q is after),
+//     so the *_pre_rope names on rotary families (a model without them refuses the alias, naming
+//     the missing name); GPT-2 has no rotary. Its [pos, head, d_head] is our [head, seq, d_head];
+//   - mlp.hook_post: what the down projection receives (mlp_neurons: act(gate) * up when gated);
+//   - module paths: the module's own output (the block, self_attn, mlp).
+#include "model/aliases.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#define GEMMA "gemma2 gemma3_text"
+
+struct alias_row {
+    const char *alias;     // pattern, "{i}" a layer number
+    const char *canonical; // pattern, or NULL: the family has no such value (why says so)
+    const char *only;      // families the row holds for (space-separated), NULL: all
+    const char *except;    // families it does not hold for, NULL: none
+    const char *why;       // with canonical NULL: the reason
+};
+
+static const struct alias_row rows[] = {
+    // TransformerLens hook names
+    {"blocks.{i}.hook_resid_pre", "layers.{i}.layer_input", NULL, NULL, NULL},
+    {"blocks.{i}.hook_resid_mid", NULL, "gpt_neox", NULL,
+     "a parallel-residual block (GPT-NeoX) has no mid stream, nor a TransformerLens hook there"},
+    {"blocks.{i}.hook_resid_mid", "layers.{i}.layer_mid", NULL, NULL, NULL},
+    {"blocks.{i}.hook_resid_post", "layers.{i}.layer_output", NULL, NULL, NULL},
+    {"blocks.{i}.hook_attn_out", "layers.{i}.attention_post_norm_output", GEMMA, NULL, NULL},
+    {"blocks.{i}.hook_attn_out", "layers.{i}.attention_output", NULL, NULL, NULL},
+    {"blocks.{i}.hook_mlp_out", "layers.{i}.mlp_post_norm_output", GEMMA, NULL, NULL},
+    {"blocks.{i}.hook_mlp_out", "layers.{i}.mlp_output", NULL, NULL, NULL},
+    {"blocks.{i}.attn.hook_q", "layers.{i}.attention_queries", "gpt2", NULL, NULL},
+    {"blocks.{i}.attn.hook_q", "layers.{i}.attention_queries_pre_rope", NULL, NULL, NULL},
+    {"blocks.{i}.attn.hook_k", "layers.{i}.attention_keys", "gpt2", NULL, NULL},
+    {"blocks.{i}.attn.hook_k", "layers.{i}.attention_keys_pre_rope", NULL, NULL, NULL},
+    {"blocks.{i}.attn.hook_v", "layers.{i}.attention_values", NULL, NULL, NULL},
+    {"blocks.{i}.attn.hook_z", "layers.{i}.attention_head_outputs", NULL, NULL, NULL},
+    {"blocks.{i}.attn.hook_pattern", "layers.{i}.attention_probabilities", NULL, NULL, NULL},
+    {"blocks.{i}.attn.hook_attn_scores", "layers.{i}.attention_scores", NULL, NULL, NULL},
+    {"blocks.{i}.mlp.hook_post", "layers.{i}.mlp_neurons", NULL, NULL, NULL},
+    {"ln_final.hook_normalized", "final_norm_output", NULL, NULL, NULL},
+    // Hugging Face module paths (nnsight, sparsify): the module's output
+    {"transformer.h.{i}", "layers.{i}.layer_output", "gpt2", NULL, NULL},
+    {"transformer.h.{i}.attn", "layers.{i}.attention_output", "gpt2", NULL, NULL},
+    {"transformer.h.{i}.mlp", "layers.{i}.mlp_output", "gpt2", NULL, NULL},
+    {"h.{i}", "layers.{i}.layer_output", "gpt2", NULL, NULL},
+    {"h.{i}.attn", "layers.{i}.attention_output", "gpt2", NULL, NULL},
+    {"h.{i}.mlp", "layers.{i}.mlp_output", "gpt2", NULL, NULL},
+    {"gpt_neox.layers.{i}", "layers.{i}.layer_output", "gpt_neox", NULL, NULL},
+    {"gpt_neox.layers.{i}.attention", "layers.{i}.attention_output", "gpt_neox", NULL, NULL},
+    {"gpt_neox.layers.{i}.mlp", "layers.{i}.mlp_output", "gpt_neox", NULL, NULL},
+    {"model.layers.{i}", "layers.{i}.layer_output", NULL, "gpt2 gpt_neox", NULL},
+    {"model.layers.{i}.self_attn", "layers.{i}.attention_output", NULL, "gpt2 gpt_neox", NULL},
+    {"model.layers.{i}.mlp", "layers.{i}.mlp_output", NULL, "gpt2 gpt_neox", NULL},
+};
+#define N_ROWS (int)(sizeof rows / sizeof rows[0])
+
+// whether the space-separated list holds word
+static bool in_list(const char *list, const char *word) {
+    size_t n = strlen(word);
+    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
+    return false;
+}
+
+static bool holds(const struct alias_row *r, const char *family) {
+    if (r->only && !in_list(r->only, family)) return false;
+    return !(r->except && in_list(r->except, family));
+}
+
+// Whether name matches pattern; the digits "{i}" stood for go to num (at most 15 of them).
+static bool match(const char *pattern, const char *name, char *num) {
+    const char *at = strstr(pattern, "{i}");
+    num[0] = '\0';
+    if (!at) return !strcmp(pattern, name);
+    size_t pre = (size_t)(at - pattern), k = 0;
+    if (strncmp(pattern, name, pre)) return false;
+    for (name += pre; name[k] >= '0' && name[k] <= '9'; k++)
+        if (k == 15) return false;
+    if (k == 0 || strcmp(at + 3, name + k)) return false;
+    memcpy(num, name, k);
+    num[k] = '\0';
+    return true;
+}
+
+// pattern with "{i}" replaced by num, into out
+static void expand(const char *pattern, const char *num, char *out, size_t cap) {
+    const char *at = strstr(pattern, "{i}");
+    if (!at)
+        snprintf(out, cap, "%s", pattern);
+    else
+        snprintf(out, cap, "%.*s%s%s", (int)(at - pattern), pattern, num, at + 3);
+}
+
+// the first row holding for family whose alias pattern is r's (r decides for its aliases iff it
+// is that row)
+static const struct alias_row *deciding(const char *family, const char *alias_pattern) {
+    for (int k = 0; k < N_ROWS; k++)
+        if (!strcmp(rows[k].alias, alias_pattern) && holds(&rows[k], family)) return &rows[k];
+    return NULL;
+}
+
+int alias_resolve(const char *family, const char *name, char *canon, size_t cap) {
+    char num[16];
+    for (int k = 0; k < N_ROWS; k++) {
+        const struct alias_row *r = &rows[k];
+        if (!holds(r, family) || !match(r->alias, name, num)) continue;
+        if (!r->canonical) {
+            snprintf(canon, cap, "%s", r->why);
+            return -1;
+        }
+        expand(r->canonical, num, canon, cap);
+        return 1;
+    }
+    return 0;
+}
+
+int alias_of(const char *family, const char *canonical, int k, char *alias, size_t cap) {
+    char num[16];
+    for (int i = 0; i < N_ROWS; i++) {
+        const struct alias_row *r = &rows[i];
+        if (!r->canonical || deciding(family, r->alias) != r ||
+            !match(r->canonical, canonical, num))
+            continue;
+        if (k-- == 0) {
+            expand(r->alias, num, alias, cap);
+            return 1;
+        }
+    }
+    return 0;
+}
