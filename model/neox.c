@@ -138,5 +138,6 @@ const struct model_family neox_family = {
     LNB_FAMILY_OPS,
     .presets = neox_presets,
     .n_presets = 1,
+    .init_cut = true, // --config CONFIG.json --layers N: a release's dimensions
     .init_what = {"a tiny GPT-NeoX ", " checkpoint"},
 };
