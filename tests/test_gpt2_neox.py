@@ -153,6 +153,27 @@ for fam, preset, dt in (("gpt2", "gpt2", "f32"), ("gpt_neox", "pythia-160m", "bf
     if fam == "gpt2":
         check("layers.6.layer_output" in names, "the GPT-2 preset has a block 6")
 
+# one prompt a batch without the scores (the attention path that keeps one head's scores at a
+# time) and the token layout: the reference's values again
+for name in ("gpt2_prefixed_f16", "neox_sequential_bf16"):
+    d = f"{work}/{name}"
+    cfg, w = load_checkpoint(f"{d}/model")
+    acts = ["layers.*.layer_output", "layers.*.attention_head_outputs", "logits"]
+    run(harvest, "run", write_job(f"{d}/job_b1.json", batch_size=1, activations=acts,
+                                  output={"path": "b1.h5"}), "--quiet", check=0)
+    run(harvest, "run", write_job(f"{d}/job_tok.json", batch_size=4, activations=acts,
+                                  output={"path": "tok.h5", "layout": "token"}), "--quiet", check=0)
+    with h5py.File(f"{d}/b1.h5", "r") as f, h5py.File(f"{d}/tok.h5", "r") as ft:
+        lens, offs = f["prompts/length"][:], f["prompts/token_offset"][:]
+        want = reference(cfg, w, [f["tokens/input_ids"][o:o + T] for T, o in zip(lens, offs)])
+        for i, (T, o) in enumerate(zip(lens, offs)):
+            for n in f["activations"]:
+                axes = list(f["activations/" + n].attrs["semantic_shape"])
+                compare(f"{name} {n} (a prompt a batch)", f["activations/" + n][i], want[i][n][0], axes, T)
+                tok = ft["activations/" + n][o:o + T]
+                close(tok, want[i][n][0], f"{name} {n} (token layout)", RTOL)
+print("a prompt a batch without scores, and the token layout: the reference's values", flush=True)
+
 # pipeline stages: mpirun -np S as S stages (GPT-2's positions are added by the first stage
 # only; the stream is all a stage hands on) gives the np 1 output bit for bit
 MPIRUN = shutil.which("mpirun")
