@@ -9,6 +9,8 @@
     X(laguna_family)      \
     X(encdec_family)      \
     X(identity_family)    \
+    X(gpt2_family)        \
+    X(neox_family)        \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;

@@ -1,0 +1,313 @@
+// lnblock_fwd.c - the forward pass of model/lnblock.h, as modeling_gpt2.py and
+// modeling_gpt_neox.py compute it (float64 references: tests/ref/hf/gpt2.py, neox.py), in float32:
+//   x = wte[ids] (+ wpe[position])
+//   per block: a = attn(LN1(x)); h = x + a; m = mlp(LN2(parallel ? x : h)); x = h + m
+//   logits = LN_f(x) head^T
+// Prompts of a batch are packed token after token; attention runs per prompt.
+#include "model/ah.h"
+#include "model/attention.h"
+#include "model/lnblock.h"
+#include "model/ops.h"
+
+#include <cblas.h> // defines: cblas_sgemm
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct lnb_state {
+    int max_T;
+    int64_t max_tokens;
+    bool keep_scores; // scores of every head of a prompt at once (a tap wants them)
+    // N = max_tokens, T = max_T, F = the MLP width
+    float *x, *h, *xn;    // (N, D) the stream; the stream after the attention add; a LayerNorm's
+    float *qkv;           // (N, 3D) the fused projection
+    float *q, *k, *v;     // (N, D) each: token-major heads, head j at column j hd
+    float *o, *a, *m;     // (N, D) head outputs; attention output; MLP output
+    float *f;             // (N, F) the MLP's activation
+    float *att;           // attn_scores_floats(H, T, 1, keep_scores)
+    float *logits;        // (T, V) a prompt's logits, then (V) the next-token distribution
+    float *scratch;       // (D T) a head-major copy for the head-split taps
+    float *cos_t, *sin_t; // (T, n_rot / 2) RoPE tables (rotary families)
+    int64_t *ones;        // (T) the attention mask
+    void *arena;
+};
+
+static bool wants_kind(const struct lnb_model *m, const uint8_t *want, int kind) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        int id = LNB_ID(m, l, kind);
+        if (id >= 0 && (!want || want[id])) return true;
+    }
+    return false;
+}
+
+// RoPE tables as GPTNeoXRotaryEmbedding forms them: inv_freq = 1 / base^(2j / n_rot) in float32,
+// divided by a linear rope_scaling factor, angles (float)t * inv_freq
+static void rope_tables(const struct lnb_config *c, struct lnb_state *s, int T) {
+    int half = c->n_rot / 2;
+    float *inv = s->sin_t; // row 0 of sin_t holds inv_freq until op_rope_table_f32 writes it last
+    for (int j = 0; j < half; j++)
+        inv[j] = 1.0f / powf((float)c->rope_theta, (float)(2 * j) / (float)c->n_rot) /
+                 (float)c->rope_linear;
+    op_rope_table_f32(s->cos_t, s->sin_t, T, c->n_rot, inv, 1.0f);
+}
+
+int lnb_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens, const uint8_t *want,
+                   const struct laguna_shard *shard) {
+    (void)shard; // no experts
+    const struct lnb_model *m = fm;
+    const struct lnb_config *c = &m->cfg;
+    struct lnb_state *s = calloc(1, sizeof *s);
+    if (!(*fs = s)) return -AH_ENOMEM;
+    int64_t N = max_tokens, T = max_T, D = c->hidden, F = c->inner, V = c->vocab;
+    s->keep_scores = wants_kind(m, want, LNB_SCORES) || wants_kind(m, want, LNB_PROBABILITIES);
+    struct arena_piece f[] = {
+        {(void **)&s->x, N * D},
+        {(void **)&s->h, N * D},
+        {(void **)&s->xn, N * D},
+        {(void **)&s->qkv, 3 * N * D},
+        {(void **)&s->q, N * D},
+        {(void **)&s->k, N * D},
+        {(void **)&s->v, N * D},
+        {(void **)&s->o, N * D},
+        {(void **)&s->a, N * D},
+        {(void **)&s->m, N * D},
+        {(void **)&s->f, N * F},
+        {(void **)&s->att, attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
+        {(void **)&s->logits, T * V + V},
+        {(void **)&s->scratch, D * T},
+        {(void **)&s->cos_t, T * (c->n_rot / 2)},
+        {(void **)&s->sin_t, T * (c->n_rot / 2) + c->n_rot / 2},
+        {(void **)&s->ones, 2 * T},
+    };
+    if (!(s->arena = arena_alloc(f, sizeof f / sizeof f[0]))) return -AH_ENOMEM;
+    for (int64_t t = 0; t < T; t++)
+        s->ones[t] = 1;
+    if (c->rotary && c->n_rot > 0) rope_tables(c, s, max_T);
+    s->max_T = max_T;
+    s->max_tokens = max_tokens;
+    return 0;
+}
+
+void lnb_state_free(void *fs) {
+    if (fs) free(((struct lnb_state *)fs)->arena);
+    free(fs);
+}
+
+int lnb_handoff(void *fs, float **arrays) {
+    arrays[0] = ((struct lnb_state *)fs)->x; // the residual stream
+    return 1;
+}
+
+// ---- kernels
+
+// torch.nn.LayerNorm: (x - mean) / sqrt(biased variance + eps) * w + b over each row of C
+static void layernorm(float *out, const float *in, const float *w, const float *b, int64_t rows,
+                      int C, float eps) {
+#pragma omp parallel for num_threads(op_threads()) if (rows * C >= (1 << 14)) schedule(static)
+    for (int64_t t = 0; t < rows; t++) {
+        const float *x = in + t * C;
+        float *o = out + t * C;
+        double mu = 0.0, var = 0.0;
+        for (int c = 0; c < C; c++)
+            mu += (double)x[c];
+        mu /= C;
+        for (int c = 0; c < C; c++)
+            var += ((double)x[c] - mu) * ((double)x[c] - mu);
+        float r = (float)(1.0 / sqrt(var / C + (double)eps));
+        for (int c = 0; c < C; c++)
+            o[c] = (float)((double)x[c] - mu) * r * w[c] + b[c];
+    }
+}
+
+// out (M, N) = in (M, K) . W + b: W is Conv1D's (K, N) or Linear's (N, K); b (N) may be NULL
+static void project(const struct lnb_config *c, float *out, const float *in, const float *w,
+                    const float *b, int64_t M, int K, int N) {
+    if (M == 0) return;
+    if (c->conv1d)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, N, K, 1.0f, in, K, w, N,
+                    0.0f, out, N);
+    else
+        op_matmul(out, in, w, (int)M, K, N);
+    for (int64_t r = 0; b && r < M; r++)
+        for (int n = 0; n < N; n++)
+            out[r * N + n] += b[n];
+}
+
+static void activate(enum lnb_act act, float *x, int64_t n) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= (1 << 14)) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        x[i] = act == LNB_GELU_TANH  ? act_gelu_tanh(v)
+               : act == LNB_GELU_ERF ? act_gelu(v)
+               : act == LNB_SILU     ? act_silu(v)
+                                     : (v > 0.0f ? v : 0.0f);
+    }
+}
+
+// The fused projection's rows (N, 3D) into q, k, v (N, D) each. GPT-2's c_attn: columns
+// [q | k | v] (modeling_gpt2.py: split(D, dim=2)); NeoX's query_key_value: per head
+// [q_h k_h v_h] (modeling_gpt_neox.py: view(..., H, 3 hd).chunk(3)).
+static void split_qkv(const struct lnb_config *c, struct lnb_state *s, int64_t N) {
+    int64_t D = c->hidden, hd = c->head_dim;
+    float *dst[3] = {s->q, s->k, s->v};
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t h = 0; h < c->n_head; h++)
+            for (int p = 0; p < 3; p++) {
+                const float *src =
+                    s->qkv + t * 3 * D + (c->conv1d ? p * D + h * hd : h * 3 * hd + p * hd);
+                memcpy(dst[p] + t * D + h * hd, src, (size_t)hd * sizeof(float));
+            }
+}
+
+// (1, T, H, hd) view of each prompt's rows of a token-major (N, D) buffer
+static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
+                             const float *buf, int H, int hd) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview v = {buf + bt->off[b] * H * hd, TAP_F32, 4, {1, bt->len[b], H, hd}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
+// q, k, v of the block's input: the fused projection split into heads, RoPE on rotary families
+static void qkv(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
+                const struct tap *tp, int l) {
+    const struct lnb_config *c = &m->cfg;
+    const float *const *w = m->w[l];
+    int64_t N = bt->n_tokens, D = c->hidden;
+    int H = c->n_head, hd = c->head_dim;
+    project(c, s->qkv, s->xn, w[LNB_QKV_W], w[LNB_QKV_B], N, (int)D, (int)(3 * D));
+    split_qkv(c, s, N);
+    if (c->rotary) {
+        tap_emit_heads(tp, LNB_ID(m, l, LNB_QUERIES_PRE_ROPE), bt, s->q, H, hd, s->scratch);
+        tap_emit_heads(tp, LNB_ID(m, l, LNB_KEYS_PRE_ROPE), bt, s->k, H, hd, s->scratch);
+        for (int b = 0; c->n_rot > 0 && b < bt->n; b++) {
+            op_rope(s->q + bt->off[b] * D, s->cos_t, s->sin_t, bt->len[b], H, hd, c->n_rot, (int)D);
+            op_rope(s->k + bt->off[b] * D, s->cos_t, s->sin_t, bt->len[b], H, hd, c->n_rot, (int)D);
+        }
+    }
+    tap_emit_heads(tp, LNB_ID(m, l, LNB_QUERIES), bt, s->q, H, hd, s->scratch);
+    tap_emit_heads(tp, LNB_ID(m, l, LNB_KEYS), bt, s->k, H, hd, s->scratch);
+    tap_emit_heads(tp, LNB_ID(m, l, LNB_VALUES), bt, s->v, H, hd, s->scratch);
+}
+
+// Causal attention of each prompt (model/attention.h) into s->o, then the output projection.
+static void attend(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
+                   const struct tap *tp, int l) {
+    const struct lnb_config *c = &m->cfg;
+    int64_t D = c->hidden;
+    // GPT-2: / sqrt(hd) if scale_attn_weights, / (l + 1) if scale_attn_by_inverse_layer_idx
+    double scale = c->attn_scale / (c->inverse_layer_scale ? l + 1.0 : 1.0);
+    for (int b = 0; b < bt->n; b++) {
+        int64_t o = bt->off[b] * D;
+        struct attn a = {.T = bt->len[b],
+                         .H = c->n_head,
+                         .KV = c->n_head,
+                         .D = c->head_dim,
+                         .scale = (float)scale,
+                         .n_sets = 1,
+                         .q = s->q + o,
+                         .ldq = (int)D,
+                         .out = s->o + o,
+                         .ldo = (int)D};
+        a.set[0] = (struct attn_keys){s->k + o, s->v + o, (int)D, ATTN_CAUSAL, 0};
+        // attention_scores are the masked scores the softmax reads (tests/ref/hf/NAMES.md)
+        struct attn_taps at = {tp, b, -1, LNB_ID(m, l, LNB_SCORES),
+                               LNB_ID(m, l, LNB_PROBABILITIES)};
+        AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
+        attn_forward(&a, &at, s->att);
+    }
+    emit_token_heads(tp, LNB_ID(m, l, LNB_HEAD_OUTPUTS), bt, s->o, c->n_head, c->head_dim);
+    project(c, s->a, s->o, m->w[l][LNB_O_W], m->w[l][LNB_O_B], bt->n_tokens, (int)D, (int)D);
+}
+
+static void block_forward(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
+                          const struct tap *tp, int l) {
+    const struct lnb_config *c = &m->cfg;
+    const float *const *w = m->w[l];
+    int64_t N = bt->n_tokens, D = c->hidden, F = c->inner;
+    float eps = (float)c->eps;
+#define EMIT(kind, buf, width) tap_emit_rows(tp, LNB_ID(m, l, kind), bt, buf, (int)(width))
+    EMIT(LNB_LAYER_INPUT, s->x, D);
+    layernorm(s->xn, s->x, w[LNB_LN1_W], w[LNB_LN1_B], N, (int)D, eps);
+    EMIT(LNB_ATTENTION_NORM_OUTPUT, s->xn, D);
+    qkv(m, s, bt, tp, l);
+    attend(m, s, bt, tp, l);
+    EMIT(LNB_ATTENTION_OUTPUT, s->a, D);
+    op_add(s->h, s->x, s->a, N * D);
+    EMIT(LNB_LAYER_MID, s->h, D);
+
+    // the MLP reads the block's input in a parallel block, the stream after the attention else
+    layernorm(s->xn, c->parallel ? s->x : s->h, w[LNB_LN2_W], w[LNB_LN2_B], N, (int)D, eps);
+    EMIT(LNB_MLP_NORM_OUTPUT, s->xn, D);
+    EMIT(LNB_MLP_INPUT, s->xn, D);
+    project(c, s->f, s->xn, w[LNB_FC_W], w[LNB_FC_B], N, (int)D, (int)F);
+    activate(c->act, s->f, N * F);
+    EMIT(LNB_MLP_ACTIVATION, s->f, F);
+    EMIT(LNB_MLP_NEURONS, s->f, F);
+    project(c, s->m, s->f, w[LNB_PROJ_W], w[LNB_PROJ_B], N, (int)F, (int)D);
+    EMIT(LNB_MLP_OUTPUT, s->m, D);
+    op_add(s->x, s->h, s->m, N * D); // (x + a) + m: layer_mid + mlp_output exactly
+    EMIT(LNB_LAYER_OUTPUT, s->x, D);
+#undef EMIT
+}
+
+// token embeddings (and GPT-2's learned positions) of the batch into s->x
+static void embed(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
+                  const struct tap *tp) {
+    int64_t D = m->cfg.hidden;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview vi = {bt->ids + bt->off[b], TAP_I64, 2, {1, bt->len[b]}};
+        tap_emit(tp, LNB_ID(m, -1, LNB_INPUT_IDS), b, &vi);
+        struct tview vm = {s->ones, TAP_I64, 2, {1, bt->len[b]}};
+        tap_emit(tp, LNB_ID(m, -1, LNB_ATTENTION_MASK), b, &vm);
+    }
+    for (int64_t i = 0; i < bt->n_tokens; i++)
+        memcpy(s->x + i * D, m->embed + bt->ids[i] * D, (size_t)D * sizeof(float));
+    tap_emit_rows(tp, LNB_ID(m, -1, LNB_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
+    for (int b = 0; m->pos && b < bt->n; b++)
+        for (int64_t t = 0; t < bt->len[b]; t++)
+            op_add(s->x + (bt->off[b] + t) * D, s->x + (bt->off[b] + t) * D, m->pos + t * D, D);
+}
+
+// the final LayerNorm and the head, only if a tap wants them
+static void head(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
+                 const struct tap *tp) {
+    const struct lnb_config *c = &m->cfg;
+    int L = c->n_layer;
+    int64_t D = c->hidden, V = c->vocab;
+    int id_n = LNB_ID(m, L, LNB_FINAL_NORM_OUTPUT), id_h = LNB_ID(m, L, LNB_LM_HEAD_OUTPUT);
+    int id_l = LNB_ID(m, L, LNB_LOGITS), id_p = LNB_ID(m, L, LNB_NEXT_TOKEN_PROBS);
+    bool logits = tap_wants(tp, id_h) || tap_wants(tp, id_l) || tap_wants(tp, id_p);
+    if (!logits && !tap_wants(tp, id_n)) return;
+    layernorm(s->xn, s->x, m->lnf_w, m->lnf_b, bt->n_tokens, (int)D, (float)c->eps);
+    tap_emit_rows(tp, id_n, bt, s->xn, (int)D);
+    const float *w = c->tied ? m->embed : m->head;
+    for (int b = 0; logits && b < bt->n; b++) {
+        int T = bt->len[b];
+        op_matmul(s->logits, s->xn + bt->off[b] * D, w, T, (int)D, (int)V); // (T, V)
+        struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
+        tap_emit(tp, id_h, b, &v);
+        tap_emit(tp, id_l, b, &v); // no softcap, no scale: the same values
+        if (!tap_wants(tp, id_p)) continue;
+        float *p = s->logits + (int64_t)T * V;
+        memcpy(p, s->logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
+        op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
+        struct tview vp = {p, TAP_F32, 2, {1, V}};
+        tp->take(tp->u, id_p, b, &vp);
+    }
+}
+
+void lnb_forward(const void *fm, void *fs, const struct mbatch *bt, const struct tap *tp,
+                 int blk_begin, int blk_end) {
+    const struct lnb_model *m = fm;
+    struct lnb_state *s = fs;
+    int L = m->cfg.n_layer;
+    AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= L);
+    for (int b = 0; b < bt->n; b++)
+        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+    if (blk_begin == 0) embed(m, s, bt, tp);
+    for (int l = blk_begin; l < blk_end; l++)
+        block_forward(m, s, bt, tp, l);
+    if (blk_end == L && blk_begin <= blk_end) head(m, s, bt, tp);
+}
