@@ -38,7 +38,7 @@ int model_family_of(const struct config *c, const struct model_family **fam, str
     if (!*fam) *fam = family_with_id(cfg_str(c, "model_type"));
     if (!*fam) *fam = family_with_id(cfg_str(c, "architecture"));
     if (*fam) return 0;
-    char known[512] = "";
+    char known[768] = ""; // every id, quoted (the message holds 1024 bytes)
     for (int f = 0; model_families[f]; f++)
         for (const char *const *n = model_families[f]->ids; *n; n++)
             snprintf(known + strlen(known), sizeof known - strlen(known), "%s\"%s\"",

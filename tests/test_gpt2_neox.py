@@ -153,6 +153,20 @@ for fam, preset, dt in (("gpt2", "gpt2", "f32"), ("gpt_neox", "pythia-160m", "bf
     if fam == "gpt2":
         check("layers.6.layer_output" in names, "the GPT-2 preset has a block 6")
 
+# issue 11: a TransformerLens hook name in the job's activations (model/aliases.c) on the GPT-2
+# preset: the dataset is named as asked, says its canonical name, and equals layers.6.layer_output
+d = f"{work}/preset_gpt2"
+run(harvest, "run", write_job(f"{d}/job_alias.json", batch_size=len(LENGTHS),
+                              activations=["blocks.6.hook_resid_post"], output={"path": "alias.h5"}),
+    "--quiet", check=0)
+with h5py.File(f"{d}/alias.h5", "r") as fa, h5py.File(f"{d}/out.h5", "r") as fb:
+    check(list(fa["activations"]) == ["blocks.6.hook_resid_post"], f"alias: {list(fa['activations'])}")
+    x = fa["activations/blocks.6.hook_resid_post"]
+    check(x.attrs.get("canonical_name") == "layers.6.layer_output", "alias: canonical_name")
+    check(np.array_equal(x[:], fb["activations/layers.6.layer_output"][:], equal_nan=True),
+          "alias: blocks.6.hook_resid_post == layers.6.layer_output, bit for bit")
+print("GPT-2 preset: blocks.6.hook_resid_post == layers.6.layer_output", flush=True)
+
 # one prompt a batch without the scores (the attention path that keeps one head's scores at a
 # time) and the token layout: the reference's values again
 for name in ("gpt2_prefixed_f16", "neox_sequential_bf16"):
