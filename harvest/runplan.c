@@ -241,11 +241,16 @@ static int plan_select(struct job *j, const struct model *m, struct plan *pl,
     return 0;
 }
 
-int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep) {
+// prompt p's chosen positions into keep, its counts added to c (may be NULL)
+static int64_t keep_of(const struct plan *pl, int64_t p, uint8_t *keep, struct select_counts *c) {
     const struct ds_prompts *ds = &pl->ds;
     // with pack, contexts of one document share a source index: key on the context itself
     int64_t key = pl->j.pack ? p : ds->source[p];
-    return select_context(&pl->j.sel, key, ds->ids + ds->off[p], ds->len[p], keep, NULL);
+    return select_context(&pl->j.sel, key, ds->ids + ds->off[p], ds->len[p], keep, c);
+}
+
+int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep) {
+    return keep_of(pl, p, keep, NULL);
 }
 
 // the stored offsets and the counts of selection, from the corpus alone (every rank alike)
@@ -257,9 +262,7 @@ static int plan_selection(struct plan *pl, struct ah_error *err) {
     int64_t at = 0;
     for (int64_t p = 0; rc == 0 && p < ds->n; p++) {
         pl->st_off[p] = at;
-        int64_t key = pl->j.pack ? p : ds->source[p];
-        int64_t n =
-            select_context(&pl->j.sel, key, ds->ids + ds->off[p], ds->len[p], keep, &pl->sc);
+        int64_t n = keep_of(pl, p, keep, &pl->sc);
         if (n < 0) rc = (int)n;
         at += n > 0 ? n : 0;
     }
