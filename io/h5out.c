@@ -1359,6 +1359,13 @@ int h5out_prompt_ids(const char *path, int64_t prompt, int64_t **ids, int64_t *l
         bool ok = dl >= 0 && doff >= 0 && dt >= 0 &&
                   H5Dread(dl, H5T_NATIVE_INT64, mem, sl, H5P_DEFAULT, &ln) >= 0 &&
                   H5Dread(doff, H5T_NATIVE_INT64, mem, so, H5P_DEFAULT, &off) >= 0 && ln >= 0;
+        int64_t end = dset_len(f, "tokens/input_ids"); // under "select" (token layout) /tokens
+        at = (hsize_t)prompt + 1;                      // lists the stored tokens: up to the next
+        if (ok && prompt + 1 < n) {                    // prompt's
+            H5Sselect_hyperslab(so, H5S_SELECT_SET, &at, NULL, &one, NULL);
+            ok = H5Dread(doff, H5T_NATIVE_INT64, mem, so, H5P_DEFAULT, &end) >= 0;
+        }
+        ln = ok && end - off < ln ? end - off : ln;
         *ids = ok ? malloc((size_t)ln * sizeof **ids + 1) : NULL;
         if (ok && *ids && ln > 0) {
             hsize_t cnt = (hsize_t)ln, start = (hsize_t)off;
