@@ -459,8 +459,8 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     if (rc < 0 || (todo == 0 && complete)) {
         if (rc == 0 && g.rank == 0 && !o->quiet)
             fprintf(stderr, "harvest: %s is already complete\n", pl.j.out_path);
-        if (rc == 0 && !has_stats(&pl)) // killed between the last master and its /stats
-            rc = run_agree(writer_stats(&rr.w, err), err);
+        if (rc == 0) // killed between the last master and its /stats: rank 0 adds them
+            rc = run_agree(has_stats(&pl) ? 0 : writer_stats(&rr.w, err), err);
         goto done;
     }
     // ---- the work ----

@@ -110,14 +110,14 @@ static int seg_finish(struct writer *w, struct ah_error *err) {
     int rc = h5seg_close(w->seg, &rec, err);
     w->seg = NULL;
     w->seconds += now_seconds() - t0; // the fsync is part of writing
-    if (rc == 0 && w->ws) { // the segment's statistics' partials go in before it is listed
+    if (rc < 0) return rc;
+    if (w->ws) { // the segment's statistics' partials go in before it is listed
         char path[4400];
         snprintf(path, sizeof path, "%s.parts/%s", w->pl->j.out_path, rec.file);
-        rc = wstats_flush(w->ws, w->g->scomm, path, err);
-    }
-    if (rc < 0) {
-        h5out_record_free(&rec);
-        return rc;
+        if ((rc = wstats_flush(w->ws, w->g->scomm, path, err)) < 0) {
+            h5out_record_free(&rec);
+            return rc;
+        }
     }
     CHECK_MPI(MPI_Comm_rank(w->g->scomm, &me));
     if (me == 0 && w->g->rank == 0) {

@@ -4,8 +4,8 @@ On the spec model and the Laguna M.1 preset, each over a packed corpus (`data.pa
 separator among `select.skip_token_ids`): no stored token has a skipped id; /tokens lists exactly
 the stored tokens and the prompt layout marks the same (prompt, position) pairs in
 /tokens/selected; tokens_per_context keeps min(k, eligible) tokens a context, the same pairs on
-np 1, 2 replicas, 2 stages, 2 stages x 2 replicas, expert shards, another batch size and after a
-SIGTERM + --resume; the selection's counts are root attributes; the write-time /stats equal
+np 1, 2 replicas (also with gzip), 2 stages, 2 stages x 2 replicas, expert shards, another batch
+size and after a SIGTERM + --resume; the selection's counts are root attributes; the write-time /stats equal
 float64 numpy over the stored float32 rows to 1e-12 relative, are bit for bit the same on every
 grid and after the resume, equal `harvest stats` on the finished output bit for bit, and equal
 the prompt layout's; an output killed after its master was complete but before /stats gets
@@ -20,7 +20,8 @@ import time
 import h5py
 import numpy as np
 
-from util import BOOKKEEPING, MPI_ENV, args, check, finish, init_model, run, wait_started, write_job
+from util import (BOOKKEEPING, MPI_ENV, args, check, finish, init_model, output_diff, run,
+                  wait_started, write_job)
 
 harvest, work = args()
 MPIRUN = shutil.which("mpirun")
@@ -40,10 +41,11 @@ def corpus(path, n_docs, vocab, seed):
             f.write(json.dumps({"input_ids": ids}) + "\n")
 
 
-def job(name, model, data, acts, layout="token", batch=3, stages=1, ep=1, **extra):
+def job(name, model, data, acts, layout="token", batch=3, stages=1, ep=1, gz=0, **extra):
     fields = dict(model=model, data={"path": data, "pack": {"separator": SEP, "bos": BOS}},
                   activations=acts, max_seq_len=16, batch_size=batch,
-                  output={"path": f"{name}.h5", "layout": layout, "checkpoint_seconds": 0},
+                  output={"path": f"{name}.h5", "layout": layout, "checkpoint_seconds": 0,
+                          "compression": gz},
                   parallel={"pipeline_stages": stages, "expert_parallel": ep},
                   select={"skip_token_ids": SKIP, "tokens_per_context": K, "seed": 3})
     fields.update(extra)
@@ -51,26 +53,8 @@ def job(name, model, data, acts, layout="token", batch=3, stages=1, ep=1, **extr
 
 
 def diff(a, b):
-    """What differs between outputs a and b (datasets, /stats, root attributes), or None; the job's
-    text aside (its output path and grid differ). util.output_diff reads no scalar dataset."""
-    ignore = BOOKKEEPING | {"job"}
-    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
-        if set(fa.attrs) - ignore != set(fb.attrs) - ignore:
-            return "root attribute names"
-        for k in set(fa.attrs) - ignore:
-            if not np.array_equal(fa.attrs[k], fb.attrs[k]):
-                return f"root attribute {k}"
-        names, other = [], []
-        fa.visit(names.append)
-        fb.visit(other.append)
-        if sorted(names) != sorted(other):
-            return "the datasets' names"
-        for n in names:
-            if isinstance(fa[n], h5py.Dataset):
-                x, y = fa[n][()], fb[n][()]
-                if np.shape(x) != np.shape(y) or not np.array_equal(x, y, equal_nan=True):
-                    return n
-    return None
+    """output_diff (every dataset, /stats too), the job's text aside (its path and grid differ)"""
+    return output_diff(a, b, BOOKKEEPING | {"job"})
 
 
 def mpirun(np_, *a, timeout=600):
@@ -102,6 +86,24 @@ def same_stats(a, b):
     return a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)
 
 
+M64 = (1 << 64) - 1
+
+
+def mix64(x):  # jobs/select.c: splitmix64's output function on x + the golden gamma
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def chosen(ids, key, seed=3):
+    """the positions tokens_per_context keeps of one context: the K smallest keys of
+    (seed, key, position) among the eligible ones (ties: the lower position)"""
+    eligible = [t for t, i in enumerate(ids) if i not in SKIP]
+    k = lambda t: (mix64(mix64(mix64(seed) ^ (key & M64)) ^ t), t)
+    return sorted(sorted(eligible, key=k)[:K])
+
+
 def check_selection(label, tok, pro):
     """the token layout's stored tokens against the prompt layout's corpus and mask"""
     with h5py.File(tok, "r") as t, h5py.File(pro, "r") as p:
@@ -111,6 +113,10 @@ def check_selection(label, tok, pro):
         all_ids, sel = p["tokens/input_ids"][:], p["tokens/selected"][:].astype(bool)
         want = [(q, s) for q in range(len(length)) for s in range(length[q]) if sel[off[q] + s]]
         check(pairs(tok) == want, f"{label}: token layout pairs == prompt layout's selected mask")
+        # under pack the key is the context's prompt index (its documents' source index repeats)
+        keyed = [(q, t) for q in range(len(length))
+                 for t in chosen(all_ids[off[q]:off[q] + length[q]].tolist(), q)]
+        check(want == keyed, f"{label}: the pairs are the K smallest keys (seed, prompt, position)")
         check(np.array_equal(ids, all_ids[sel]), f"{label}: stored ids are the corpus's")
         eligible = [int((~np.isin(all_ids[off[q]:off[q] + length[q]], SKIP)).sum())
                     for q in range(len(length))]
@@ -178,11 +184,13 @@ with h5py.File(pro, "r") as f:
 
 # grids: every dataset, /stats included, bitwise the np 1 output
 if MPIRUN:
-    for name, np_, stages in (("spec_dp2", 2, 1), ("spec_pp2", 2, 2), ("spec_pp2dp2", 4, 2)):
-        out = harvest_job(np_, job(name, "model", "docs.jsonl", SPEC, stages=stages), name)
+    for name, np_, stages, gz in (("spec_dp2", 2, 1, 0), ("spec_pp2", 2, 2, 0),
+                                  ("spec_pp2dp2", 4, 2, 0), ("spec_dp2_gzip", 2, 1, 1)):
+        out = harvest_job(np_, job(name, "model", "docs.jsonl", SPEC, stages=stages, gz=gz), name)
         d = diff(ref, out)
         check(d is None, f"{name}: differs from np 1 in {d}")
-        print(f"{name}: np {np_}, {stages} stage(s) == np 1 (selection and /stats)", flush=True)
+        print(f"{name}: np {np_}, {stages} stage(s), gzip {gz} == np 1 (selection and /stats)",
+              flush=True)
 out = harvest_job(0, job("spec_b5", "model", "docs.jsonl", SPEC, batch=5), "batch 5")
 check(pairs(out) == pairs(ref), "batch 5: the same (prompt, position) pairs")
 check_numpy("spec batch 5", out)
