@@ -106,6 +106,10 @@ static void wstats_take(void *u, int id, int b, const struct tview *v) {
     if (w->rc < 0) return;
     struct wset *s = &w->set[w->set_of_id[id]];
     int k = tview_seq_axis(w->pl->m.cat + id, v);
+    if (k == 1 && !w->keep) { // (1, T, F): already the rows, in order
+        stats_add_rows(&w->part[w->set_of_id[id]], v->data, v->dims[1]);
+        return;
+    }
     size_t need = (size_t)(v->dims[k] * s->F) * sizeof(float);
     if (need > w->cap) {
         free(w->buf);
