@@ -288,19 +288,34 @@ static int gather_entries(const struct plan *pl, const struct h5out_record *rec,
     return 0;
 }
 
-// row `row` of a segment's /stats/partials into buf (L doubles)
-static int read_row(const char *path, int64_t row, int64_t L, double *buf) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t d = f < 0 ? -1 : H5Dopen2(f, "stats/partials", H5P_DEFAULT);
-    hid_t fs = d < 0 ? -1 : H5Dget_space(d);
+// the segment file last read from: batches in order come mostly from one segment after another
+struct row_src {
+    int rec; // -1: none open
+    hid_t f, d;
+};
+
+static void row_src_close(struct row_src *x) {
+    if (x->d >= 0) H5Dclose(x->d);
+    if (x->f >= 0) H5Fclose(x->f);
+    *x = (struct row_src){-1, H5I_INVALID_HID, H5I_INVALID_HID};
+}
+
+// row `row` of segment rec's /stats/partials (file path) into buf (L doubles)
+static int read_row(struct row_src *x, int rec, const char *path, int64_t row, int64_t L,
+                    double *buf) {
+    if (x->rec != rec) {
+        row_src_close(x);
+        x->rec = rec;
+        x->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        x->d = x->f < 0 ? -1 : H5Dopen2(x->f, "stats/partials", H5P_DEFAULT);
+    }
+    hid_t fs = x->d < 0 ? -1 : H5Dget_space(x->d);
     hsize_t st[2] = {(hsize_t)row, 0}, cnt[2] = {1, (hsize_t)L};
     hid_t ms = H5Screate_simple(2, cnt, NULL);
     herr_t r = fs < 0 ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-    if (r >= 0) r = H5Dread(d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
+    if (r >= 0) r = H5Dread(x->d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
     H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
-    if (d >= 0) H5Dclose(d);
-    if (f >= 0) H5Fclose(f);
     return r < 0 ? -1 : 0;
 }
 
@@ -318,11 +333,12 @@ static int fold_entries(const struct plan *pl, const struct h5out_record *rec,
     double *buf = malloc(((size_t)L + 1) * sizeof *buf);
     if (!tmp || !buf || rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: statistics");
     char path[4400];
+    struct row_src src = {-1, H5I_INVALID_HID, H5I_INVALID_HID};
     for (int64_t i = 0; rc == 0 && i < n; i++) {
         if (e[i].batch < next) continue; // a batch listed twice: its first listing
         if (e[i].batch > next) break;
         seg_file(pl, &rec[e[i].rec], path, sizeof path);
-        if (read_row(path, e[i].row, L, buf) < 0)
+        if (read_row(&src, e[i].rec, path, e[i].row, L, buf) < 0)
             rc = ah_fail(err, AH_EIO, "%s: cannot read the statistics' partials", path);
         for (int k = 0, at = 0; rc == 0 && k < n_sets; at += (int)stats_buf_len(set[k++].F)) {
             if (stats_unpack(&tmp[k], buf + at, stats_buf_len(set[k].F)) < 0)
@@ -337,6 +353,7 @@ static int fold_entries(const struct plan *pl, const struct h5out_record *rec,
                      "%s: no listed segment holds the statistics' partials of batch %lld: take "
                      "the statistics with `harvest stats %s`",
                      pl->j.out_path, (long long)next, pl->j.out_path);
+    row_src_close(&src);
     for (int k = 0; tmp && k < n_sets; k++)
         stats_free(&tmp[k]);
     free(tmp);
