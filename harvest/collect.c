@@ -3,7 +3,8 @@
 // prompt layout: the view (1, ...) goes to row `prompt` as the leading corner of the padded row
 //                (sequence axes padded to S, global+local-key to 2S); padding is NaN or 0.
 // token layout:  the view's one sequence axis moves to the front: (1, A.., T, B..) -> (T, A.., B..)
-//                at rows token_offset .. token_offset + T.
+//                at rows token_offset .. token_offset + T; under "select" only the chosen
+//                positions, at the prompt's stored rows (harvest/run.h st_off).
 #include "harvest/harvest.h"
 #include "harvest/writer.h"
 
@@ -70,29 +71,51 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
     c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, false), 1, row, &c->err);
 }
 
-static void take_token(struct collector *c, int di, int b, const struct tview *v) {
+int64_t tview_rows(const struct tview *v, int seq, const uint8_t *keep, char *dst) {
     size_t es = tap_dtype_size(v->dtype);
+    int64_t T = v->dims[seq], outer = 1, inner = 1, n = 0;
+    for (int i = 1; i < seq; i++)
+        outer *= v->dims[i];
+    for (int i = seq + 1; i < v->ndim; i++)
+        inner *= v->dims[i];
+    const char *src = v->data;
+    size_t run = (size_t)inner * es;
+    for (int64_t t = 0; t < T; t++) {
+        if (keep && !keep[t]) continue;
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(dst + (size_t)(n * outer + o) * run, src + (size_t)(o * T + t) * run, run);
+        n++;
+    }
+    return n;
+}
+
+int tview_seq_axis(const struct tap_desc *d, const struct tview *v) {
     int k = 1;
-    while (k < v->ndim && tap_axis_kind(c->dsets[di].desc->axes[k]) != TAP_AXIS_SEQ)
+    while (k < v->ndim && tap_axis_kind(d->axes[k]) != TAP_AXIS_SEQ)
         k++;
     AH_ASSERT(k < v->ndim);
-    int64_t T = v->dims[k], outer = 1, inner = 1;
+    return k;
+}
+
+static void take_token(struct collector *c, int di, int b, const struct tview *v) {
+    int k = tview_seq_axis(c->dsets[di].desc, v);
+    int64_t T = v->dims[k], outer = 1;
     for (int i = 1; i < k; i++)
         outer *= v->dims[i];
-    for (int i = k + 1; i < v->ndim; i++)
-        inner *= v->dims[i];
+    const uint8_t *keep = c->keep ? c->keep + c->boff[b] : NULL; // under "select"
     const void *rows = v->data;
-    if (outer > 1) {
-        char *buf = scratch(c, (size_t)(T * outer * inner) * es);
+    int64_t n = T;
+    if (outer > 1 || keep) {
+        int64_t elems = 1;
+        for (int i = 1; i < v->ndim; i++)
+            elems *= v->dims[i];
+        char *buf = scratch(c, (size_t)elems * tap_dtype_size(v->dtype));
         if (!buf) return;
-        const char *src = v->data;
-        size_t run = (size_t)inner * es;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t o = 0; o < outer; o++)
-                memcpy(buf + (size_t)(t * outer + o) * run, src + (size_t)(o * T + t) * run, run);
+        n = tview_rows(v, k, keep, buf);
         rows = buf;
     }
-    c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, true), T, rows, &c->err);
+    if (n > 0)
+        c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, true), n, rows, &c->err);
 }
 
 void collect_take(void *u, int id, int b, const struct tview *v) {

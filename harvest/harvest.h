@@ -95,8 +95,10 @@ struct collector {
     const struct h5out_dset *dsets; // borrowed
     const int *dset_of_id;          // (n_cat) dataset index of a catalogue id, or -1
     enum job_layout layout;
-    int64_t batch; // the batch in hand
-    float *buf;    // padded/transposed row; owned
+    int64_t batch;       // the batch in hand
+    const uint8_t *keep; // (batch tokens) the chosen positions under "select" (NULL: all)
+    const int64_t *boff; // (batch prompts) prompt b's first token in keep
+    float *buf;          // padded/transposed row; owned
     size_t buf_bytes;
     int rc; // first error, 0 if none
     struct ah_error err;
@@ -104,6 +106,14 @@ struct collector {
 };
 
 void collect_take(void *u, int id, int b, const struct tview *v);
+// The axis of a view (1, A.., T, B..) that is the activation's sequence axis (asserted to exist).
+int tview_seq_axis(const struct tap_desc *d, const struct tview *v);
+// The rows of a view (1, A.., T, B..) with sequence axis seq, as (n, A.., B..) into dst: the
+// positions t with keep[t] (keep NULL: all T), in order. Returns n.
+int64_t tview_rows(const struct tview *v, int seq, const uint8_t *keep, char *dst);
+
+// ---- write-time statistics: a tap consumer after the collector (wstats.c) ----
+struct wstats;
 void collector_free(struct collector *c);
 
 // ---- progress on stderr ----

@@ -1,6 +1,7 @@
 // inspect.c - `harvest activations` (the catalogue of a model) and `harvest inspect` (an output).
 #define _POSIX_C_SOURCE 200809L // defines: access
 #include "harvest/harvest.h"
+#include "io/h5stats.h"
 #include "model/aliases.h"
 
 #include <cjson/cJSON.h>
@@ -138,20 +139,25 @@ static int output_tokenizer(const char *out, const char *given, const char *job,
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL, *tokpath = NULL, *text_arg = NULL;
+    const char *path = NULL, *tokpath = NULL, *text_arg = NULL, *stats_name = NULL;
     long long text = -1;
+    bool stats = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--text") && i + 1 < argc)
             text_arg = argv[++i];
         else if (!strcmp(argv[i], "--tokenizer") && i + 1 < argc)
             tokpath = argv[++i];
+        else if (!strcmp(argv[i], "--stats")) // a name after it, once the output is given
+            stats = true,
+            stats_name = path && i + 1 < argc && argv[i + 1][0] != '-' ? argv[++i] : NULL;
         else if (!path && argv[i][0] != '-')
             path = argv[i];
         else
             path = NULL, i = argc;
     }
     if (!path) {
-        fprintf(stderr, "usage: harvest inspect OUT.h5 [--text PROMPT [--tokenizer PATH]]\n");
+        fprintf(stderr, "usage: harvest inspect OUT.h5 [--text PROMPT [--tokenizer PATH]] "
+                        "[--stats [NAME]]\n");
         return 1;
     }
     if (text_arg) {
@@ -168,6 +174,7 @@ int cmd_inspect(int argc, char **argv) {
     }
     struct ah_error err = {0};
     int rc = h5out_inspect(path, stdout, &err);
+    if (rc == 0 && stats) rc = h5stats_print(path, stats_name, 5, stdout, &err);
     if (rc < 0 || text < 0) return report(rc, &err);
     int64_t *ids = NULL, n = 0;
     char *job = NULL, *s = NULL;

@@ -22,6 +22,7 @@
 #include "harvest/writer.h"
 
 #include <cjson/cJSON.h>
+#include <hdf5.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -176,6 +177,8 @@ struct rank_run {
     struct collector col;  // the first tap consumer
     uint8_t *col_want;     // (n_cat) what it stores: this stage's datasets; owned
     struct consumers cons; // every tap consumer; cons.want is what the forward computes
+    struct wstats *ws;     // write-time statistics (the second consumer), or NULL
+    uint8_t *keep;         // (max_tokens) the batch's chosen positions under "select"
     struct model_state st;
     struct laguna_shard shard; // this rank's routed experts
     struct exchange ex;        // expert shards' slots
@@ -207,21 +210,38 @@ static int rank_consumers(struct rank_run *rr, struct ah_error *err) {
         rr->col_want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
     struct consumer c = {rr->col_want, collect_take, &rr->col};
     int rc = consumers_init(&rr->cons, pl->m.n_cat, err);
-    return rc < 0 ? rc : consumers_add(&rr->cons, &c, err);
+    if (rc == 0) rc = consumers_add(&rr->cons, &c, err);
+    if (rc == 0 && pl->n_stats && g->scomm != MPI_COMM_NULL)
+        rc = wstats_init(&rr->ws, pl, g->i0, g->i1, g->shard == 0, err);
+    if (rc == 0 && rr->ws && g->shard == 0) {
+        struct consumer s = wstats_consumer(rr->ws);
+        rc = consumers_add(&rr->cons, &s, err);
+    }
+    rr->w.ws = rr->ws; // its partials go into the segments
+    return rc;
+}
+
+// The tokens batch k runs through the model: [*t0, *t1) of the corpus (ds.off; the stored rows
+// of the token layout differ under "select", see place_batch).
+static void batch_tokens(const struct plan *pl, int64_t k, int64_t *t0, int64_t *t1) {
+    struct h5out_run r = place_batch(&pl->pc, k);
+    *t0 = pl->ds.off[r.p0];
+    *t1 = r.p1 < pl->ds.n ? pl->ds.off[r.p1] : pl->ds.n_tokens;
 }
 
 static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, struct ah_error *err) {
     const struct plan *pl = rr->pl;
     const struct grid *g = rr->g;
     int64_t max_tokens = 1, my_prompts = 0, my_tokens = 0;
-    for (int64_t k = 0; k < pl->K; k++) {
-        struct h5out_run r = place_batch(&pl->pc, k);
-        max_tokens = r.t1 - r.t0 > max_tokens ? r.t1 - r.t0 : max_tokens;
+    for (int64_t k = 0, t0, t1; k < pl->K; k++) {
+        batch_tokens(pl, k, &t0, &t1);
+        max_tokens = t1 - t0 > max_tokens ? t1 - t0 : max_tokens;
     }
     rr->mine = malloc(((size_t)pl->K + 1) * sizeof *rr->mine);
     rr->lens = malloc((size_t)pl->B * sizeof *rr->lens);
     rr->boff = malloc((size_t)pl->B * sizeof *rr->boff);
-    if (!rr->mine || !rr->lens || !rr->boff)
+    rr->keep = pl->selecting ? malloc((size_t)max_tokens) : NULL;
+    if (!rr->mine || !rr->lens || !rr->boff || (pl->selecting && !rr->keep))
         return ah_fail(err, AH_ENOMEM, "out of memory: the tables of %lld batches",
                        (long long)pl->K);
     rr->n_mine = rounds_share(pl->K, done, g->replica, g->n_replicas, rr->mine);
@@ -237,10 +257,11 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
     if (rc == 0) rc = pipe_init(&rr->pipe, g, (size_t)max_tokens * 2 * model_hidden(&pl->m), err);
     if (rc < 0) return rc;
     model_handoff(&pl->m, &rr->st, rr->hand, &rr->n_hand);
-    for (int64_t i = 0; i < rr->n_mine; i++) {
+    for (int64_t i = 0, t0, t1; i < rr->n_mine; i++) {
         struct h5out_run r = place_batch(&pl->pc, rr->mine[i]);
+        batch_tokens(pl, rr->mine[i], &t0, &t1);
         my_prompts += r.p1 - r.p0;
-        my_tokens += r.t1 - r.t0;
+        my_tokens += t1 - t0;
     }
     progress_init(&rr->pr, quiet || g->rank != 0, my_prompts, my_tokens, 0, 0);
     return 0;
@@ -250,6 +271,8 @@ static void rank_free(struct rank_run *rr, bool wait) {
     pipe_free(&rr->pipe, wait);
     collector_free(&rr->col);
     consumers_free(&rr->cons);
+    wstats_free(rr->ws);
+    free(rr->keep);
     free(rr->col_want);
     model_state_free(&rr->st);
     exchange_free(&rr->ex);
@@ -272,26 +295,35 @@ static int round_open(struct rank_run *rr, int64_t k, int stop, bool *play, stru
 // Batch k through this stage's blocks: the consumers take what they want, the hand-off goes on.
 static int run_batch(struct rank_run *rr, int64_t k, const float *in, struct ah_error *err) {
     const struct plan *pl = rr->pl;
-    double t0 = now_seconds();
+    double start = now_seconds();
     struct h5out_run r = place_batch(&pl->pc, k);
+    int64_t t0, t1;
+    batch_tokens(pl, k, &t0, &t1);
     int n = (int)(r.p1 - r.p0);
     for (int b = 0; b < n; b++) {
         rr->lens[b] = (int)pl->ds.len[r.p0 + b];
-        rr->boff[b] = pl->ds.off[r.p0 + b] - r.t0;
+        rr->boff[b] = pl->ds.off[r.p0 + b] - t0;
+        if (rr->keep && plan_keep(pl, r.p0 + b, rr->keep + rr->boff[b]) < 0)
+            return ah_fail(err, AH_ENOMEM, "out of memory: the selection of a prompt");
     }
-    struct mbatch bt = {n, r.t1 - r.t0, pl->ds.ids + r.t0, rr->lens, rr->boff};
+    struct mbatch bt = {n, t1 - t0, pl->ds.ids + t0, rr->lens, rr->boff};
     size_t hand_n = (size_t)bt.n_tokens * (size_t)model_hidden(&pl->m); // floats of an array
     for (int a = 0; in && a < rr->n_hand; a++)
         memcpy(rr->hand[a], in + a * hand_n, hand_n * sizeof(float));
     struct tap tp = consumers_tap(&rr->cons);
     rr->col.batch = k;
+    rr->col.keep = rr->keep;
+    rr->col.boff = rr->boff;
+    if (rr->ws) wstats_batch_begin(rr->ws, rr->keep, rr->boff);
     model_forward(&pl->m, &rr->st, &bt, &tp, rr->g->b0, rr->g->b1);
     if (rr->col.rc < 0) {
         *err = rr->col.err;
         return rr->col.rc;
     }
+    int rc = rr->ws && rr->g->shard == 0 ? wstats_batch_end(rr->ws, k, err) : 0;
+    if (rc < 0) return rc;
     if (!rr->pipe.last) pipe_send(&rr->pipe, k, rr->hand, rr->n_hand, hand_n);
-    rr->busy += now_seconds() - t0;
+    rr->busy += now_seconds() - start;
     rr->done_prompts += n;
     rr->done_tokens += bt.n_tokens;
     progress_update(&rr->pr, rr->done_prompts, rr->done_tokens, false);
@@ -398,6 +430,18 @@ static char *timed_provenance(const struct rank_run *rr, const char *prov) {
     return t;
 }
 
+// Whether the output's master holds the write-time statistics the job asks for (rank 0's view;
+// true elsewhere and without statistics).
+static bool has_stats(const struct plan *pl) {
+    int rank = 0;
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    if (rank != 0 || !pl->n_stats) return true;
+    hid_t f = H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    bool yes = f >= 0 && H5Lexists(f, "stats", H5P_DEFAULT) > 0;
+    if (f >= 0) H5Fclose(f);
+    return yes;
+}
+
 int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err) {
     double t_start = now_seconds();
     // MPI errors come back as codes, which CHECK_MPI reports with the call and the rank
@@ -416,6 +460,8 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     if (rc < 0 || (todo == 0 && complete)) {
         if (rc == 0 && g.rank == 0 && !o->quiet)
             fprintf(stderr, "harvest: %s is already complete\n", pl.j.out_path);
+        if (rc == 0) // killed between the last master and its /stats: rank 0 adds them
+            rc = run_agree(has_stats(&pl) ? 0 : writer_stats(&rr.w, err), err);
         goto done;
     }
     // ---- the work ----

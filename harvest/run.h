@@ -41,7 +41,25 @@ struct plan {
     int B;               // batch_size
     int64_t K;           // batches
     struct placement pc; // where each batch's rows go (after plan_finish)
+    // token selection (job "select", jobs/select.h): the token layout stores the chosen tokens
+    // only, prompt p's at rows [st_off[p], st_off[p + 1]); the prompt layout stores every token
+    bool selecting;          // the job has "select"
+    int64_t *st_off;         // (n_prompts + 1) first stored token row of each prompt; owned
+    int64_t n_stored;        // token rows of the token layout (n_tokens without selection)
+    struct select_counts sc; // what selection kept and left out, over the corpus
+    uint8_t *stats_want;     // (n_cat) names with write-time statistics (harvest/wstats.c)
+    int n_stats;             // how many
 };
+
+// The chosen positions of prompt p (T = ds.len[p] of them, keep[t] = 0 or 1); returns how many.
+int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep);
+// Whether write-time statistics can be taken of an activation: float, one sequence axis, no key.
+bool plan_stats_eligible(const struct tap_desc *d);
+// Rank 0: the /tokens tables of the output under selection (each malloc'd; NULL without it):
+// ids, positions and per-prompt counts of the stored tokens (token layout) or the selected mask
+// of every token (prompt layout).
+int plan_index_tables(const struct plan *pl, int64_t **ids, int64_t **pos, int64_t **count,
+                      uint8_t **selected, struct ah_error *err);
 
 // Collective: each rank checks the job, model, names and grid alike; then rank 0 checks the
 // output's neighbourhood (outlock.h) and takes its lock (held in *lock until outlock_release).

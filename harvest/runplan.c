@@ -87,6 +87,8 @@ uint64_t plan_checksum(const struct plan *pl) {
 }
 
 void plan_free(struct plan *pl) {
+    free(pl->st_off);
+    free(pl->stats_want);
     free(pl->dsets);
     free(pl->dset_of_id);
     free(pl->alias_of_id);
@@ -184,6 +186,126 @@ int plan_fingerprint(const struct plan *pl, char **json, struct ah_error *err) {
     return rc;
 }
 
+// ----------------------------------------------------------------------------
+// token selection and write-time statistics (README "Statistics")
+
+bool plan_stats_eligible(const struct tap_desc *d) {
+    bool ok = d->dtype == TAP_F32 && tap_n_seq_axes(d) == 1;
+    for (int k = 0; k < d->ndim; k++)
+        ok = ok && strcmp(d->axes[k], "key") && tap_axis_kind(d->axes[k]) != TAP_AXIS_SEQ2;
+    return ok;
+}
+
+// The special tokens of the model's tokenizer: the ids whose text decoding with skip_special
+// drops (io/tokenizer.h keeps its table private). *ids malloc'd.
+static int special_ids(struct tokenizer *t, int64_t vocab, int64_t **ids, int *n) {
+    *n = 0;
+    *ids = malloc(64 * sizeof **ids);
+    int cap = 64;
+    for (int64_t id = 0; *ids && id < vocab && id < tok_n_ids(t); id++) {
+        char *a = NULL, *b = NULL;
+        size_t la = 0, lb = 0;
+        struct ah_error e = {0};
+        bool special = tok_decode(t, &id, 1, true, &a, &la, &e) == 0 &&
+                       tok_decode(t, &id, 1, false, &b, &lb, &e) == 0 && la == 0 && lb > 0;
+        free(a), free(b);
+        if (!special) continue;
+        if (*n == cap) {
+            int64_t *v = realloc(*ids, (size_t)(cap *= 2) * sizeof *v);
+            if (!v) free(*ids);
+            *ids = v;
+            if (!v) break;
+        }
+        (*ids)[(*n)++] = id;
+    }
+    return *ids ? 0 : -AH_ENOMEM;
+}
+
+// "select" against the model, and which names get statistics
+static int plan_select(struct job *j, const struct model *m, struct plan *pl,
+                       struct ah_error *err) {
+    int64_t *sp = NULL;
+    int n_sp = 0, rc = 0;
+    if (j->sel.skip_special && m->tok) rc = special_ids(m->tok, m->vocab, &sp, &n_sp);
+    if (rc == 0) rc = select_resolve(&j->sel, m->vocab, m->tok != NULL, sp, n_sp, j->path, err);
+    free(sp);
+    if (rc < 0) return rc;
+    if (j->sel.max_norm_multiple > 0) // the guard's median needs a pass ahead of the stages
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"select.max_norm_multiple\": the norm guard is not supported by "
+                       "`harvest run` yet (use \"skip_token_ids\" for the BOS)",
+                       j->path);
+    bool stats = j->statistics < 0 ? j->layout == JOB_LAYOUT_TOKEN : j->statistics == 1;
+    if (!(pl->stats_want = calloc((size_t)m->n_cat + 1, 1))) return -AH_ENOMEM;
+    for (int i = 0; stats && i < m->n_cat; i++)
+        if (pl->want[i] && plan_stats_eligible(&m->cat[i])) pl->stats_want[i] = 1, pl->n_stats++;
+    pl->selecting = j->sel.given;
+    return 0;
+}
+
+// prompt p's chosen positions into keep, its counts added to c (may be NULL)
+static int64_t keep_of(const struct plan *pl, int64_t p, uint8_t *keep, struct select_counts *c) {
+    const struct ds_prompts *ds = &pl->ds;
+    // with pack, contexts of one document share a source index: key on the context itself
+    int64_t key = pl->j.pack ? p : ds->source[p];
+    return select_context(&pl->j.sel, key, ds->ids + ds->off[p], ds->len[p], keep, c);
+}
+
+int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep) {
+    return keep_of(pl, p, keep, NULL);
+}
+
+// the stored offsets and the counts of selection, from the corpus alone (every rank alike)
+static int plan_selection(struct plan *pl, struct ah_error *err) {
+    const struct ds_prompts *ds = &pl->ds;
+    pl->st_off = malloc(((size_t)ds->n + 1) * sizeof *pl->st_off);
+    uint8_t *keep = malloc((size_t)pl->S + 1);
+    int rc = pl->st_off && keep ? 0 : -AH_ENOMEM;
+    int64_t at = 0;
+    for (int64_t p = 0; rc == 0 && p < ds->n; p++) {
+        pl->st_off[p] = at;
+        int64_t n = keep_of(pl, p, keep, &pl->sc);
+        if (n < 0) rc = (int)n;
+        at += n > 0 ? n : 0;
+    }
+    free(keep);
+    if (rc < 0) return ah_fail(err, AH_ENOMEM, "out of memory: the selection of a prompt");
+    pl->st_off[ds->n] = at;
+    pl->n_stored = pl->j.layout == JOB_LAYOUT_TOKEN ? at : ds->n_tokens;
+    return 0;
+}
+
+int plan_index_tables(const struct plan *pl, int64_t **ids, int64_t **pos, int64_t **count,
+                      uint8_t **selected, struct ah_error *err) {
+    *ids = *pos = *count = NULL;
+    *selected = NULL;
+    if (!pl->selecting) return 0;
+    const struct ds_prompts *ds = &pl->ds;
+    bool tok = pl->j.layout == JOB_LAYOUT_TOKEN;
+    uint8_t *keep = malloc((size_t)pl->S + 1);
+    if (tok) {
+        *ids = malloc(((size_t)pl->n_stored + 1) * sizeof **ids);
+        *pos = malloc(((size_t)pl->n_stored + 1) * sizeof **pos);
+        *count = malloc(((size_t)ds->n + 1) * sizeof **count);
+    } else {
+        *selected = malloc((size_t)ds->n_tokens + 1);
+    }
+    bool ok = keep && (tok ? *ids && *pos && *count : *selected != NULL);
+    for (int64_t p = 0, at = 0; ok && p < ds->n; p++) {
+        ok = plan_keep(pl, p, tok ? keep : *selected + ds->off[p]) >= 0;
+        for (int64_t t = 0; ok && tok && t < ds->len[p]; t++)
+            if (keep[t]) (*ids)[at] = ds->ids[ds->off[p] + t], (*pos)[at++] = t;
+        if (tok) (*count)[p] = pl->st_off[p + 1] - pl->st_off[p];
+    }
+    free(keep);
+    if (ok) return 0;
+    free(*ids), free(*pos), free(*count), free(*selected);
+    *ids = *pos = *count = NULL;
+    *selected = NULL;
+    return ah_fail(err, AH_ENOMEM, "out of memory: the /tokens tables of %lld tokens",
+                   (long long)ds->n_tokens);
+}
+
 static int plan_check(struct plan *pl, const char *job_path, int world, struct ah_error *err) {
     int rc;
     struct job *j = &pl->j;
@@ -203,6 +325,7 @@ static int plan_check(struct plan *pl, const char *job_path, int world, struct a
         return rc;
     if (j->layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(j, m, pl->want, err)) < 0)
         return rc;
+    if ((rc = plan_select(j, m, pl, err)) < 0) return rc;
     if (j->max_seq_len > m->max_pos)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"max_seq_len\": %d is longer than the model's "
@@ -336,10 +459,16 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
                        j->path, j->pipeline_stages, pl->blk_end);
     pl->dsets = calloc((size_t)pl->n_dsets + 1, sizeof *pl->dsets);
     if (!pl->dsets) return -AH_ENOMEM;
-    build_dsets(m, pl->want, pl->alias_of_id, j->layout, pl->S, ds->n, ds->n_tokens, pl->dsets,
+    pl->n_stored = ds->n_tokens;
+    if (pl->selecting) {
+        int rc = plan_selection(pl, err);
+        if (rc < 0) return rc;
+    }
+    bool stored = pl->selecting && j->layout == JOB_LAYOUT_TOKEN; // rows: the chosen tokens
+    build_dsets(m, pl->want, pl->alias_of_id, j->layout, pl->S, ds->n, pl->n_stored, pl->dsets,
                 pl->dset_of_id);
     pl->B = j->batch_size;
-    pl->pc = (struct placement){ds->n, ds->n_tokens, ds->off, pl->B};
+    pl->pc = (struct placement){ds->n, pl->n_stored, stored ? pl->st_off : ds->off, pl->B};
     pl->K = place_batches(&pl->pc);
     return 0;
 }

@@ -111,6 +111,14 @@ static int seg_finish(struct writer *w, struct ah_error *err) {
     w->seg = NULL;
     w->seconds += now_seconds() - t0; // the fsync is part of writing
     if (rc < 0) return rc;
+    if (w->ws) { // the segment's statistics' partials go in before it is listed
+        char path[4400];
+        snprintf(path, sizeof path, "%s.parts/%s", w->pl->j.out_path, rec.file);
+        if ((rc = wstats_flush(w->ws, w->g->scomm, path, err)) < 0) {
+            h5out_record_free(&rec);
+            return rc;
+        }
+    }
     CHECK_MPI(MPI_Comm_rank(w->g->scomm, &me));
     if (me == 0 && w->g->rank == 0) {
         rc = h5m_add(w->mst, &rec);
@@ -157,6 +165,12 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
     int rc = exists && o->resume ? 0 : h5out_remove(pl->j.out_path, err);
     char *fp = NULL;
     if (rc == 0) rc = plan_fingerprint(pl, &fp, err);
+    if (rc == 0) rc = plan_index_tables(pl, &w->t_ids, &w->t_pos, &w->t_count, &w->t_sel, err);
+    static const char *const count_names[4] = {"n_tokens_selected", "n_tokens_skipped_first",
+                                               "n_tokens_skipped_id", "n_tokens_not_chosen"};
+    int64_t *c = w->counts;
+    c[0] = pl->sc.kept, c[1] = pl->sc.skipped_first, c[2] = pl->sc.skipped_id;
+    c[3] = pl->sc.not_chosen;
     struct h5out_params hp = {
         .path = pl->j.out_path,
         .store = store_of(&pl->j),
@@ -167,9 +181,9 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .n_prompts = pl->ds.n,
         .source_index = pl->ds.source,
         .length = pl->ds.len,
-        .token_offset = pl->ds.off,
-        .n_tokens = pl->ds.n_tokens,
-        .input_ids = pl->ds.ids,
+        .token_offset = w->t_ids ? pl->st_off : pl->ds.off,
+        .n_tokens = w->t_ids ? pl->n_stored : pl->ds.n_tokens,
+        .input_ids = w->t_ids ? w->t_ids : pl->ds.ids,
         .batch_size = pl->B,
         .max_seq_len = pl->S,
         .n_skipped_empty = pl->ds.n_empty,
@@ -178,6 +192,12 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .model_fingerprint = fp,
         .fields = pl->ds.fields, // data.fields (rank 0 read them)
         .n_fields = pl->ds.n_fields,
+        .token_position = w->t_pos,
+        .token_count = w->t_count,
+        .token_selected = w->t_sel,
+        .n_counts = pl->selecting ? 4 : 0,
+        .count_names = count_names,
+        .count_values = w->counts,
     };
     if (rc == 0)
         rc = h5m_open(&w->mst, &hp, pl->dsets, pl->n_dsets, exists && o->resume, done, &w->run,
@@ -276,6 +296,16 @@ int writer_finish(struct writer *w, struct ah_error *err) {
     return rc;
 }
 
+int writer_stats(struct writer *w, struct ah_error *err) {
+    if (w->g->rank != 0 || !w->pl->n_stats) return 0;
+    int n = 0;
+    const struct h5out_record *rec = h5m_records(w->mst, &n);
+    double t0 = now_seconds();
+    int rc = wstats_final(w->pl, rec, n, err);
+    w->seconds += now_seconds() - t0;
+    return rc;
+}
+
 int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done,
                  struct ah_error *err) {
     if (w->g->rank != 0) return 0;
@@ -286,6 +316,7 @@ int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done
     int rc = h5m_write(w->mst, all == pl->ds.n, err);
     w->seconds += now_seconds() - t0;
     *prompts_done = all;
+    if (rc == 0 && all == pl->ds.n && pl->n_stats) rc = writer_stats(w, err);
     if (rc == 0 && all < pl->ds.n)
         rc = ah_fail(err, AH_ESTOP,
                      "stopped by a signal after %lld of %lld prompts; run the same command "
@@ -302,5 +333,6 @@ void writer_close(struct writer *w) {
     free(w->say);
     free(w->rows);
     free(w->fingerprint);
+    free(w->t_ids), free(w->t_pos), free(w->t_count), free(w->t_sel);
     memset(w, 0, sizeof *w);
 }

@@ -15,6 +15,7 @@
 #define AH_WRITER_H
 
 #include "harvest/run.h"
+#include "harvest/wstats.h"
 
 struct pending;
 
@@ -36,6 +37,11 @@ struct writer {
     struct pending *pend;   // (n_pend) record sends in flight (ranks other than 0)
     int n_pend;
     char *fingerprint; // rank 0: the model's fingerprint (JSON text), owned
+    struct wstats *ws; // write-time statistics of this stage (harvest/wstats.h), or NULL; borrowed
+    // rank 0 under "select": the /tokens tables (plan_index_tables) the master borrows; owned
+    int64_t *t_ids, *t_pos, *t_count;
+    uint8_t *t_sel;
+    int64_t counts[4]; // the selection's counts, root attributes
 };
 
 // Collective over the world: rank 0 makes the output (resume: reopens it, see h5m_open); done
@@ -58,6 +64,9 @@ int writer_finish(struct writer *w, struct ah_error *err);
 // a message saying how to continue.
 int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done,
                  struct ah_error *err);
+// Rank 0 (others return 0), every batch in: the write-time statistics into the master (wstats.h).
+// writer_final calls it; a run that finds its output complete calls it when /stats is missing.
+int writer_stats(struct writer *w, struct ah_error *err);
 void writer_close(struct writer *w); // frees; safe on a zeroed struct
 
 #endif

@@ -116,7 +116,8 @@ static herr_t write_piece(hid_t ds, hid_t s, hsize_t *at, hsize_t n, const int64
     return r;
 }
 
-// /tokens/prompt_index (which) or /tokens/position of every token, from the prompts' lengths
+// /tokens/prompt_index (which) or /tokens/position of every token, from the prompts' lengths (or,
+// under selection, the stored tokens' counts and positions)
 static herr_t write_by_token(hid_t loc, const char *name, const struct h5out_params *p,
                              bool which) {
     hsize_t d = (hsize_t)p->n_tokens;
@@ -126,13 +127,28 @@ static herr_t write_by_token(hid_t loc, const char *name, const struct h5out_par
     int64_t *buf = malloc(PIECE * sizeof *buf);
     herr_t r = ds < 0 || !buf ? -1 : 0;
     hsize_t at = 0, n = 0;
-    for (int64_t q = 0; r >= 0 && q < p->n_prompts; q++)
-        for (int64_t t = 0; r >= 0 && t < p->length[q]; t++) {
-            buf[n++] = which ? q : t;
+    const int64_t *count = p->token_count ? p->token_count : p->length;
+    for (int64_t q = 0, i = 0; r >= 0 && q < p->n_prompts; q++)
+        for (int64_t t = 0; r >= 0 && t < count[q]; t++, i++) {
+            buf[n++] = which ? q : p->token_position ? p->token_position[i] : t;
             if (n == PIECE) r = write_piece(ds, s, &at, n, buf), n = 0;
         }
     if (r >= 0 && n) r = write_piece(ds, s, &at, n, buf);
     free(buf);
+    if (ds >= 0) H5Dclose(ds);
+    H5Sclose(s);
+    return r;
+}
+
+// /tokens/selected: a 0/1 byte a token
+static herr_t write_u8(hid_t loc, const char *name, const struct h5out_params *p) {
+    hsize_t d = (hsize_t)p->n_tokens;
+    hid_t s = H5Screate_simple(1, &d, NULL);
+    hid_t ds = H5Dcreate2(loc, name, H5T_STD_U8LE, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    herr_t r =
+        ds < 0 ? -1
+        : d    ? H5Dwrite(ds, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, p->token_selected)
+               : 0;
     if (ds >= 0) H5Dclose(ds);
     H5Sclose(s);
     return r;
@@ -531,6 +547,7 @@ static int write_index(const struct h5out_params *p, struct ah_error *err) {
     for (int i = 4; i < 6; i++) // made from the lengths, a piece at a time
         CHECK_H5(write_by_token(f, table_names[i], p, i == 4), path, "write /tokens");
     if ((rc = h5fields_write(f, p->fields, p->n_fields, p->n_prompts, path, err)) < 0) goto fail;
+    if (p->token_selected) CHECK_H5(write_u8(f, "tokens/selected", p), path, "write /tokens");
     herr_t r = H5Fclose(f);
     f = H5I_INVALID_HID;
     CHECK_H5(r, path, "close the index file");
@@ -718,6 +735,8 @@ static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct
              tmp, "write storage_dtype");
     CHECK_H5(h5attr_put_str(f, "segments", segs ? segs : "[]"), tmp, "write segments");
     CHECK_H5(h5attr_put_str(f, "provenance", prov ? prov : "{}"), tmp, "write provenance");
+    for (int i = 0; i < m->p.n_counts; i++)
+        CHECK_H5(attr_i64(f, m->p.count_names[i], m->p.count_values[i]), tmp, "write counts");
 
 fail:
     free(segs);
@@ -754,6 +773,13 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
         snprintf(src, sizeof src, "%s.parts/index.h5", slash ? slash + 1 : m->p.path);
         if ((rc = h5fields_map(f, src, m->p.fields, m->p.n_fields, m->p.n_prompts, tmp, err)) < 0)
             goto fail;
+    }
+    if (m->p.token_selected) { // a virtual dataset over index.h5's, as the tables above
+        if ((rc = master_dset(m, f, "tokens/selected", -1, H5T_STD_U8LE, 1, &m->p.n_tokens, &zero,
+                              &ds, err)) < 0)
+            goto fail;
+        H5Dclose(ds);
+        ds = H5I_INVALID_HID;
     }
     CHECK_H5(g = H5Gcreate2(f, "activations", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), tmp,
              "make a group");
@@ -838,6 +864,11 @@ static void batches_done(const struct h5master *m, uint8_t *done) {
         }
         done[k] = all;
     }
+}
+
+const struct h5out_record *h5m_records(const struct h5master *m, int *n) {
+    *n = m->n_rec;
+    return m->rec;
 }
 
 int64_t h5m_done_prompts(const struct h5master *m) {
@@ -1330,6 +1361,13 @@ int h5out_prompt_ids(const char *path, int64_t prompt, int64_t **ids, int64_t *l
         bool ok = dl >= 0 && doff >= 0 && dt >= 0 &&
                   H5Dread(dl, H5T_NATIVE_INT64, mem, sl, H5P_DEFAULT, &ln) >= 0 &&
                   H5Dread(doff, H5T_NATIVE_INT64, mem, so, H5P_DEFAULT, &off) >= 0 && ln >= 0;
+        int64_t end = dset_len(f, "tokens/input_ids"); // under "select" (token layout) /tokens
+        at = (hsize_t)prompt + 1;                      // lists the stored tokens: up to the next
+        if (ok && prompt + 1 < n) {                    // prompt's
+            H5Sselect_hyperslab(so, H5S_SELECT_SET, &at, NULL, &one, NULL);
+            ok = H5Dread(doff, H5T_NATIVE_INT64, mem, so, H5P_DEFAULT, &end) >= 0;
+        }
+        ln = ok && end - off < ln ? end - off : ln;
         *ids = ok ? malloc((size_t)ln * sizeof **ids + 1) : NULL;
         if (ok && *ids && ln > 0) {
             hsize_t cnt = (hsize_t)ln, start = (hsize_t)off;

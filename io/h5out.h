@@ -115,6 +115,16 @@ struct h5out_params {
     // data.fields (io/h5fields.h): /prompts/NAME in the index, mapped into the master
     const struct ds_field *fields; // (n_fields) borrowed; rank 0 only
     int n_fields;
+    // token selection (job "select"; NULL: none). The token layout lists only the stored tokens:
+    // input_ids and token_position (n_tokens) are theirs, token_count (n_prompts) says how many
+    // each prompt has (/tokens/prompt_index follows). The prompt layout lists every token and
+    // token_selected (n_tokens, 0 or 1) becomes /tokens/selected.
+    const int64_t *token_position, *token_count;
+    const uint8_t *token_selected;
+    // extra int64 root attributes (the selection's counts), n_counts of them
+    int n_counts;
+    const char *const *count_names;
+    const int64_t *count_values;
 };
 
 // Creates a new output (the caller has removed any old one), or with resume takes over the one at
@@ -133,7 +143,9 @@ int h5m_add(struct h5master *m, struct h5out_record *rec);
 // Replaces the master with one that lists every added segment.
 int h5m_write(struct h5master *m, bool complete, struct ah_error *err);
 int64_t h5m_done_prompts(const struct h5master *m); // prompts whose batches are complete
-void h5m_close(struct h5master *m);                 // frees m; the master on disk stays as written
+// The listed segments (*n of them), valid until the next h5m_add or h5m_close.
+const struct h5out_record *h5m_records(const struct h5master *m, int *n);
+void h5m_close(struct h5master *m); // frees m; the master on disk stays as written
 
 // Removes an output: the master, its temporary and its parts folder (only files harvest names).
 int h5out_remove(const char *path, struct ah_error *err);

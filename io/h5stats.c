@@ -283,14 +283,9 @@ fail:
 // ---------------------------------------------------------------------------------------------
 // harvest stats
 
-struct names {
-    char **v; // (n) owned
-    int n, cap;
-};
-
 static herr_t collect_name(hid_t g, const char *name, const H5L_info_t *info, void *u) {
     (void)g, (void)info;
-    struct names *l = u;
+    struct h5stats_names *l = u;
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 16;
         char **v = realloc(l->v, (size_t)cap * sizeof *v);
@@ -303,14 +298,14 @@ static herr_t collect_name(hid_t g, const char *name, const H5L_info_t *info, vo
     return 0;
 }
 
-static void names_free(struct names *l) {
+void h5stats_names_free(struct h5stats_names *l) {
     for (int i = 0; i < l->n; i++)
         free(l->v[i]);
     free(l->v);
 }
 
 // the names of group path in f, in name order
-static int list_group(hid_t f, const char *group, struct names *l) {
+int h5stats_list(hid_t f, const char *group, struct h5stats_names *l) {
     memset(l, 0, sizeof *l);
     hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
     if (g < 0) return -1;
@@ -329,14 +324,6 @@ static bool wanted(const char *name, const char *const *globs, int n_globs, uint
     }
     return any;
 }
-
-// one activation's result, kept until the master is replaced
-struct result {
-    const char *name; // borrowed from the name list
-    int nf;
-    int64_t fdims[TAP_MAX_DIMS];
-    struct stats s;
-};
 
 // Every segment the master lists opens as HDF5: a lost or truncated one would read as NaN rows
 // through the virtual datasets, which a complete output must not have.
@@ -415,8 +402,9 @@ static hid_t open_activation(hid_t f, const char *name) {
 
 // the wanted activations of f into res (*n_res of them, statistics not yet taken); a glob that
 // matches none whose statistics can be taken is an error
-static int choose_all(const char *path, hid_t f, const struct names *l, const char *const *globs,
-                      int n_globs, struct result *res, int *n_res, struct ah_error *err) {
+static int choose_all(const char *path, hid_t f, const struct h5stats_names *l,
+                      const char *const *globs, int n_globs, struct h5stats_item *res, int *n_res,
+                      struct ah_error *err) {
     uint8_t hit[64] = {0};
     int rc = 0;
     const char *why = NULL, *why_name = NULL;
@@ -453,11 +441,11 @@ static int choose_all(const char *path, hid_t f, const struct names *l, const ch
 }
 
 // takes the statistics of each chosen activation, one pass over each
-static int compute_all(const char *path, hid_t f, const struct tables *tb, struct result *res,
+static int compute_all(const char *path, hid_t f, const struct tables *tb, struct h5stats_item *res,
                        int n_res, FILE *log, struct ah_error *err) {
     int rc = 0;
     for (int i = 0; i < n_res && rc == 0; i++) {
-        struct result *r = &res[i];
+        struct h5stats_item *r = &res[i];
         struct src x = {.name = r->name, .ds = open_activation(f, r->name)};
         const char *why;
         if (x.ds < 0 || src_describe(&x, &why) != 1) {
@@ -495,8 +483,7 @@ static int copy_file(const char *from, const char *to, struct ah_error *err) {
                   : 0;
 }
 
-// the master, replaced whole: copy to PATH.tmp, add /stats there, fsync, rename over PATH
-static int replace_master(const char *path, const struct result *res, int n, struct ah_error *err) {
+int h5stats_store(const char *path, const struct h5stats_item *res, int n, struct ah_error *err) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int rc = copy_file(path, tmp, err);
@@ -534,138 +521,20 @@ int h5stats_recompute(const char *path, const char *const *globs, int n_globs, F
     if (n_globs > 64) return ah_fail(err, AH_EINVAL, "--names: at most 64 names or globs");
     hid_t f = H5I_INVALID_HID;
     struct tables tb;
-    struct names l = {0};
-    struct result *res = NULL;
+    struct h5stats_names l = {0};
+    struct h5stats_item *res = NULL;
     int n_res = 0;
     int rc = open_output(path, &f, &tb, err);
-    if (rc == 0 && list_group(f, "activations", &l) < 0)
+    if (rc == 0 && h5stats_list(f, "activations", &l) < 0)
         rc = ah_fail(err, AH_EFORMAT, "%s: cannot list /activations", path);
     if (rc == 0 && !(res = calloc((size_t)l.n + 1, sizeof *res))) rc = -AH_ENOMEM;
     if (rc == 0) rc = choose_all(path, f, &l, globs, n_globs, res, &n_res, err);
     if (rc == 0) rc = compute_all(path, f, &tb, res, n_res, log, err);
     close_output(f, &tb);
-    if (rc == 0) rc = replace_master(path, res, n_res, err);
+    if (rc == 0) rc = h5stats_store(path, res, n_res, err);
     for (int i = 0; i < n_res; i++)
         stats_free(&res[i].s);
     free(res);
-    names_free(&l);
+    h5stats_names_free(&l);
     return rc;
-}
-
-// ---------------------------------------------------------------------------------------------
-// printing
-
-// natural order: digit runs compare as numbers ("layers.10" after "layers.9")
-static int cmp_natural(const void *a, const void *b) {
-    const char *x = *(const char *const *)a, *y = *(const char *const *)b;
-    while (*x && *y) {
-        if (*x >= '0' && *x <= '9' && *y >= '0' && *y <= '9') {
-            char *ex, *ey;
-            unsigned long long u = strtoull(x, &ex, 10), v = strtoull(y, &ey, 10);
-            if (u != v) return u < v ? -1 : 1;
-            x = ex, y = ey;
-            continue;
-        }
-        if (*x != *y) return (unsigned char)*x < (unsigned char)*y ? -1 : 1;
-        x++, y++;
-    }
-    return (unsigned char)*x - (unsigned char)*y;
-}
-
-// a whole float64 dataset of g (malloc'd, *n elements, its shape in dims/ndim), or NULL
-static double *read_all(hid_t g, const char *name, int64_t *n, int *ndim, hsize_t *dims) {
-    hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
-    if (d < 0) return NULL;
-    hid_t s = H5Dget_space(d);
-    *ndim = H5Sget_simple_extent_ndims(s);
-    hssize_t m = H5Sget_simple_extent_npoints(s);
-    double *v =
-        *ndim >= 0 && *ndim <= TAP_MAX_DIMS && m >= 1 ? malloc((size_t)m * sizeof *v) : NULL;
-    if (v) H5Sget_simple_extent_dims(s, dims, NULL);
-    if (v && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) {
-        free(v);
-        v = NULL;
-    }
-    *n = (int64_t)m;
-    H5Sclose(s);
-    H5Dclose(d);
-    return v;
-}
-
-static double attr_f64(hid_t obj, const char *name) {
-    double v = (double)NAN;
-    h5attr_get_num(obj, name, H5T_NATIVE_DOUBLE, &v); // stays NaN when missing
-    return v;
-}
-
-// "[h,d]": feature j as an index into the features' shape
-static void feature_index(int64_t j, int ndim, const hsize_t *dims, char *out, size_t cap) {
-    int64_t idx[TAP_MAX_DIMS];
-    for (int k = ndim - 1; k >= 0; k--)
-        idx[k] = j % (int64_t)dims[k], j /= (int64_t)dims[k];
-    size_t at = (size_t)snprintf(out, cap, "[");
-    for (int k = 0; k < ndim && at < cap; k++)
-        at += (size_t)snprintf(out + at, cap - at, "%s%lld", k ? "," : "", (long long)idx[k]);
-    if (at < cap) snprintf(out + at, cap - at, "]");
-}
-
-// the table line of one activation, and its `top` largest means on the line below
-static void print_one(hid_t g, const char *name, int top, FILE *out) {
-    int64_t n = 0, nc = 0;
-    int nd = 0, ndc = 0;
-    hsize_t dims[TAP_MAX_DIMS], dc[TAP_MAX_DIMS];
-    double *mean = read_all(g, "mean", &n, &nd, dims), nm = (double)NAN, nv = (double)NAN;
-    double *count = read_all(g, "count", &nc, &ndc, dc); // read as float64: exact below 2^53
-    int64_t n1 = 0;
-    int d1 = 0;
-    hsize_t s1[TAP_MAX_DIMS];
-    double *a = read_all(g, "norm_mean", &n1, &d1, s1), *b = read_all(g, "norm_var", &n1, &d1, s1);
-    if (a) nm = a[0];
-    if (b) nv = b[0];
-    fprintf(out, "  %-34s %6lld %10.0f %11.5g %10.4g %9.4g %6.0f\n", name, (long long)n,
-            count ? count[0] : (double)NAN, nm, sqrt(nv), attr_f64(g, "sae_scale"),
-            attr_f64(g, "n_rows_nonfinite"));
-    for (int k = 0; mean && k < top && k < n; k++) { // selection of the k-th largest, k small
-        int64_t best = -1;
-        for (int64_t j = 0; j < n; j++)
-            if (!isnan(mean[j]) && (best < 0 || mean[j] > mean[best])) best = j;
-        if (best < 0) break;
-        char ix[64];
-        feature_index(best, nd, dims, ix, sizeof ix);
-        fprintf(out, "%s%s %.4g", k ? ", " : "      largest means: ", ix, mean[best]);
-        mean[best] = (double)NAN;
-        if (k + 1 == top || k + 1 == n) fputc('\n', out);
-    }
-    free(mean), free(count), free(a), free(b);
-}
-
-int h5stats_print(const char *path, const char *glob, int top, FILE *out, struct ah_error *err) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return ah_fail(err, AH_EINVAL, "%s: cannot open as HDF5", path);
-    struct names l;
-    if (list_group(f, "stats", &l) < 0) {
-        H5Fclose(f);
-        return ah_fail(err, AH_EINVAL,
-                       "%s: the output has no statistics (/stats): compute them with `harvest "
-                       "stats %s`",
-                       path, path);
-    }
-    qsort(l.v, (size_t)l.n, sizeof *l.v, cmp_natural);
-    fprintf(out, "statistics of %s (float64, over the token rows):\n", path);
-    fprintf(out, "  %-34s %6s %10s %11s %10s %9s %6s\n", "name", "d", "rows", "norm mean",
-            "norm std", "sae_scale", "NaN");
-    int shown = 0;
-    for (int i = 0; i < l.n; i++) {
-        if (glob && !tap_glob_match(glob, l.v[i])) continue;
-        hid_t g = H5Gopen2(f, "stats", H5P_DEFAULT), h = H5Gopen2(g, l.v[i], H5P_DEFAULT);
-        if (h >= 0) print_one(h, l.v[i], top, out), H5Gclose(h), shown++;
-        H5Gclose(g);
-    }
-    names_free(&l);
-    H5Fclose(f);
-    if (glob && !shown)
-        return ah_fail(err, AH_EINVAL, "%s: no statistics of an activation matching \"%s\"", path,
-                       glob);
-    return 0;
 }

@@ -10,6 +10,7 @@
 #define AH_H5STATS_H
 
 #include "io/stats.h"
+#include "model/tap.h"
 
 #include <hdf5.h>
 
@@ -23,6 +24,26 @@ struct ah_error;
 // with the features' shape dims (ndim axes, their product = s->n_features). Returns 0 or -AH_EIO.
 int h5stats_write(hid_t loc, const char *name, int ndim, const int64_t *dims, const struct stats *s,
                   struct ah_error *err);
+
+// One activation's statistics with the features' shape (nf axes), as stored.
+struct h5stats_item {
+    const char *name; // borrowed
+    int nf;
+    int64_t fdims[TAP_MAX_DIMS];
+    struct stats s;
+};
+
+// Replaces the master at path whole with a copy holding /stats/NAME for each item (others'
+// statistics stay): written to PATH.tmp, fsynced, renamed. `harvest stats` and `harvest run`.
+int h5stats_store(const char *path, const struct h5stats_item *items, int n, struct ah_error *err);
+
+// The names of a group of f (group "stats", say), in name order; -1 if it does not open.
+struct h5stats_names {
+    char **v; // (n) owned
+    int n, cap;
+};
+int h5stats_list(hid_t f, const char *group, struct h5stats_names *l);
+void h5stats_names_free(struct h5stats_names *l);
 
 // `harvest stats`: recomputes the statistics of the complete output at path, reading its rows in
 // blocks (memory flat in the output's size), for every float activation with one sequence axis

@@ -133,9 +133,9 @@ static int line_of(const char *text, const char *at) {
     return line;
 }
 
-static const char *const top_keys[] = {"model",       "data",       "activations",
-                                       "max_seq_len", "batch_size", "output",
-                                       "parallel",    "pool",       NULL};
+static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
+                                       "batch_size", "output", "parallel",    "pool",
+                                       "select",     "statistics", NULL};
 static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
@@ -258,7 +258,12 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
             return rc;
     }
     if (!j->model || !j->data_path || !j->out_path || !j->data_format) return -AH_ENOMEM;
-    return 0;
+    // token selection and write-time statistics (jobs/select.h)
+    if ((rc = select_parse(cJSON_GetObjectItemCaseSensitive(root, "select"), path, &j->sel, err)) <
+        0)
+        return rc;
+    return select_parse_statistics(cJSON_GetObjectItemCaseSensitive(root, "statistics"), path,
+                                   &j->statistics, err);
 }
 
 int job_load(struct job *j, const char *path, struct ah_error *err) {
@@ -301,6 +306,7 @@ void job_free(struct job *j) {
     free(j->data_field);
     job_free_fields(j);
     free(j->out_path);
+    select_free(&j->sel);
     memset(j, 0, sizeof *j);
 }
 

@@ -4,6 +4,7 @@
 #define AH_JOB_H
 
 #include "io/dataset.h" // struct ds_field_spec (data.fields)
+#include "jobs/select.h"
 #include "model/tap.h"
 
 #include <stdint.h>
@@ -40,6 +41,8 @@ struct job {
     int checkpoint_seconds; // seconds between checkpoints (default 60; 0: after every batch)
     int pipeline_stages;    // >= 1
     int expert_parallel;    // >= 1
+    struct select_spec sel; // "select" (jobs/select.h); sel.given false when absent
+    int statistics;         // "statistics": 1, 0, or -1 when absent (true for the token layout)
 };
 
 // Returns 0 or -AH_ENOENT / -AH_EFORMAT / -AH_EINVAL with "FILE: line N: ..." or "FILE: KEY: ...".

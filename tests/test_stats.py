@@ -31,7 +31,9 @@ B = 3  # batch_size: batches of 3, 3 and 2 prompts
 def harvest_out(name, acts=ACTS, batch=B, **out):
     o = {"path": f"{name}.h5"}
     o.update(out)
-    job = write_job(f"{work}/{name}.json", activations=acts, batch_size=batch, output=o)
+    # written without write-time statistics (test_select_run checks those): `harvest stats` adds them
+    job = write_job(f"{work}/{name}.json", activations=acts, batch_size=batch, output=o,
+                    statistics=False)
     run(harvest, "run", job, "--quiet", check=0)
     return f"{work}/{name}.h5"
 

@@ -117,7 +117,7 @@ def output_diff(a, b, ignore=BOOKKEEPING):
         fa.visit(names.append)
         for n in names:
             if isinstance(fa[n], h5py.Dataset):
-                x, y = fa[n][:], fb[n][:]
+                x, y = fa[n][()], fb[n][()]  # [()]: scalar datasets too (/stats)
                 if x.dtype != y.dtype or x.shape != y.shape or \
                         not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
                     return n

@@ -1,0 +1,394 @@
+// wstats.c - see wstats.h. F = features of a set's row, L = doubles of a batch's packed partials.
+#define _POSIX_C_SOURCE 200809L // defines: fsync
+#include "harvest/wstats.h"
+
+#include "io/h5stats.h"
+
+#include <fcntl.h>
+#include <hdf5.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+// One activation with statistics: its dataset and its features' shape.
+struct wset {
+    int dset;
+    int nf;
+    int64_t fdims[TAP_MAX_DIMS];
+    int64_t F;
+};
+
+struct wstats {
+    const struct plan *pl;
+    struct wset *set; // (n_sets) in dataset order
+    int n_sets;
+    int *set_of_id;     // (n_cat) the set of a catalogue id, or -1
+    uint8_t *want;      // (n_cat) what this rank takes
+    struct stats *part; // (n_sets) the batch in hand
+    int64_t L;          // doubles of one batch's packed partials
+    const uint8_t *keep;
+    const int64_t *boff;
+    float *buf; // (T, F) the chosen rows of a view
+    size_t cap;
+    int64_t n_held, cap_held;
+    int64_t *held_batch; // (n_held) the batches since the last flush
+    double *held;        // (n_held, L) their packed partials
+    int rc;
+    struct ah_error err;
+};
+
+// The sets of datasets [i0, i1): every element of a stored row but the sequence axis is a
+// feature (as io/h5stats.c's src_describe reads them back).
+static int sets_of(const struct plan *pl, int i0, int i1, struct wset *out) {
+    int n = 0;
+    for (int i = i0; i < i1; i++) {
+        const struct h5out_dset *d = &pl->dsets[i];
+        if (!pl->stats_want[d->desc - pl->m.cat]) continue;
+        struct wset *s = &out[n++];
+        *s = (struct wset){.dset = i, .F = 1};
+        for (int k = 1; k < d->ndim; k++)
+            if (tap_axis_kind(d->axes[k]) != TAP_AXIS_SEQ)
+                s->fdims[s->nf++] = d->dims[k], s->F *= d->dims[k];
+        if (s->nf == 0) s->fdims[s->nf++] = 1; // a scalar per token: one feature
+    }
+    return n;
+}
+
+int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool takes,
+                struct ah_error *err) {
+    *out = NULL;
+    struct wstats *w = calloc(1, sizeof *w);
+    if (!w || !(w->set = calloc((size_t)(i1 - i0) + 1, sizeof *w->set))) {
+        free(w);
+        return ah_fail(err, AH_ENOMEM, "out of memory: the statistics of %d names", i1 - i0);
+    }
+    w->pl = pl;
+    w->n_sets = sets_of(pl, i0, i1, w->set);
+    if (w->n_sets == 0) {
+        wstats_free(w);
+        return 0;
+    }
+    int n_cat = pl->m.n_cat, rc = 0;
+    w->set_of_id = malloc((size_t)n_cat * sizeof *w->set_of_id);
+    w->want = calloc((size_t)n_cat + 1, 1);
+    w->part = calloc((size_t)w->n_sets, sizeof *w->part);
+    rc = w->set_of_id && w->want && w->part ? 0 : -AH_ENOMEM;
+    for (int i = 0; rc == 0 && i < n_cat; i++)
+        w->set_of_id[i] = -1;
+    for (int k = 0; rc == 0 && k < w->n_sets; k++) {
+        int id = (int)(pl->dsets[w->set[k].dset].desc - pl->m.cat);
+        w->set_of_id[id] = k;
+        w->want[id] = takes;
+        rc = stats_init(&w->part[k], w->set[k].F);
+        w->L += stats_buf_len(w->set[k].F);
+    }
+    *out = w;
+    return rc < 0 ? ah_fail(err, AH_ENOMEM, "out of memory: statistics accumulators") : 0;
+}
+
+void wstats_free(struct wstats *w) {
+    if (!w) return;
+    for (int k = 0; w->part && k < w->n_sets; k++)
+        stats_free(&w->part[k]);
+    free(w->part);
+    free(w->set);
+    free(w->set_of_id);
+    free(w->want);
+    free(w->buf);
+    free(w->held_batch);
+    free(w->held);
+    free(w);
+}
+
+// the tap consumer: prompt b's chosen rows of one activation into the batch's partial
+static void wstats_take(void *u, int id, int b, const struct tview *v) {
+    struct wstats *w = u;
+    if (w->rc < 0) return;
+    struct wset *s = &w->set[w->set_of_id[id]];
+    int k = tview_seq_axis(w->pl->m.cat + id, v);
+    if (k == 1 && !w->keep) { // (1, T, F): already the rows, in order
+        stats_add_rows(&w->part[w->set_of_id[id]], v->data, v->dims[1]);
+        return;
+    }
+    size_t need = (size_t)(v->dims[k] * s->F) * sizeof(float);
+    if (need > w->cap) {
+        free(w->buf);
+        w->cap = (w->buf = malloc(need)) ? need : 0;
+        if (!w->buf) {
+            w->rc = ah_fail(&w->err, AH_ENOMEM, "out of memory: %zu bytes of rows", need);
+            return;
+        }
+    }
+    int64_t n = tview_rows(v, k, w->keep ? w->keep + w->boff[b] : NULL, (char *)w->buf);
+    stats_add_rows(&w->part[w->set_of_id[id]], w->buf, n);
+}
+
+struct consumer wstats_consumer(struct wstats *w) {
+    return (struct consumer){w->want, wstats_take, w};
+}
+
+void wstats_batch_begin(struct wstats *w, const uint8_t *keep, const int64_t *boff) {
+    w->keep = keep;
+    w->boff = boff;
+    for (int k = 0; k < w->n_sets; k++)
+        stats_reset(&w->part[k]);
+}
+
+int wstats_batch_end(struct wstats *w, int64_t k, struct ah_error *err) {
+    if (w->rc < 0) {
+        *err = w->err;
+        return w->rc;
+    }
+    if (w->n_held == w->cap_held) {
+        int64_t c = w->cap_held * 2 + 8;
+        int64_t *nb = realloc(w->held_batch, (size_t)c * sizeof *nb);
+        if (nb) w->held_batch = nb;
+        double *nh = nb ? realloc(w->held, (size_t)(c * w->L) * sizeof *nh) : NULL;
+        if (!nh)
+            return ah_fail(err, AH_ENOMEM, "out of memory: the partials of %lld batches",
+                           (long long)c);
+        w->held = nh;
+        w->cap_held = c;
+    }
+    double *at = w->held + w->n_held * w->L;
+    for (int s = 0; s < w->n_sets; s++) {
+        stats_pack(&w->part[s], at);
+        at += stats_buf_len(w->set[s].F);
+    }
+    w->held_batch[w->n_held++] = k;
+    return 0;
+}
+
+// ---------------------------------------------------------------------------------------------
+// partials into the closed segment, and back
+
+// comm's rank 0: writes /stats/batch (n) and /stats/partials (n, L) into the segment and fsyncs it
+static int write_partials(const char *path, const int64_t *batch, const double *v, int64_t n,
+                          int64_t L, struct ah_error *err) {
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5I_INVALID_HID;
+    hsize_t d[2] = {(hsize_t)n, (hsize_t)L};
+    hid_t s1 = H5Screate_simple(1, d, NULL), s2 = H5Screate_simple(2, d, NULL);
+    herr_t r = f < 0 ? -1 : 0;
+    if (r >= 0) r = g = H5Gcreate2(f, "stats", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t db =
+        r < 0 ? -1
+              : H5Dcreate2(g, "batch", H5T_STD_I64LE, s1, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t dp = db < 0 ? -1
+                      : H5Dcreate2(g, "partials", H5T_IEEE_F64LE, s2, H5P_DEFAULT, H5P_DEFAULT,
+                                   H5P_DEFAULT);
+    r = dp < 0 ? -1 : 0;
+    if (r >= 0 && n) r = H5Dwrite(db, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, batch);
+    if (r >= 0 && n) r = H5Dwrite(dp, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
+    if (dp >= 0) H5Dclose(dp);
+    if (db >= 0) H5Dclose(db);
+    if (g >= 0) H5Gclose(g);
+    H5Sclose(s1);
+    H5Sclose(s2);
+    if (f >= 0 && H5Fclose(f) < 0) r = -1;
+    int fd = r < 0 ? -1 : open(path, O_RDONLY);
+    if (fd < 0 || fsync(fd) != 0) r = -1;
+    if (fd >= 0) close(fd);
+    return r < 0 ? ah_fail(err, AH_EIO, "%s: cannot write the statistics' partials (disk full?)",
+                           path)
+                 : 0;
+}
+
+int wstats_flush(struct wstats *w, MPI_Comm comm, const char *seg_path, struct ah_error *err) {
+    int me = 0, size = 1, rc = 0;
+    CHECK_MPI(MPI_Comm_rank(comm, &me));
+    CHECK_MPI(MPI_Comm_size(comm, &size));
+    int mine = (int)w->n_held, *cnt = NULL, *dsp = NULL, *cntv = NULL, *dspv = NULL, total = 0;
+    int64_t *batch = NULL;
+    double *v = NULL;
+    if (me == 0) {
+        cnt = calloc((size_t)size, sizeof *cnt), dsp = calloc((size_t)size, sizeof *dsp);
+        cntv = calloc((size_t)size, sizeof *cntv), dspv = calloc((size_t)size, sizeof *dspv);
+    }
+    CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT, cnt, 1, MPI_INT, 0, comm));
+    for (int m = 0; me == 0 && m < size; m++) { // batches a member, then their partials
+        dsp[m] = total;
+        cntv[m] = cnt[m] * (int)w->L;
+        dspv[m] = total * (int)w->L;
+        total += cnt[m];
+    }
+    if (me == 0) {
+        batch = malloc(((size_t)total + 1) * sizeof *batch);
+        v = malloc(((size_t)total * (size_t)w->L + 1) * sizeof *v);
+        if (!batch || !v)
+            rc = ah_fail(err, AH_ENOMEM, "out of memory: %d batches' partials", total);
+    }
+    CHECK_MPI(MPI_Gatherv(w->held_batch, mine, MPI_INT64_T, batch, cnt, dsp, MPI_INT64_T, 0, comm));
+    CHECK_MPI(
+        MPI_Gatherv(w->held, mine * (int)w->L, MPI_DOUBLE, v, cntv, dspv, MPI_DOUBLE, 0, comm));
+    if (me == 0 && rc == 0) rc = write_partials(seg_path, batch, v, total, w->L, err);
+    w->n_held = 0;
+    free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v);
+    return rc;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the final fold (rank 0)
+
+struct entry {
+    int64_t batch, row;
+    int rec;
+};
+
+static int cmp_entry(const void *a, const void *b) {
+    const struct entry *x = a, *y = b;
+    return x->batch != y->batch ? (x->batch < y->batch ? -1 : 1) : x->rec - y->rec;
+}
+
+// whether record r lists prompt p's rows (a batch trimmed on resume is not listed)
+static bool lists_prompt(const struct h5out_record *r, int64_t p) {
+    for (int j = 0; j < r->n_runs; j++)
+        if (p >= r->runs[j].p0 && p < r->runs[j].p1) return true;
+    return false;
+}
+
+static void seg_file(const struct plan *pl, const struct h5out_record *r, char *buf, size_t n) {
+    snprintf(buf, n, "%s.parts/%s", pl->j.out_path, r->file);
+}
+
+// every listed batch partial of the stage whose datasets are [i0, i1): (*e, *n) malloc'd
+static int gather_entries(const struct plan *pl, const struct h5out_record *rec, int n_rec, int i0,
+                          struct entry **e, int64_t *n, struct ah_error *err) {
+    int64_t cap = 0;
+    *e = NULL;
+    *n = 0;
+    char path[4400];
+    for (int r = 0; r < n_rec; r++) {
+        if (rec[r].i0 != i0) continue;
+        seg_file(pl, &rec[r], path, sizeof path);
+        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        hid_t d = f < 0 ? -1 : H5Dopen2(f, "stats/batch", H5P_DEFAULT);
+        hid_t s = d < 0 ? -1 : H5Dget_space(d);
+        hsize_t m = 0;
+        int64_t *b = NULL;
+        bool ok = s >= 0 && H5Sget_simple_extent_dims(s, &m, NULL) == 1 &&
+                  (b = malloc((size_t)m * sizeof *b + 8)) &&
+                  (m == 0 || H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, b) >= 0);
+        struct entry *ne = ok && *n + (int64_t)m > cap
+                               ? realloc(*e, (size_t)(cap = 2 * cap + (int64_t)m) * sizeof *ne)
+                               : *e;
+        if (ne) *e = ne;
+        for (hsize_t j = 0; ok && ne && j < m; j++)
+            if (lists_prompt(&rec[r], b[j] * pl->B)) (*e)[(*n)++] = (struct entry){b[j], j, r};
+        free(b);
+        if (s >= 0) H5Sclose(s);
+        if (d >= 0) H5Dclose(d);
+        if (f >= 0) H5Fclose(f);
+        if (!ok || !ne)
+            return ah_fail(err, AH_EIO,
+                           "%s: no statistics' partials (/stats/batch) in this listed segment: "
+                           "take the statistics with `harvest stats %s`",
+                           path, pl->j.out_path);
+    }
+    qsort(*e, (size_t)*n, sizeof **e, cmp_entry);
+    return 0;
+}
+
+// the segment file last read from: batches in order come mostly from one segment after another
+struct row_src {
+    int rec; // -1: none open
+    hid_t f, d;
+};
+
+static void row_src_close(struct row_src *x) {
+    if (x->d >= 0) H5Dclose(x->d);
+    if (x->f >= 0) H5Fclose(x->f);
+    *x = (struct row_src){-1, H5I_INVALID_HID, H5I_INVALID_HID};
+}
+
+// row `row` of segment rec's /stats/partials (file path) into buf (L doubles)
+static int read_row(struct row_src *x, int rec, const char *path, int64_t row, int64_t L,
+                    double *buf) {
+    if (x->rec != rec) {
+        row_src_close(x);
+        x->rec = rec;
+        x->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        x->d = x->f < 0 ? -1 : H5Dopen2(x->f, "stats/partials", H5P_DEFAULT);
+    }
+    hid_t fs = x->d < 0 ? -1 : H5Dget_space(x->d);
+    hsize_t st[2] = {(hsize_t)row, 0}, cnt[2] = {1, (hsize_t)L};
+    hid_t ms = H5Screate_simple(2, cnt, NULL);
+    herr_t r = fs < 0 ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
+    if (r >= 0) r = H5Dread(x->d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return r < 0 ? -1 : 0;
+}
+
+// batch after batch, the partials of entries e (sorted) merged into the sets' totals
+static int fold_entries(const struct plan *pl, const struct h5out_record *rec,
+                        const struct entry *e, int64_t n, const struct wset *set, int n_sets,
+                        struct h5stats_item *out, struct ah_error *err) {
+    int64_t L = 0, next = 0;
+    int rc = 0;
+    struct stats *tmp = calloc((size_t)n_sets, sizeof *tmp);
+    for (int k = 0; tmp && k < n_sets; k++) {
+        L += stats_buf_len(set[k].F);
+        if (stats_init(&tmp[k], set[k].F) < 0 || stats_init(&out[k].s, set[k].F) < 0) rc = -1;
+    }
+    double *buf = malloc(((size_t)L + 1) * sizeof *buf);
+    if (!tmp || !buf || rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: statistics");
+    char path[4400];
+    struct row_src src = {-1, H5I_INVALID_HID, H5I_INVALID_HID};
+    for (int64_t i = 0; rc == 0 && i < n; i++) {
+        if (e[i].batch < next) continue; // a batch listed twice: its first listing
+        if (e[i].batch > next) break;
+        seg_file(pl, &rec[e[i].rec], path, sizeof path);
+        if (read_row(&src, e[i].rec, path, e[i].row, L, buf) < 0)
+            rc = ah_fail(err, AH_EIO, "%s: cannot read the statistics' partials", path);
+        for (int k = 0, at = 0; rc == 0 && k < n_sets; at += (int)stats_buf_len(set[k++].F)) {
+            if (stats_unpack(&tmp[k], buf + at, stats_buf_len(set[k].F)) < 0)
+                rc = ah_fail(err, AH_EFORMAT, "%s: damaged statistics' partials", path);
+            else
+                stats_merge(&out[k].s, &tmp[k]);
+        }
+        next++;
+    }
+    if (rc == 0 && next < pl->K)
+        rc = ah_fail(err, AH_EIO,
+                     "%s: no listed segment holds the statistics' partials of batch %lld: take "
+                     "the statistics with `harvest stats %s`",
+                     pl->j.out_path, (long long)next, pl->j.out_path);
+    row_src_close(&src);
+    for (int k = 0; tmp && k < n_sets; k++)
+        stats_free(&tmp[k]);
+    free(tmp);
+    free(buf);
+    return rc;
+}
+
+int wstats_final(const struct plan *pl, const struct h5out_record *rec, int n_rec,
+                 struct ah_error *err) {
+    struct h5stats_item *items = calloc((size_t)pl->n_stats + 1, sizeof *items);
+    struct wset *set = calloc((size_t)pl->n_dsets + 1, sizeof *set);
+    int n_items = 0, rc = items && set ? 0 : ah_fail(err, AH_ENOMEM, "out of memory: statistics");
+    for (int r = 0; rc == 0 && r < n_rec; r++) {
+        bool seen = false; // one fold a stage: its records share their datasets [i0, i1)
+        for (int q = 0; q < r && !seen; q++)
+            seen = rec[q].i0 == rec[r].i0;
+        int n_sets = seen ? 0 : sets_of(pl, rec[r].i0, rec[r].i1, set);
+        if (n_sets == 0) continue;
+        struct entry *e = NULL;
+        int64_t n = 0;
+        rc = gather_entries(pl, rec, n_rec, rec[r].i0, &e, &n, err);
+        for (int k = 0; k < n_sets; k++) {
+            struct h5stats_item *it = &items[n_items + k];
+            it->name = pl->dsets[set[k].dset].desc->name;
+            it->nf = set[k].nf;
+            memcpy(it->fdims, set[k].fdims, sizeof it->fdims);
+        }
+        if (rc == 0) rc = fold_entries(pl, rec, e, n, set, n_sets, items + n_items, err);
+        n_items += n_sets;
+        free(e);
+    }
+    if (rc == 0) rc = h5stats_store(pl->j.out_path, items, n_items, err);
+    for (int k = 0; items && k < n_items; k++)
+        stats_free(&items[k].s);
+    free(items);
+    free(set);
+    return rc;
+}
