@@ -9,6 +9,14 @@
     X(laguna_family)      \
     X(encdec_family)      \
     X(identity_family)    \
+    X(llama_family)       \
+    X(mistral_family)     \
+    X(qwen2_family)       \
+    X(qwen3_family)       \
+    X(qwen3_moe_family)   \
+    X(mixtral_family)     \
+    X(gemma2_family)      \
+    X(gemma3_family)      \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;
