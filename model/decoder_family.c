@@ -26,9 +26,14 @@ static void dc_close(void *fm) {
     free(fm);
 }
 
+// Dynamic NTK RoPE exists to run past max_position_embeddings: prompts up to factor times it.
 static void dc_info(const void *fm, struct model_info *out) {
     const struct dec_config *c = &((const struct decoder *)fm)->cfg;
-    *out = (struct model_info){c->n_layer, c->max_pos, c->vocab, c->hidden, c->n_expert, c->top_k};
+    double lim = c->max_pos;
+    if (c->rope_full.type == DEC_ROPE_DYNAMIC && c->rope_full.factor > 1.0)
+        lim *= c->rope_full.factor;
+    int max_pos = lim < (double)(1 << 30) ? (int)lim : 1 << 30;
+    *out = (struct model_info){c->n_layer, max_pos, c->vocab, c->hidden, c->n_expert, c->top_k};
 }
 
 static int dc_n_taps(const void *fm) {

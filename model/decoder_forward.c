@@ -40,11 +40,12 @@ float *dec_state_stream(struct dec_state *s) {
     return s->x;
 }
 
-// cos / sin (T, hd/2) of a layer type for prompts of up to T tokens, angles in double
+// cos / sin (T, hd/2) of a layer type for positions 0..T-1, angles in double; seq_len: the
+// prompt length dynamic NTK scales for (within max_position_embeddings: none)
 static void rope_table(float *cos_t, float *sin_t, const struct dec_config *c,
-                       const struct dec_rope *r, int T, double *inv) {
+                       const struct dec_rope *r, int T, int seq_len, double *inv) {
     int h2 = c->head_dim / 2;
-    dec_rope_inv_freq(r, c->head_dim, c->max_pos, T, inv);
+    dec_rope_inv_freq(r, c->head_dim, c->max_pos, seq_len, inv);
     for (int t = 0; t < T; t++)
         for (int j = 0; j < h2; j++) {
             cos_t[(int64_t)t * h2 + j] = (float)cos(t * inv[j]);
@@ -108,8 +109,8 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
     if (!(s->arena = arena_alloc(f, sizeof f / sizeof f[0]))) return -AH_ENOMEM;
     for (int64_t t = 0; t < T; t++)
         s->ones[t] = 1;
-    rope_table(s->cos_f, s->sin_f, c, &c->rope_full, max_T, s->inv);
-    rope_table(s->cos_s, s->sin_s, c, &c->rope_sliding, max_T, s->inv);
+    rope_table(s->cos_f, s->sin_f, c, &c->rope_full, max_T, 1, s->inv);
+    rope_table(s->cos_s, s->sin_s, c, &c->rope_sliding, max_T, 1, s->inv);
     s->max_T = max_T;
     s->max_tokens = max_tokens;
     return 0;
@@ -181,7 +182,7 @@ static void tables(const struct decoder *m, struct dec_state *s, int l, int T, c
     *ct = c->sliding[l] ? s->cos_s : s->cos_f;
     *st = c->sliding[l] ? s->sin_s : s->sin_f;
     if (r->type != DEC_ROPE_DYNAMIC || T <= c->max_pos) return;
-    rope_table(s->cos_d, s->sin_d, c, r, T, s->inv);
+    rope_table(s->cos_d, s->sin_d, c, r, T, T, s->inv);
     *ct = s->cos_d, *st = s->sin_d;
 }
 

@@ -26,6 +26,8 @@ FAMILIES = [  # make_tiny family, dtype, shards, the model_family harvest report
     ("mistral", "BF16", 3, "mistral"), ("qwen2", "BF16", 2, "qwen2"), ("qwen3", "F16", 1, "qwen3"),
     ("gemma2", "BF16", 3, "gemma2"), ("gemma3", "BF16", 2, "gemma3"),
     ("qwen3_moe", "BF16", 3, "qwen3_moe"), ("mixtral", "BF16", 3, "mixtral"),
+    ("llama_dynamic", "BF16", 2, "llama"), ("llama_linear_bias", "F32", 1, "llama"),
+    ("qwen2_window", "BF16", 2, "qwen2"),
 ]
 
 harvest, work = args()
@@ -84,10 +86,37 @@ def identities(f, p, T, cfg, w, fam):
     close(A("next_token_probs").astype(np.float64).sum(), 1.0, f"{fam}: next_token_probs sums to 1")
 
 
+VARIANTS = {  # a family's tiny config with other keys: name -> (make_tiny family, overrides)
+    # dynamic NTK: prompts past max_position_embeddings grow the base (a prompt's own length)
+    "llama_dynamic": ("llama", dict(max_position_embeddings=8,
+                                    rope_scaling={"rope_type": "dynamic", "factor": 4.0})),
+    "llama_linear_bias": ("llama_untied", dict(rope_scaling={"type": "linear", "factor": 2.0},
+                                               attention_bias=True, mlp_bias=True)),
+    "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=W)),  # layer 1 sliding
+}
+
+
+def add_biases(cfg, t, seed):
+    """o_proj and MLP biases (attention_bias / mlp_bias), which make_tiny.py does not write."""
+    r, rng = hf.resolve(cfg), np.random.default_rng(seed)
+    for i in range(r["num_hidden_layers"]):
+        p = f"model.layers.{i}."
+        shapes = {"self_attn.o_proj": r["hidden_size"]} if r.get("attention_bias") else {}
+        if r.get("mlp_bias"):
+            shapes.update({"mlp.gate_proj": r["intermediate_size"], "mlp.up_proj": r["intermediate_size"],
+                           "mlp.down_proj": r["hidden_size"]})
+        for n, size in shapes.items():
+            t[p + n + ".bias"] = rng.standard_normal(size).astype(np.float32) * np.float32(0.1)
+
+
 def golden(name, dtype, shards, family, seed):
     d = f"{work}/{name}"
-    cfg = tiny_config(name)
-    write_model(f"{d}/model", cfg, tiny_weights(cfg, seed, dtype), dtype, shards)
+    base, over = VARIANTS.get(name, (name, {}))
+    cfg = tiny_config(base)
+    cfg.update(over)
+    tensors = tiny_weights(cfg, seed, dtype)
+    add_biases(cfg, tensors, seed)
+    write_model(f"{d}/model", cfg, tensors, dtype, shards)
     write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=seed, vocab=cfg["vocab_size"])
     run(harvest, "run", write_job(f"{d}/job.json", batch_size=3), "--quiet", check=0)
     names = [l.split()[0] for l in run(harvest, "activations", f"{d}/model", check=0).stdout.splitlines()]
@@ -111,6 +140,18 @@ def golden(name, dtype, shards, family, seed):
                 c = tuple(slice(0, T) if a in SEQ else slice(None) for a in axes[1:])
                 worst[n] = max(worst.get(n, 0.0), compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
             identities(f, i, T, cfg, w, name)
+    # one prompt a batch, no tap-only values: the paths that skip them (a (T, T) score buffer a
+    # head, no expert outputs kept) give the reference's numbers too
+    job1 = write_job(f"{d}/job1.json", batch_size=1, activations=["layers.*.layer_output", "logits"],
+                     output={"path": "out1.h5"})
+    run(harvest, "run", job1, "--quiet", check=0)
+    with h5py.File(f"{d}/out1.h5", "r") as f:
+        for i in range(len(f["prompts/length"])):
+            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
+            want = hf.forward(cfg, w, [list(f["tokens/input_ids"][o:o + T])])[0]
+            for n in f["activations"]:
+                c = (slice(0, T), slice(None))
+                compare_row(f"{name} {n} (batch 1, subset)", f["activations/" + n][i], c, want[n][0], RTOL)
     top = sorted(worst.items(), key=lambda kv: -kv[1])[:2]
     print(f"{name} ({dtype}, {shards} file{'s' if shards > 1 else ''}): {len(names)} values x "
           f"{len(LENGTHS)} prompts match; worst " + ", ".join(f"{k} {v:.1e}" for k, v in top), flush=True)
