@@ -7,6 +7,7 @@
 
 #include "model/ah.h"
 #include "model/decoder_taps.h"
+#include "model/family.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -178,32 +179,48 @@ int64_t dec_axis_size(const struct decoder *m, int block, const char *axis) {
 // ----------------------------------------------------------------------------
 // weights: tests/ref/hf/NAMES.md "Families and their tensor names"
 
+// Appends matrix "model.layers.{i}.{leaf}" (layer < 0: leaf alone): borrowed if stored BF16
+static void mat(struct model_tensor *t, int *n, struct decoder *m, const struct model_dims *dims,
+                struct dec_mat *dst, int64_t d0, int64_t d1, int layer, const char *leaf) {
+    char name[128];
+    if (layer >= 0)
+        snprintf(name, sizeof name, "model.layers.%d.%s", layer, leaf);
+    else
+        snprintf(name, sizeof name, "%s", leaf);
+    bool h = t && dims && dims->is_bf16 && dims->is_bf16(dims->u, name);
+    m->any_bf16 |= h;
+    model_tensor_add(t, n, h ? &dst->h : NULL, h ? NULL : &dst->f, d0, d1, NULL, 0, name);
+}
+
 // one mixture block's router and experts (Mixtral: block_sparse_moe.*, w1 / w3 / w2)
-static void expert_tensors(struct model_tensor *t, int *n, const struct dec_config *c, int i,
-                           struct dec_block_w *w) {
+static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
+                           const struct model_dims *dims, int i, struct dec_block_w *w) {
+    const struct dec_config *c = &m->cfg;
     bool mx = c->kind == DEC_MIXTRAL;
     int64_t D = c->hidden, Ie = c->expert_ffn;
     char leaf[96];
     const char *blk = mx ? "block_sparse_moe" : "mlp";
     snprintf(leaf, sizeof leaf, "%s.gate.weight", blk);
-    model_tensor_add(t, n, NULL, &w->router, c->n_expert, D, "model.layers", i, leaf);
+    mat(t, n, m, dims, &w->router, c->n_expert, D, i, leaf);
     for (int e = 0; e < c->n_expert; e++) {
         const char *g = mx ? "w1" : "gate_proj", *u = mx ? "w3" : "up_proj",
                    *d = mx ? "w2" : "down_proj";
         snprintf(leaf, sizeof leaf, "%s.experts.%d.%s.weight", blk, e, g);
-        model_tensor_add(t, n, NULL, w->eg ? &w->eg[e] : NULL, Ie, D, "model.layers", i, leaf);
+        mat(t, n, m, dims, &w->eg[e], Ie, D, i, leaf);
         snprintf(leaf, sizeof leaf, "%s.experts.%d.%s.weight", blk, e, u);
-        model_tensor_add(t, n, NULL, w->eu ? &w->eu[e] : NULL, Ie, D, "model.layers", i, leaf);
+        mat(t, n, m, dims, &w->eu[e], Ie, D, i, leaf);
         snprintf(leaf, sizeof leaf, "%s.experts.%d.%s.weight", blk, e, d);
-        model_tensor_add(t, n, NULL, w->ed ? &w->ed[e] : NULL, D, Ie, "model.layers", i, leaf);
+        mat(t, n, m, dims, &w->ed[e], D, Ie, i, leaf);
     }
 }
 
-static void block_tensors(struct model_tensor *t, int *n, const struct dec_config *c, int i,
-                          struct dec_block_w *w) {
+static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
+                          const struct model_dims *dims, int i, struct dec_block_w *w) {
+    const struct dec_config *c = &m->cfg;
     int64_t D = c->hidden, hd = c->head_dim, HD = c->n_head * hd, KVD = c->n_kv_head * hd;
     int64_t I = c->ffn;
-#define FV(dst, d0, d1, leaf) model_tensor_add(t, n, NULL, dst, d0, d1, "model.layers", i, leaf)
+#define FV(dst, d0, d1, leaf)  model_tensor_add(t, n, NULL, dst, d0, d1, "model.layers", i, leaf)
+#define MAT(dst, d0, d1, leaf) mat(t, n, m, dims, dst, d0, d1, i, leaf)
     FV(&w->attn_norm, D, 0, "input_layernorm.weight");
     FV(&w->mlp_norm, D, 0,
        c->gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight");
@@ -211,10 +228,10 @@ static void block_tensors(struct model_tensor *t, int *n, const struct dec_confi
         FV(&w->post_attn_norm, D, 0, "post_attention_layernorm.weight");
         FV(&w->post_mlp_norm, D, 0, "post_feedforward_layernorm.weight");
     }
-    FV(&w->wq, HD, D, "self_attn.q_proj.weight");
-    FV(&w->wk, KVD, D, "self_attn.k_proj.weight");
-    FV(&w->wv, KVD, D, "self_attn.v_proj.weight");
-    FV(&w->wo, D, HD, "self_attn.o_proj.weight");
+    MAT(&w->wq, HD, D, "self_attn.q_proj.weight");
+    MAT(&w->wk, KVD, D, "self_attn.k_proj.weight");
+    MAT(&w->wv, KVD, D, "self_attn.v_proj.weight");
+    MAT(&w->wo, D, HD, "self_attn.o_proj.weight");
     if (c->qkv_bias) {
         FV(&w->bq, HD, 0, "self_attn.q_proj.bias");
         FV(&w->bk, KVD, 0, "self_attn.k_proj.bias");
@@ -226,35 +243,35 @@ static void block_tensors(struct model_tensor *t, int *n, const struct dec_confi
         FV(&w->k_norm, hd, 0, "self_attn.k_norm.weight");
     }
     if (c->moe[i]) {
-        expert_tensors(t, n, c, i, w);
+        expert_tensors(t, n, m, dims, i, w);
         return;
     }
-    FV(&w->gate, I, D, "mlp.gate_proj.weight");
-    FV(&w->up, I, D, "mlp.up_proj.weight");
-    FV(&w->down, D, I, "mlp.down_proj.weight");
+    MAT(&w->gate, I, D, "mlp.gate_proj.weight");
+    MAT(&w->up, I, D, "mlp.up_proj.weight");
+    MAT(&w->down, D, I, "mlp.down_proj.weight");
     if (c->mlp_bias) {
         FV(&w->bg, I, 0, "mlp.gate_proj.bias");
         FV(&w->bu, I, 0, "mlp.up_proj.bias");
         FV(&w->bd, D, 0, "mlp.down_proj.bias");
     }
 #undef FV
+#undef MAT
 }
 
 // every tensor of the checkpoint into t (NULL: counts them)
-static int all_tensors(struct decoder *m, struct model_tensor *t) {
+static int all_tensors(struct decoder *m, const struct model_dims *dims, struct model_tensor *t) {
     const struct dec_config *c = &m->cfg;
     int n = 0;
-    model_tensor_add(t, &n, NULL, &m->embed, c->vocab, c->hidden, NULL, 0,
-                     "model.embed_tokens.weight");
+    mat(t, &n, m, dims, &m->embed, c->vocab, c->hidden, -1, "model.embed_tokens.weight");
     for (int i = 0; i < c->n_layer; i++)
-        block_tensors(t, &n, c, i, &m->blk[i]);
+        block_tensors(t, &n, m, dims, i, &m->blk[i]);
     model_tensor_add(t, &n, NULL, &m->norm, c->hidden, 0, NULL, 0, "model.norm.weight");
-    if (!c->tied)
-        model_tensor_add(t, &n, NULL, &m->head, c->vocab, c->hidden, NULL, 0, "lm_head.weight");
+    if (!c->tied) mat(t, &n, m, dims, &m->head, c->vocab, c->hidden, -1, "lm_head.weight");
     return n;
 }
 
-int dec_init(struct decoder *m, struct dec_config *c, struct model_tensor **list) {
+int dec_init(struct decoder *m, struct dec_config *c, const struct model_dims *dims,
+             struct model_tensor **list) {
     memset(m, 0, sizeof *m);
     m->cfg = *c;
     memset(c, 0, sizeof *c);
@@ -278,10 +295,12 @@ int dec_init(struct decoder *m, struct dec_config *c, struct model_tensor **list
             w->eu = w->eg + c->n_expert;
             w->ed = w->eu + c->n_expert;
         }
+    m->any_bf16 = c->bf16; // config only (plan, bench): as torch_dtype says
     if (!list) return 0;
-    int n = all_tensors(m, NULL);
+    m->any_bf16 = false; // with the files: as they are
+    int n = all_tensors(m, dims, NULL);
     if (n < 1 || !(*list = calloc((size_t)n, sizeof **list))) return -AH_ENOMEM;
-    return all_tensors(m, *list);
+    return all_tensors(m, dims, *list);
 }
 
 void dec_free(struct decoder *m) {

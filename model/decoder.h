@@ -59,6 +59,7 @@ struct dec_config {
     float final_cap;     // Gemma 2 final_logit_softcapping (0: none)
     float embed_scale;   // Gemma: sqrt(D) rounded to float32; else 1
     int bytes_per_param; // torch_dtype as published: 2 (bf16/f16) or 4
+    bool bf16;           // torch_dtype bfloat16 (without the files: their matrices' guess)
     bool *sliding;       // (L) sliding-window layer; owned
     bool *moe;           // (L) mixture-of-experts layer; owned
     struct dec_rope rope_full, rope_sliding;
@@ -78,29 +79,40 @@ int64_t dec_params(const struct dec_config *c);
 // longest position is T - 1).
 void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int T, double *inv);
 
-// ---- weights: float32 views (any float dtype on disk, widened by the loader) ----
+// ---- weights: a matrix stored BF16 is borrowed from the mapping as it is (h; each matmul widens
+// a panel of rows, model/ops.h op_matmul_bf16), any other float dtype is a float32 view (f; F16
+// widened by the loader); vectors are always float32 views.
+struct dec_mat {
+    const float *f;
+    const uint16_t *h;
+};
+
 struct dec_block_w {
     const float *attn_norm, *mlp_norm, *post_attn_norm, *post_mlp_norm; // (D); the last two Gemma
     const float *q_norm, *k_norm;                                       // (hd)
-    const float *wq, *wk, *wv, *wo; // (H hd, D) (KV hd, D) x2 (D, H hd)
+    struct dec_mat wq, wk, wv, wo;  // (H hd, D) (KV hd, D) x2 (D, H hd)
     const float *bq, *bk, *bv, *bo; // (H hd) (KV hd) x2 (D)
-    const float *gate, *up, *down;  // dense: (I, D) x2, (D, I)
+    struct dec_mat gate, up, down;  // dense: (I, D) x2, (D, I)
     const float *bg, *bu, *bd;      // mlp_bias: (I) x2, (D)
-    const float *router;            // mixture: (E, D)
-    const float **eg, **eu, **ed;   // (E) experts: (Ie, D) x2, (D, Ie)
+    struct dec_mat router;          // mixture: (E, D)
+    struct dec_mat *eg, *eu, *ed;   // (E) experts: (Ie, D) x2, (D, Ie)
 };
 
 struct decoder {
-    struct dec_config cfg;     // owned
-    const float *embed, *head; // (V, D); head == embed when tied
-    const float *norm;         // (D)
-    struct dec_block_w *blk;   // (L) owned
-    const float **experts;     // (3 E n_moe) owned
-    int *id;                   // ((L + 2) x kinds) catalogue id, -1 if absent
+    struct dec_config cfg;      // owned
+    struct dec_mat embed, head; // (V, D); the head unused when tied
+    const float *norm;          // (D)
+    struct dec_block_w *blk;    // (L) owned
+    struct dec_mat *experts;    // (3 E n_moe) owned
+    int *id;                    // ((L + 2) x kinds) catalogue id, -1 if absent
+    bool any_bf16;              // some matrix is borrowed BF16 (the state needs a panel)
 };
 
-// Takes c (zeroed after), returns the tensors to bind in *list (NULL: config only).
-int dec_init(struct decoder *m, struct dec_config *c, struct model_tensor **list);
+// Takes c (zeroed after), returns the tensors to bind in *list (NULL: config only); is_bf16 (may
+// be NULL: widen everything) tells which matrices to borrow as BF16.
+struct model_dims;
+int dec_init(struct decoder *m, struct dec_config *c, const struct model_dims *dims,
+             struct model_tensor **list);
 void dec_free(struct decoder *m);
 
 int dec_n_taps(const struct decoder *m);

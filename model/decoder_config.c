@@ -308,6 +308,7 @@ static int read_flags(const struct config *cf, struct dec_config *c, struct ah_e
                        cf->path);
     const char *dt = cfg_str(cf, "torch_dtype") ? cfg_str(cf, "torch_dtype") : cfg_str(cf, "dtype");
     c->bytes_per_param = dt && !strcmp(dt, "float32") ? 4 : 2;
+    c->bf16 = dt && !strcmp(dt, "bfloat16");
     if (!c->gemma) return 0;
     double qs, ac, fc;
     int rc;

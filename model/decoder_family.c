@@ -11,12 +11,11 @@
 
 static int dc_open(void **fm, const struct config *cf, const struct model_dims *dims,
                    struct model_tensor **list, struct ah_error *err) {
-    (void)dims;
     struct dec_config c;
     struct decoder *m = calloc(1, sizeof *m);
     if (!(*fm = m)) return -AH_ENOMEM;
     int rc = dec_config_read(cf, &c, err);
-    if (rc == 0) rc = dec_init(m, &c, list);
+    if (rc == 0) rc = dec_init(m, &c, dims, list);
     dec_config_free(&c); // zeroed by dec_init; freed here when it did not run
     return rc;
 }
@@ -71,18 +70,30 @@ static double dc_block_flops(const void *fm, int b, int T) {
     return dec_block_flops(&((const struct decoder *)fm)->cfg, b, T);
 }
 
-// every tensor is held as float32 (any float dtype on disk is widened by the loader)
+// vectors (norms, biases) of layer i: float32 whatever the checkpoint's dtype
+static int64_t layer_vectors(const struct dec_config *c, int i) {
+    int64_t D = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
+    int64_t KVD = (int64_t)c->n_kv_head * c->head_dim, I = c->moe[i] ? 0 : c->ffn;
+    return (c->gemma ? 4 : 2) * D + 2 * c->head_dim * c->qk_norm + (HD + 2 * KVD) * c->qkv_bias +
+           D * c->o_bias + (c->mlp_bias && I ? 2 * I + D : 0);
+}
+
+// BF16 matrices stay BF16 (mapped), any other dtype is held as float32; vectors float32. With
+// BF16 matrices every matrix is counted at 2 bytes (a checkpoint mixing dtypes: an estimate).
 static int64_t dc_stage_bytes(const void *fm, int b0, int b1, bool head, int shard, int n_shards,
                               const char **kind) {
-    const struct dec_config *c = &((const struct decoder *)fm)->cfg;
+    const struct decoder *m = fm;
+    const struct dec_config *c = &m->cfg;
+    int64_t w = m->any_bf16 ? 2 : 4, vec = c->hidden * (int64_t)head;
     int64_t vd = (int64_t)c->vocab * c->hidden, n = 0, E = c->n_expert;
     int64_t mine = E ? E * (shard + 1) / n_shards - E * shard / n_shards : 0;
-    for (int i = b0; i < b1; i++)
+    for (int i = b0; i < b1; i++) {
         n += dec_layer_params(c, i, false) + (E ? dec_layer_params(c, i, true) * mine / E : 0);
-    n += b0 == 0 ? vd : 0;
-    n += head ? c->hidden + (c->tied && b0 == 0 ? 0 : vd) : 0;
-    *kind = "float32";
-    return 4 * n;
+        vec += layer_vectors(c, i);
+    }
+    n += (b0 == 0 ? vd : 0) + (head && !(c->tied && b0 == 0) ? vd : 0);
+    *kind = m->any_bf16 ? "BF16 matrices mapped, vectors float32" : "float32";
+    return w * (n - vec + c->hidden * (int64_t)head) + 4 * vec;
 }
 
 static void dc_describe(const void *fm, char *line, size_t n, int64_t *params, int64_t *bytes,

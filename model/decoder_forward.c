@@ -28,6 +28,7 @@ struct dec_state {
     float *att;               // scores: (H, T, T) when a tap wants them, else (T, T)
     float *logits;            // (T, V) a prompt's logits, then (V) the next-token distribution
     float *scratch;           // (HD T) head-major copy for the head taps
+    float *panel;             // widened rows of a BF16 matrix (op_matmul_bf16), if any is BF16
     float *cos_f, *sin_f, *cos_s, *sin_s, *cos_d, *sin_d; // (T, h2): full, sliding, dynamic
     double *inv;                                          // (h2)
     int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
@@ -51,6 +52,18 @@ static void rope_table(float *cos_t, float *sin_t, const struct dec_config *c,
             cos_t[(int64_t)t * h2 + j] = (float)cos(t * inv[j]);
             sin_t[(int64_t)t * h2 + j] = (float)sin(t * inv[j]);
         }
+}
+
+// the panel of the largest matrix: K up to max(D, HD, I, Ie), N up to max(V, D, HD, I, Ie, E)
+static int64_t panel_floats(const struct dec_config *c) {
+    int64_t k = c->hidden, n = c->vocab;
+    const int64_t dims[] = {(int64_t)c->n_head * c->head_dim, c->ffn, c->expert_ffn, c->hidden};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        k = dims[i] > k ? dims[i] : k;
+        n = dims[i] > n ? dims[i] : n;
+    }
+    n = c->n_expert > n ? c->n_expert : n;
+    return op_bf16_panel_floats((int)k, (int)n);
 }
 
 static bool wants_kind(const struct decoder *m, const uint8_t *want, int kind) {
@@ -94,6 +107,7 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->att, attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
+        {(void **)&s->panel, m->any_bf16 ? panel_floats(c) : 0},
         {(void **)&s->cos_f, T * h2},
         {(void **)&s->sin_f, T * h2},
         {(void **)&s->cos_s, T * h2},
@@ -143,10 +157,19 @@ static void norm(const struct dec_config *c, float *out, const float *in, const 
     }
 }
 
+// out (M, N) = in (M, K) . w^T: a float32 view, or BF16 a panel at a time
+static void mm(struct dec_state *s, float *out, const float *in, const struct dec_mat *w, int64_t M,
+               int64_t K, int64_t N) {
+    if (w->h)
+        op_matmul_bf16(out, in, w->h, (int)M, (int)K, (int)N, s->panel);
+    else
+        op_matmul(out, in, w->f, (int)M, (int)K, (int)N);
+}
+
 // out (M, N) = in (M, K) . w^T (+ bias)
-static void linear(float *out, const float *in, const float *w, const float *bias, int64_t M,
-                   int64_t K, int64_t N) {
-    op_matmul(out, in, w, (int)M, (int)K, (int)N);
+static void linear(struct dec_state *s, float *out, const float *in, const struct dec_mat *w,
+                   const float *bias, int64_t M, int64_t K, int64_t N) {
+    mm(s, out, in, w, M, K, N);
     for (int64_t r = 0; bias && r < M; r++)
         for (int64_t j = 0; j < N; j++)
             out[r * N + j] += bias[j];
@@ -195,9 +218,9 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, hd = c->head_dim, H = c->n_head, KV = c->n_kv_head;
     int64_t HD = H * hd, KVD = KV * hd;
-    linear(s->q, s->xn, w->wq, w->bq, N, D, HD);
-    linear(s->k, s->xn, w->wk, w->bk, N, D, KVD);
-    linear(s->v, s->xn, w->wv, w->bv, N, D, KVD);
+    linear(s, s->q, s->xn, &w->wq, w->bq, N, D, HD);
+    linear(s, s->k, s->xn, &w->wk, w->bk, N, D, KVD);
+    linear(s, s->v, s->xn, &w->wv, w->bv, N, D, KVD);
     if (c->qk_norm) {
         norm(c, s->q, s->q, w->q_norm, N * H, (int)hd);
         norm(c, s->k, s->k, w->k_norm, N * KV, (int)hd);
@@ -234,7 +257,7 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
         attn_forward(&a, &at, s->att);
     }
     emit_token_heads(tp, DEC_ID(m, l, DT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
-    linear(s->a, s->o, w->wo, w->bo, N, HD, D);
+    linear(s, s->a, s->o, &w->wo, w->bo, N, HD, D);
 }
 
 // ----------------------------------------------------------------------------
@@ -290,11 +313,11 @@ static void run_expert(const struct decoder *m, struct dec_state *s, const struc
     if (n == 0) return;
     for (int64_t r = 0; r < n; r++)
         memcpy(s->xe + r * D, s->xn + (s->order[r0 + r] / k) * D, (size_t)D * sizeof(float));
-    op_matmul(s->ge, s->xe, w->eg[e], (int)n, (int)D, (int)Ie);
-    op_matmul(s->ue, s->xe, w->eu[e], (int)n, (int)D, (int)Ie);
+    mm(s, s->ge, s->xe, &w->eg[e], n, D, Ie);
+    mm(s, s->ue, s->xe, &w->eu[e], n, D, Ie);
     for (int64_t i = 0; i < n * Ie; i++)
         s->ue[i] *= act(c, s->ge[i]);
-    op_matmul(s->ye, s->ue, w->ed[e], (int)n, (int)Ie, (int)D);
+    mm(s, s->ye, s->ue, &w->ed[e], n, Ie, D);
     for (int64_t r = 0; r < n; r++) {
         int64_t slot = s->order[r0 + r];
         float ww = s->w[slot], *dst = s->routed + (slot / k) * D;
@@ -327,7 +350,7 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     const struct dec_config *c = &m->cfg;
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k;
-    op_matmul(s->z, s->xn, w->router, (int)N, (int)D, (int)E);
+    mm(s, s->z, s->xn, &w->router, N, D, E);
     tap_emit_rows(tp, DEC_ID(m, l, DT_ROUTER_LOGITS), bt, s->z, (int)E);
     for (int64_t t = 0; t < N; t++)
         route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
@@ -364,15 +387,15 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
         moe_block(m, s, bt, tp, l);
         return;
     }
-    linear(s->fg, s->xn, w->gate, w->bg, N, D, I);
-    linear(s->fu, s->xn, w->up, w->bu, N, D, I);
+    linear(s, s->fg, s->xn, &w->gate, w->bg, N, D, I);
+    linear(s, s->fu, s->xn, &w->up, w->bu, N, D, I);
     for (int64_t i = 0; i < N * I; i++)
         s->fg[i] = act(c, s->fg[i]);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_ACTIVATION), bt, s->fg, (int)I);
     for (int64_t i = 0; i < N * I; i++)
         s->fu[i] *= s->fg[i];
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NEURONS), bt, s->fu, (int)I);
-    linear(s->m, s->fu, w->down, w->bd, N, I, D);
+    linear(s, s->m, s->fu, &w->down, w->bd, N, I, D);
 }
 
 static void block_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
@@ -416,7 +439,9 @@ static void embed(const struct decoder *m, struct dec_state *s, const struct mba
         tap_emit(tp, DEC_ID(m, -1, DT_ATTENTION_MASK), b, &vm);
     }
     for (int64_t i = 0; i < bt->n_tokens; i++)
-        memcpy(s->x + i * D, m->embed + bt->ids[i] * D, (size_t)D * sizeof(float));
+        for (int64_t d = 0; d < D; d++)
+            s->x[i * D + d] = m->embed.h ? op_bf16(m->embed.h[bt->ids[i] * D + d])
+                                         : m->embed.f[bt->ids[i] * D + d];
     int id = DEC_ID(m, -1, DT_TOKEN_EMBEDDINGS);
     if (c->kind != DEC_GEMMA3) tap_emit_rows(tp, id, bt, s->x, (int)D);
     for (int64_t i = 0; c->gemma && i < bt->n_tokens * D; i++)
@@ -438,8 +463,7 @@ static void head(const struct decoder *m, struct dec_state *s, const struct mbat
     tap_emit_rows(tp, id_n, bt, s->xn, (int)D);
     for (int b = 0; want && b < bt->n; b++) {
         int T = bt->len[b];
-        op_matmul(s->logits, s->xn + bt->off[b] * D, c->tied ? m->embed : m->head, T, (int)D,
-                  (int)V);
+        mm(s, s->logits, s->xn + bt->off[b] * D, c->tied ? &m->embed : &m->head, T, D, V);
         struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
         tap_emit(tp, id_h, b, &v);
         for (int64_t i = 0; c->final_cap > 0.0f && i < (int64_t)T * V; i++)

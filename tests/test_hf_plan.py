@@ -53,6 +53,15 @@ for fam, presets in FAMILIES.items():
         check(r.returncode == 0, f"{fam} {p}: a run on the preset: {r.stderr}")
 print("every preset: init-model, plan and run", flush=True)
 
+# BF16 matrices are borrowed from the mapping, other dtypes held as float32 (the start-up line)
+for dtype, kind in (("BF16", "BF16 matrices mapped"), ("F16", "float32")):
+    d = f"{work}/kind_{dtype}"
+    cfg = tiny_config("mistral")
+    write_model(f"{d}/model", cfg, tiny_weights(cfg, 2, dtype), dtype, 1)
+    write_prompts(f"{d}/prompts.jsonl", [3], seed=1, vocab=cfg["vocab_size"])
+    r = run(harvest, "run", write_job(f"{d}/job.json", activations=["logits"]))
+    check(r.returncode == 0 and f"({kind}" in r.stderr, f"{dtype} weights held as {kind}: {r.stderr}")
+
 
 def bad_config(label, edit, words, family="llama"):
     """config.json edited: plan fails naming config.json and the key."""
