@@ -114,9 +114,8 @@ static void dc_describe(const void *fm, char *line, size_t n, int64_t *params, i
                  c->tied ? ", tied embeddings" : "");
     *params = dec_params(c);
     *bytes = *params * c->bytes_per_param;
-    *stored = c->bytes_per_param == 4
-                  ? "float32 (config.json's torch_dtype)"
-                  : "16-bit (config.json's torch_dtype); held as float32 when loaded";
+    *stored = c->bytes_per_param == 4 ? "float32 (config.json's torch_dtype)"
+                                      : "16-bit (config.json's torch_dtype)";
 }
 
 #define DEC_FAMILY(var, fname, arch, mtype, ...)                      \
