@@ -70,6 +70,11 @@ static int opt_num(const struct config *cf, const struct cfg_value *obj, const c
     return 0;
 }
 
+// a key present as null: transformers keeps None, which is not always the absent key's default
+static bool null_key(const struct config *cf, const char *key) {
+    return cfg_kind(cf, cfg_get(cf, NULL, key)) == CFG_NULL;
+}
+
 static bool opt_bool(const struct config *cf, const char *key, bool dflt) {
     const struct cfg_value *v = cfg_get(cf, NULL, key);
     return cfg_kind(cf, v) == CFG_BOOL ? cfg_is_true(cf, v) : dflt;
@@ -105,12 +110,13 @@ static int read_sizes(const struct config *cf, struct dec_config *c, struct ah_e
             0)
         return rc;
     if (is_gemma(k)) kv_d = 4;
-    if ((rc = opt_int(cf, "num_key_value_heads", kv_d < 0 ? c->n_head : kv_d, 1, 1 << 16,
-                      &c->n_kv_head, err)) < 0)
+    if (kv_d < 0 || null_key(cf, "num_key_value_heads")) kv_d = c->n_head; // None -> heads
+    if ((rc = opt_int(cf, "num_key_value_heads", kv_d, 1, 1 << 16, &c->n_kv_head, err)) < 0)
         return rc;
     int hd_d = is_gemma(k)                            ? 256
                : k == DEC_QWEN3 || k == DEC_QWEN3_MOE ? 128
                                                       : c->hidden / c->n_head;
+    if (null_key(cf, "head_dim")) hd_d = c->hidden / c->n_head; // None -> hidden / heads
     if ((rc = opt_int(cf, "head_dim", hd_d, 2, 1 << 16, &c->head_dim, err)) < 0) return rc;
     if (c->head_dim % 2)
         return ah_fail(err, AH_EINVAL, "%s: \"head_dim\": %d is odd (RoPE rotates pairs)", cf->path,
@@ -221,7 +227,7 @@ static int read_rope(const struct config *cf, const struct dec_config *c, bool s
 // effective_window); Mistral's default is 4096, Mixtral's and Gemma's none / 4096
 static int read_window(const struct config *cf, struct dec_config *c, struct ah_error *err) {
     enum dec_kind k = c->kind;
-    int dflt = k == DEC_MIXTRAL || k == DEC_LLAMA ? 0 : 4096, rc;
+    int dflt = k == DEC_MIXTRAL || k == DEC_LLAMA || null_key(cf, "sliding_window") ? 0 : 4096, rc;
     if ((rc = opt_int(cf, "sliding_window", dflt, 0, 1 << 30, &c->window, err)) < 0) return rc;
     if (is_qwen(k) && !opt_bool(cf, "use_sliding_window", false)) c->window = 0;
     if (k == DEC_LLAMA && cfg_get(cf, NULL, "sliding_window") && c->window)
@@ -310,13 +316,13 @@ static int read_flags(const struct config *cf, struct dec_config *c, struct ah_e
     c->bytes_per_param = dt && !strcmp(dt, "float32") ? 4 : 2;
     c->bf16 = dt && !strcmp(dt, "bfloat16");
     if (!c->gemma) return 0;
-    double qs, ac, fc;
+    double qs, ac, fc,
+        dac = k == DEC_GEMMA2 && !null_key(cf, "attn_logit_softcapping") ? 50.0 : 0.0;
+    double dfc = k == DEC_GEMMA2 && !null_key(cf, "final_logit_softcapping") ? 30.0 : 0.0;
     int rc;
     if ((rc = opt_num(cf, NULL, "query_pre_attn_scalar", 256, 0.0, &qs, err)) < 0 ||
-        (rc = opt_num(cf, NULL, "attn_logit_softcapping", k == DEC_GEMMA2 ? 50.0 : 0.0, -1.0, &ac,
-                      err)) < 0 ||
-        (rc = opt_num(cf, NULL, "final_logit_softcapping", k == DEC_GEMMA2 ? 30.0 : 0.0, -1.0, &fc,
-                      err)) < 0)
+        (rc = opt_num(cf, NULL, "attn_logit_softcapping", dac, -1.0, &ac, err)) < 0 ||
+        (rc = opt_num(cf, NULL, "final_logit_softcapping", dfc, -1.0, &fc, err)) < 0)
         return rc;
     c->scale = (float)(1.0 / sqrt(qs));
     c->attn_cap = ac > 0 ? (float)ac : 0.0f;

@@ -27,7 +27,8 @@ FAMILIES = [  # make_tiny family, dtype, shards, the model_family harvest report
     ("gemma2", "BF16", 3, "gemma2"), ("gemma3", "BF16", 2, "gemma3"),
     ("qwen3_moe", "BF16", 3, "qwen3_moe"), ("mixtral", "BF16", 3, "mixtral"),
     ("llama_dynamic", "BF16", 2, "llama"), ("llama_linear_bias", "F32", 1, "llama"),
-    ("qwen2_window", "BF16", 2, "qwen2"),
+    ("qwen2_window", "BF16", 2, "qwen2"), ("mistral_null", "BF16", 1, "mistral"),
+    ("gemma2_null", "BF16", 1, "gemma2"),
 ]
 
 harvest, work = args()
@@ -93,6 +94,9 @@ VARIANTS = {  # a family's tiny config with other keys: name -> (make_tiny famil
     "llama_linear_bias": ("llama_untied", dict(rope_scaling={"type": "linear", "factor": 2.0},
                                                attention_bias=True, mlp_bias=True)),
     "qwen2_window": ("qwen2", dict(use_sliding_window=True, sliding_window=W)),  # layer 1 sliding
+    # null is transformers' None, not the absent key's default: no window, no soft-caps
+    "mistral_null": ("mistral", dict(sliding_window=None, num_key_value_heads=None, head_dim=None)),
+    "gemma2_null": ("gemma2", dict(attn_logit_softcapping=None, final_logit_softcapping=None)),
 }
 
 

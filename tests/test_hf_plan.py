@@ -53,6 +53,16 @@ for fam, presets in FAMILIES.items():
         check(r.returncode == 0, f"{fam} {p}: a run on the preset: {r.stderr}")
 print("every preset: init-model, plan and run", flush=True)
 
+# "sliding_window": null is transformers' None (no window), not the absent key's 4096
+for label, over, want in (("null", {"sliding_window": None}, "(0 sliding-window"),
+                          ("absent", {}, "(32 sliding-window")):
+    c = json.load(open(os.path.join(CONF, "Mistral-7B-v0.1.json")))
+    c.pop("sliding_window")
+    c.update(over)
+    json.dump(c, open(f"{work}/mistral_{label}.json", "w"))
+    out = run(harvest, "plan", f"{work}/mistral_{label}.json", check=0).stdout
+    check(want in out, f"Mistral, sliding_window {label}: {out}")
+
 # BF16 matrices are borrowed from the mapping, other dtypes held as float32 (the start-up line)
 for dtype, kind in (("BF16", "BF16 matrices mapped"), ("F16", "float32")):
     d = f"{work}/kind_{dtype}"
