@@ -60,16 +60,16 @@ static const struct dec_tap_def {
     [DT_ATTENTION_NORM_OUTPUT] = {"attention_norm_output", BSH,
                                   "input_layernorm's output, what the attention reads", TAP_F32,
                                   'B'},
-    [DT_QUERIES_PRE_ROPE] = {"attention_queries_pre_rope", "batch,num_heads,seq,head_dim",
+    [DT_QUERIES_PRE_ROPE] = {"attention_queries_pre_rope", "batch,num_heads,seq,qk_head_dim",
                              "The queries before RoPE (after q_norm where the family has one)",
                              TAP_F32, 'B'},
-    [DT_KEYS_PRE_ROPE] = {"attention_keys_pre_rope", "batch,num_kv_heads,seq,head_dim",
+    [DT_KEYS_PRE_ROPE] = {"attention_keys_pre_rope", "batch,num_kv_heads,seq,qk_head_dim",
                           "The keys before RoPE (after k_norm where the family has one)", TAP_F32,
                           'B'},
-    [DT_QUERIES] = {"attention_queries", "batch,num_heads,seq,head_dim",
+    [DT_QUERIES] = {"attention_queries", "batch,num_heads,seq,qk_head_dim",
                     "The queries entering attention (projection, bias, q_norm, RoPE)", TAP_F32,
                     'B'},
-    [DT_KEYS] = {"attention_keys", "batch,num_kv_heads,seq,head_dim",
+    [DT_KEYS] = {"attention_keys", "batch,num_kv_heads,seq,qk_head_dim",
                  "The keys entering attention (projection, bias, k_norm, RoPE)", TAP_F32, 'B'},
     [DT_VALUES] = {"attention_values", "batch,num_kv_heads,seq,head_dim",
                    "The values entering attention", TAP_F32, 'B'},
@@ -166,10 +166,10 @@ void dec_catalogue(const struct decoder *m, struct tap_desc *out) {
 int64_t dec_axis_size(const struct decoder *m, int block, const char *axis) {
     const struct dec_config *c = &m->cfg;
     (void)block;
-    static const char *const names[] = {"num_heads",   "num_kv_heads",      "head_dim",
-                                        "hidden_size", "intermediate_size", "num_experts",
-                                        "top_k",       "vocab_size"};
-    const int v[] = {c->n_head, c->n_kv_head, c->head_dim, c->hidden,
+    static const char *const names[] = {"num_heads",   "num_kv_heads", "head_dim",
+                                        "qk_head_dim", "hidden_size",  "intermediate_size",
+                                        "num_experts", "top_k",        "vocab_size"};
+    const int v[] = {c->n_head, c->n_kv_head, c->head_dim, c->head_dim, c->hidden,
                      c->ffn,    c->n_expert,  c->top_k,    c->vocab};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if (!strcmp(axis, names[i])) return v[i];
