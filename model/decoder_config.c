@@ -57,15 +57,16 @@ static int opt_int(const struct config *cf, const char *key, int dflt, int lo, i
     return 0;
 }
 
-// A number key: absent or null -> dflt (NAN: "none"); else finite and > lo.
-static int opt_num(const struct config *cf, const struct cfg_value *obj, const char *key,
-                   double dflt, double lo, double *out, struct ah_error *err) {
+// A number key of obj (NULL: the top level; `where` its path for messages): absent or null ->
+// dflt (NAN: "none"); else finite and > lo.
+static int opt_num(const struct config *cf, const struct cfg_value *obj, const char *where,
+                   const char *key, double dflt, double lo, double *out, struct ah_error *err) {
     const struct cfg_value *v = cfg_get(cf, obj, key);
     *out = dflt;
     if (!v || cfg_kind(cf, v) == CFG_NULL) return 0;
     if (cfg_kind(cf, v) != CFG_NUMBER || !isfinite(cfg_number(cf, v)) || !(cfg_number(cf, v) > lo))
         return ah_fail(err, AH_EINVAL, "%s: \"%s%s%s\": expected a number > %g", cf->path,
-                       obj ? "rope_scaling" : "", obj ? "." : "", key, lo);
+                       obj ? where : "", obj ? "." : "", key, lo);
     *out = cfg_number(cf, v);
     return 0;
 }
@@ -127,8 +128,8 @@ static int read_sizes(const struct config *cf, struct dec_config *c, struct ah_e
                        "(%d)",
                        cf->path, c->n_head, c->n_kv_head);
     double eps;
-    if ((rc = opt_num(cf, NULL, "rms_norm_eps", k == DEC_MIXTRAL ? 1e-5 : 1e-6, 0.0, &eps, err)) <
-        0)
+    if ((rc = opt_num(cf, NULL, NULL, "rms_norm_eps", k == DEC_MIXTRAL ? 1e-5 : 1e-6, 0.0, &eps,
+                      err)) < 0)
         return rc;
     c->eps = eps;
     return 0;
@@ -165,6 +166,43 @@ static int read_act(const struct config *cf, struct dec_config *c, struct ah_err
                    cf->path, key, s ? "\"" : "", s ? s : "that value", s ? "\"" : "");
 }
 
+// The scaling dict sc (at `where`) of one layer type: rope_type (or the older "type") linear,
+// dynamic or llama3 with their keys (modeling_rope_utils.py); another type is refused by name.
+static int rope_scaling(const struct config *cf, const struct cfg_value *sc, const char *where,
+                        struct dec_rope *r, struct ah_error *err) {
+    const struct cfg_value *t = cfg_get(cf, sc, "rope_type");
+    if (!t) t = cfg_get(cf, sc, "type");
+    const char *tn = t ? cfg_string(cf, t) : "default";
+    static const char *const names[] = {"default", "linear", "dynamic", "llama3"};
+    static const enum dec_rope_type types[] = {DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC,
+                                               DEC_ROPE_LLAMA3};
+    int k = 0, rc;
+    while (k < 4 && !(tn && !strcmp(tn, names[k])))
+        k++;
+    if (k == 4)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"%s.rope_type\": \"%s\" is not supported (expected \"default\", "
+                       "\"linear\", \"dynamic\" or \"llama3\")",
+                       cf->path, where, tn ? tn : "(not a string)");
+    if ((r->type = types[k]) == DEC_ROPE_DEFAULT) return 0;
+    if ((rc = opt_num(cf, sc, where, "factor", NAN, 0.0, &r->factor, err)) < 0) return rc;
+    if (isnan(r->factor))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
+    if (r->type != DEC_ROPE_LLAMA3) return 0;
+    double l0;
+    if ((rc = opt_num(cf, sc, where, "low_freq_factor", NAN, 0.0, &r->low, err)) < 0 ||
+        (rc = opt_num(cf, sc, where, "high_freq_factor", NAN, 0.0, &r->high, err)) < 0 ||
+        (rc = opt_num(cf, sc, where, "original_max_position_embeddings", NAN, 0.0, &l0, err)) < 0)
+        return rc;
+    if (isnan(r->low) || isnan(r->high) || isnan(l0) || r->low == r->high)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"%s\": llama3 needs low_freq_factor < high_freq_factor and "
+                       "original_max_position_embeddings",
+                       cf->path, where);
+    r->original_max_pos = (int)l0;
+    return 0;
+}
+
 // One layer type's RoPE (tests/ref/hf/decoder.py rope_params): rope_parameters[type] or a flat
 // rope_parameters, else rope_theta + rope_scaling; Gemma 3's sliding layers rope_local_base_freq
 // without scaling.
@@ -172,55 +210,29 @@ static int read_rope(const struct config *cf, const struct dec_config *c, bool s
                      struct dec_rope *r, struct ah_error *err) {
     const char *type = sliding ? "sliding_attention" : "full_attention";
     const struct cfg_value *rp = cfg_get(cf, NULL, "rope_parameters"), *sc;
-    if (cfg_kind(cf, cfg_get(cf, rp, type)) == CFG_OBJECT) rp = cfg_get(cf, rp, type);
-    double dtheta = c->kind == DEC_MIXTRAL ? 1e6 : c->kind == DEC_GEMMA3 ? 1e6 : 10000.0;
+    char where[64] = "rope_parameters";
+    if (cfg_kind(cf, cfg_get(cf, rp, type)) == CFG_OBJECT) {
+        rp = cfg_get(cf, rp, type);
+        snprintf(where, sizeof where, "rope_parameters.%s", type);
+    }
+    double dtheta = c->kind == DEC_MIXTRAL || c->kind == DEC_GEMMA3 ? 1e6 : 10000.0;
     int rc;
     memset(r, 0, sizeof *r);
     r->factor = 1.0;
     if (cfg_kind(cf, rp) == CFG_OBJECT && cfg_get(cf, rp, "rope_theta")) {
         sc = rp;
-        rc = opt_num(cf, rp, "rope_theta", dtheta, 0.0, &r->theta, err);
+        rc = opt_num(cf, rp, where, "rope_theta", dtheta, 0.0, &r->theta, err);
     } else if (c->kind == DEC_GEMMA3 && sliding) {
-        return opt_num(cf, NULL, "rope_local_base_freq", 10000.0, 0.0, &r->theta, err);
+        return opt_num(cf, NULL, NULL, "rope_local_base_freq", 10000.0, 0.0, &r->theta, err);
     } else {
         sc = cfg_get(cf, NULL, "rope_scaling");
-        rc = opt_num(cf, NULL, "rope_theta", dtheta, 0.0, &r->theta, err);
+        snprintf(where, sizeof where, "rope_scaling");
+        rc = opt_num(cf, NULL, NULL, "rope_theta", dtheta, 0.0, &r->theta, err);
     }
     if (rc < 0 || cfg_kind(cf, sc) <= CFG_NULL) return rc;
     if (cfg_kind(cf, sc) != CFG_OBJECT)
-        return ah_fail(err, AH_EINVAL, "%s: \"rope_scaling\": expected an object or null",
-                       cf->path);
-    const struct cfg_value *t = cfg_get(cf, sc, "rope_type");
-    if (!t) t = cfg_get(cf, sc, "type");
-    const char *tn = t ? cfg_string(cf, t) : "default";
-    if (tn && !strcmp(tn, "default")) return 0;
-    if (tn && !strcmp(tn, "linear"))
-        r->type = DEC_ROPE_LINEAR;
-    else if (tn && !strcmp(tn, "dynamic"))
-        r->type = DEC_ROPE_DYNAMIC;
-    else if (tn && !strcmp(tn, "llama3"))
-        r->type = DEC_ROPE_LLAMA3;
-    else
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"rope_scaling.rope_type\": \"%s\" is not supported (expected "
-                       "\"default\", \"linear\", \"dynamic\" or \"llama3\")",
-                       cf->path, tn ? tn : "?");
-    if ((rc = opt_num(cf, sc, "factor", NAN, 0.0, &r->factor, err)) < 0) return rc;
-    if (isnan(r->factor))
-        return ah_fail(err, AH_EINVAL, "%s: \"rope_scaling.factor\": missing", cf->path);
-    if (r->type != DEC_ROPE_LLAMA3) return 0;
-    double l0;
-    if ((rc = opt_num(cf, sc, "low_freq_factor", NAN, 0.0, &r->low, err)) < 0 ||
-        (rc = opt_num(cf, sc, "high_freq_factor", NAN, 0.0, &r->high, err)) < 0 ||
-        (rc = opt_num(cf, sc, "original_max_position_embeddings", NAN, 0.0, &l0, err)) < 0)
-        return rc;
-    if (isnan(r->low) || isnan(r->high) || isnan(l0) || r->low == r->high)
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"rope_scaling\": llama3 needs low_freq_factor < high_freq_factor and "
-                       "original_max_position_embeddings",
-                       cf->path);
-    r->original_max_pos = (int)l0;
-    return 0;
+        return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an object or null", cf->path, where);
+    return rope_scaling(cf, sc, where, r, err);
 }
 
 // the window: Qwen keeps sliding_window only with use_sliding_window (decoder.py
@@ -320,9 +332,9 @@ static int read_flags(const struct config *cf, struct dec_config *c, struct ah_e
         dac = k == DEC_GEMMA2 && !null_key(cf, "attn_logit_softcapping") ? 50.0 : 0.0;
     double dfc = k == DEC_GEMMA2 && !null_key(cf, "final_logit_softcapping") ? 30.0 : 0.0;
     int rc;
-    if ((rc = opt_num(cf, NULL, "query_pre_attn_scalar", 256, 0.0, &qs, err)) < 0 ||
-        (rc = opt_num(cf, NULL, "attn_logit_softcapping", dac, -1.0, &ac, err)) < 0 ||
-        (rc = opt_num(cf, NULL, "final_logit_softcapping", dfc, -1.0, &fc, err)) < 0)
+    if ((rc = opt_num(cf, NULL, NULL, "query_pre_attn_scalar", 256, 0.0, &qs, err)) < 0 ||
+        (rc = opt_num(cf, NULL, NULL, "attn_logit_softcapping", dac, -1.0, &ac, err)) < 0 ||
+        (rc = opt_num(cf, NULL, NULL, "final_logit_softcapping", dfc, -1.0, &fc, err)) < 0)
         return rc;
     c->scale = (float)(1.0 / sqrt(qs));
     c->attn_cap = ac > 0 ? (float)ac : 0.0f;

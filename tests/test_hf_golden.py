@@ -28,7 +28,7 @@ FAMILIES = [  # make_tiny family, dtype, shards, the model_family harvest report
     ("qwen3_moe", "BF16", 3, "qwen3_moe"), ("mixtral", "BF16", 3, "mixtral"),
     ("llama_dynamic", "BF16", 2, "llama"), ("llama_linear_bias", "F32", 1, "llama"),
     ("qwen2_window", "BF16", 2, "qwen2"), ("mistral_null", "BF16", 1, "mistral"),
-    ("gemma2_null", "BF16", 1, "gemma2"),
+    ("gemma2_null", "BF16", 1, "gemma2"), ("gemma3_rope_parameters", "BF16", 2, "gemma3"),
 ]
 
 harvest, work = args()
@@ -97,6 +97,11 @@ VARIANTS = {  # a family's tiny config with other keys: name -> (make_tiny famil
     # null is transformers' None, not the absent key's default: no window, no soft-caps
     "mistral_null": ("mistral", dict(sliding_window=None, num_key_value_heads=None, head_dim=None)),
     "gemma2_null": ("gemma2", dict(attn_logit_softcapping=None, final_logit_softcapping=None)),
+    # transformers' newer rope_parameters, one dict a layer type (... = the key removed)
+    "gemma3_rope_parameters": ("gemma3", dict(
+        rope_theta=..., rope_scaling=..., rope_local_base_freq=...,
+        rope_parameters={"full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1e6},
+                         "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}})),
 }
 
 
@@ -118,6 +123,8 @@ def golden(name, dtype, shards, family, seed):
     base, over = VARIANTS.get(name, (name, {}))
     cfg = tiny_config(base)
     cfg.update(over)
+    for k in [k for k, v in over.items() if v is ...]:
+        cfg.pop(k)
     tensors = tiny_weights(cfg, seed, dtype)
     add_biases(cfg, tensors, seed)
     write_model(f"{d}/model", cfg, tensors, dtype, shards)

@@ -88,6 +88,10 @@ bad_config("rope_yarn", lambda c: c["rope_scaling"].update(rope_type="yarn"),
            ["rope_scaling.rope_type", "yarn"])
 bad_config("rope_longrope", lambda c: c.update(rope_scaling={"type": "longrope", "factor": 2.0}),
            ["rope_scaling.rope_type", "longrope"], family="mistral")
+bad_config("rope_parameters_yarn", lambda c: [c.pop(k) for k in ("rope_theta", "rope_scaling")] and
+           c.update(rope_parameters={"full_attention": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 2.0},
+                                     "sliding_attention": {"rope_type": "default", "rope_theta": 1e4}}),
+           ["rope_parameters.full_attention.rope_type", "yarn"], family="gemma3")
 bad_config("llama3_no_low", lambda c: c["rope_scaling"].pop("low_freq_factor"), ["rope_scaling"])
 bad_config("hidden_act", lambda c: c.update(hidden_act="gelu_10"), ["\"hidden_act\"", "gelu_10"])
 bad_config("gemma_act", lambda c: c.update(hidden_activation="quick_gelu"),
