@@ -14,10 +14,14 @@ static int dims_of(void *u, const char *name, int64_t *shape, int max_dims, stru
     return md_tensor_dims(u, name, shape, max_dims, err);
 }
 
+static bool is_bf16_of(void *u, const char *name) {
+    return md_tensor_is_bf16(u, name);
+}
+
 // the family's model from config.json, with its tensors bound unless config-only
 static int open_family(struct model *m, bool weights, struct ah_error *err) {
     struct config cf = config_json(m->md.config, m->md.config_path);
-    struct model_dims dims = {dims_of, &m->md};
+    struct model_dims dims = {dims_of, &m->md, is_bf16_of};
     struct model_tensor *lt = NULL;
     struct model_info in;
     int rc = model_family_of(&cf, &m->fam, err);

@@ -196,6 +196,12 @@ int md_tensor_dims(const struct modeldir *md, const char *name, int64_t *shape, 
     return t->ndim;
 }
 
+bool md_tensor_is_bf16(const struct modeldir *md, const char *name) {
+    const struct st_tensor *t = NULL;
+    const char *file = NULL;
+    return find(md, name, &t, &file, NULL) == 0 && t->dtype == ST_BF16;
+}
+
 // find(), then the shape check
 static int locate(const struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const struct st_tensor **tp, const char **filep, struct ah_error *err) {

@@ -45,6 +45,9 @@ const char *md_config_string(const struct modeldir *md, const char *key);
 int md_tensor_dims(const struct modeldir *md, const char *name, int64_t *shape, int max_dims,
                    struct ah_error *err);
 
+// Whether tensor `name` is there and stored BF16.
+bool md_tensor_is_bf16(const struct modeldir *md, const char *name);
+
 // Finds `name`, checks ndim/shape, and returns a float32 view. Errors name the file and tensor.
 int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const float **out, struct ah_error *err);

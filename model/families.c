@@ -11,6 +11,14 @@
     X(identity_family)    \
     X(gpt2_family)        \
     X(neox_family)        \
+    X(llama_family)       \
+    X(mistral_family)     \
+    X(qwen2_family)       \
+    X(qwen3_family)       \
+    X(qwen3_moe_family)   \
+    X(mixtral_family)     \
+    X(gemma2_family)      \
+    X(gemma3_family)      \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;

@@ -34,6 +34,9 @@ struct model_info {
 struct model_dims {
     int (*dims)(void *u, const char *name, int64_t *shape, int max_dims, struct ah_error *err);
     void *u;
+    // whether tensor `name` is stored BF16 (false when it is missing: binding then names it), so
+    // that a family can borrow BF16 matrices and widen the others; may be NULL
+    bool (*is_bf16)(void *u, const char *name);
 };
 
 // init-model: a named configuration, as config.json's text (written as cJSON prints it).

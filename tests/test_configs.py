@@ -78,7 +78,7 @@ bad("layers_too_many", lambda c: [c.pop(k) for k in ("layer_types", "mlp_layer_t
     c.update(num_hidden_layers=1_000_000), "num_hidden_layers")
 # the family comes from "architectures", else "model_type", else "architecture": an unknown one
 # is an error listing the known names; no fallthrough to another family
-for label, cfg in (("llama", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"}),
+for label, cfg in (("falcon", {"architectures": ["FalconForCausalLM"], "model_type": "falcon"}),
                    ("no_family", {"hidden_size": 64})):
     with open(f"{work}/{label}.json", "w") as f:
         json.dump(cfg, f)

@@ -1,0 +1,131 @@
+// decoder.h - the Llama-style decoder families of Hugging Face transformers, one model for all:
+// LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
+// MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text). The float64 definition is
+// tests/ref/hf/decoder.py (written from transformers' modeling_*.py); the names and what each
+// means per family are tests/ref/hf/NAMES.md. The differences are flags of struct dec_config, set
+// once from config.json (model/decoder_config.c) with transformers' defaults for absent keys
+// (tests/ref/hf/config.py).
+//
+// L = layers, D = hidden, H = query heads, KV = key/value heads, hd = head_dim, I = MLP width,
+// E = routed experts, k = experts a token goes to, Ie = an expert's width, V = vocab
+#ifndef AH_DECODER_H
+#define AH_DECODER_H
+
+#include "model/batch.h"
+#include "model/blocks.h"
+#include "model/tap.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct config;
+struct ah_error;
+struct laguna_shard;
+
+enum dec_kind {
+    DEC_LLAMA,
+    DEC_MISTRAL,
+    DEC_QWEN2,
+    DEC_QWEN3,
+    DEC_QWEN3_MOE,
+    DEC_MIXTRAL,
+    DEC_GEMMA2,
+    DEC_GEMMA3
+};
+enum dec_act { DEC_SILU, DEC_GELU_TANH, DEC_GELU, DEC_RELU };
+enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
+
+// modeling_rope_utils.py's parameters of one layer type
+struct dec_rope {
+    enum dec_rope_type type;
+    double theta, factor; // rope_theta; linear / dynamic / llama3 factor
+    double low, high;     // llama3 low_freq_factor, high_freq_factor
+    int original_max_pos; // llama3 original_max_position_embeddings
+};
+
+struct dec_config {
+    enum dec_kind kind;
+    const char *arch; // the architecture's name (static)
+    int n_layer, hidden, vocab, n_head, n_kv_head, head_dim, ffn, max_pos;
+    int n_expert, top_k, expert_ffn; // 0 experts: dense everywhere
+    bool norm_topk;                  // renormalise the top-k weights (Mixtral always)
+    int window;                      // sliding_window of sliding layers (0: none)
+    double eps;
+    bool qkv_bias, o_bias, mlp_bias, qk_norm, tied;
+    bool gemma; // RMSNorm (1 + w), sandwich norms, embeddings times sqrt(D)
+    enum dec_act act;
+    float scale;         // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
+    float attn_cap;      // Gemma 2 attn_logit_softcapping (0: none)
+    float final_cap;     // Gemma 2 final_logit_softcapping (0: none)
+    float embed_scale;   // Gemma: sqrt(D) rounded to float32; else 1
+    int bytes_per_param; // torch_dtype as published: 2 (bf16/f16) or 4
+    bool bf16;           // torch_dtype bfloat16 (without the files: their matrices' guess)
+    bool *sliding;       // (L) sliding-window layer; owned
+    bool *moe;           // (L) mixture-of-experts layer; owned
+    struct dec_rope rope_full, rope_sliding;
+};
+
+void dec_config_free(struct dec_config *c); // safe on a zeroed struct
+// Reads config.json of one of the architectures (model/decoder_config.c); errors name
+// config.json and the key (an unknown rope type or hidden_act, a list of the wrong length).
+int dec_config_read(const struct config *cf, struct dec_config *c, struct ah_error *err);
+
+// Parameters as transformers instantiates the model (tests/ref/hf/params.py), of layer i.
+int64_t dec_layer_params(const struct dec_config *c, int i, bool experts);
+int64_t dec_params(const struct dec_config *c);
+
+// inv_freq (n_rot / 2 = hd / 2 entries, double) of a layer type for a prompt of T tokens
+// (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call whose
+// longest position is T - 1).
+void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int T, double *inv);
+
+// ---- weights: a matrix stored BF16 is borrowed from the mapping as it is (h; each matmul widens
+// a panel of rows, model/ops.h op_matmul_bf16), any other float dtype is a float32 view (f; F16
+// widened by the loader); vectors are always float32 views.
+struct dec_mat {
+    const float *f;
+    const uint16_t *h;
+};
+
+struct dec_block_w {
+    const float *attn_norm, *mlp_norm, *post_attn_norm, *post_mlp_norm; // (D); the last two Gemma
+    const float *q_norm, *k_norm;                                       // (hd)
+    struct dec_mat wq, wk, wv, wo;  // (H hd, D) (KV hd, D) x2 (D, H hd)
+    const float *bq, *bk, *bv, *bo; // (H hd) (KV hd) x2 (D)
+    struct dec_mat gate, up, down;  // dense: (I, D) x2, (D, I)
+    const float *bg, *bu, *bd;      // mlp_bias: (I) x2, (D)
+    struct dec_mat router;          // mixture: (E, D)
+    struct dec_mat *eg, *eu, *ed;   // (E) experts: (Ie, D) x2, (D, Ie)
+};
+
+struct decoder {
+    struct dec_config cfg;      // owned
+    struct dec_mat embed, head; // (V, D); the head unused when tied
+    const float *norm;          // (D)
+    struct dec_block_w *blk;    // (L) owned
+    struct dec_mat *experts;    // (3 E n_moe) owned
+    int *id;                    // ((L + 2) x kinds) catalogue id, -1 if absent
+    bool any_bf16;              // some matrix is borrowed BF16 (the state needs a panel)
+};
+
+// Takes c (zeroed after), returns the tensors to bind in *list (NULL: config only); is_bf16 (may
+// be NULL: widen everything) tells which matrices to borrow as BF16.
+struct model_dims;
+int dec_init(struct decoder *m, struct dec_config *c, const struct model_dims *dims,
+             struct model_tensor **list);
+void dec_free(struct decoder *m);
+
+int dec_n_taps(const struct decoder *m);
+void dec_catalogue(const struct decoder *m, struct tap_desc *out);
+int64_t dec_axis_size(const struct decoder *m, int block, const char *axis);
+
+struct dec_state; // model/decoder.c
+int dec_state_init(struct dec_state **s, const struct decoder *m, int max_T, int64_t max_tokens,
+                   const uint8_t *want, const struct laguna_shard *shard);
+void dec_state_free(struct dec_state *s);
+float *dec_state_stream(struct dec_state *s); // (N, D) the residual stream
+void dec_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                 const struct tap *tp, int blk_begin, int blk_end);
+double dec_block_flops(const struct dec_config *c, int i, int T);
+
+#endif

@@ -1,0 +1,491 @@
+// decoder_forward.c - the forward pass of the Llama-style families (model/decoder.h) in float32,
+// step for step as tests/ref/hf/decoder.py forward() (transformers' LlamaDecoderLayer and its
+// cousins): norm, q/k/v (+ bias), q/k norm, RoPE, attention (model/attention.h), o_proj; Gemma's
+// post norms; the MLP (gated) or the mixture of experts (softmax router, top-k).
+#include "model/ah.h"
+#include "model/attention.h"
+#include "model/decoder.h"
+#include "model/decoder_taps.h"
+#include "model/laguna.h" // struct laguna_shard: the expert-shard exchange every family shares
+#include "model/ops.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+// N = tokens of a batch, T = longest prompt, H hd = HD, KV hd = KVD, h2 = hd / 2
+struct dec_state {
+    int max_T;
+    int64_t max_tokens;
+    bool keep_scores, keep_experts;
+    float *x, *xn;            // (N, D) the residual stream; a normed copy
+    float *q, *k, *v, *o;     // (N, HD) (N, KVD) x2 (N, HD)
+    float *a, *m;             // (N, D) attention output; MLP output
+    float *fg, *fu;           // (N, I) gate and up
+    float *z, *w;             // (N, E) router logits, then probabilities; (N, k) expert weights
+    float *eo, *routed;       // (N, k, D) weighted slot outputs (tap or shard); (N, D) their sum
+    float *xe, *ge, *ue, *ye; // one expert's tokens: (N, D) (N, Ie) x2 (N, D)
+    float *att;               // scores: (H, T, T) when a tap wants them, else (T, T)
+    float *logits;            // (T, V) a prompt's logits, then (V) the next-token distribution
+    float *scratch;           // (HD T) head-major copy for the head taps
+    float *panel;             // widened rows of a BF16 matrix (op_matmul_bf16), if any is BF16
+    float *cos_f, *sin_f, *cos_s, *sin_s, *cos_d, *sin_d; // (T, h2): full, sliding, dynamic
+    double *inv;                                          // (h2)
+    int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
+    int *order, *start;  // (N k) slots grouped by expert; (2 E + 1) offsets and cursors
+    const struct laguna_shard *shard;
+    void *arena;
+};
+
+float *dec_state_stream(struct dec_state *s) {
+    return s->x;
+}
+
+// cos / sin (T, hd/2) of a layer type for positions 0..T-1, angles in double; seq_len: the
+// prompt length dynamic NTK scales for (within max_position_embeddings: none)
+static void rope_table(float *cos_t, float *sin_t, const struct dec_config *c,
+                       const struct dec_rope *r, int T, int seq_len, double *inv) {
+    int h2 = c->head_dim / 2;
+    dec_rope_inv_freq(r, c->head_dim, c->max_pos, seq_len, inv);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < h2; j++) {
+            cos_t[(int64_t)t * h2 + j] = (float)cos(t * inv[j]);
+            sin_t[(int64_t)t * h2 + j] = (float)sin(t * inv[j]);
+        }
+}
+
+// the panel of the largest matrix: K up to max(D, HD, I, Ie), N up to max(V, D, HD, I, Ie, E)
+static int64_t panel_floats(const struct dec_config *c) {
+    int64_t k = c->hidden, n = c->vocab;
+    const int64_t dims[] = {(int64_t)c->n_head * c->head_dim, c->ffn, c->expert_ffn, c->hidden};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
+        k = dims[i] > k ? dims[i] : k;
+        n = dims[i] > n ? dims[i] : n;
+    }
+    n = c->n_expert > n ? c->n_expert : n;
+    return op_bf16_panel_floats((int)k, (int)n);
+}
+
+static bool wants_kind(const struct decoder *m, const uint8_t *want, int kind) {
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        int id = DEC_ID(m, l, kind);
+        if (id >= 0 && (!want || want[id])) return true;
+    }
+    return false;
+}
+
+int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, int64_t max_tokens,
+                   const uint8_t *want, const struct laguna_shard *shard) {
+    const struct dec_config *c = &m->cfg;
+    struct dec_state *s = calloc(1, sizeof *s);
+    if (!(*out = s)) return -AH_ENOMEM;
+    int64_t N = max_tokens, T = max_T, D = c->hidden, hd = c->head_dim, HD = c->n_head * hd;
+    int64_t KVD = c->n_kv_head * hd, E = c->n_expert, k = c->top_k, I = c->ffn;
+    int64_t Ie = c->expert_ffn, h2 = hd / 2;
+    s->keep_scores = wants_kind(m, want, DT_SCORES) || wants_kind(m, want, DT_PROBS);
+    s->keep_experts = E > 0 && (shard || wants_kind(m, want, DT_EXPERT_OUTPUTS));
+    s->shard = shard;
+    struct arena_piece f[] = {
+        {(void **)&s->x, N * D},
+        {(void **)&s->xn, N * D},
+        {(void **)&s->q, N * HD},
+        {(void **)&s->k, N * KVD},
+        {(void **)&s->v, N * KVD},
+        {(void **)&s->o, N * HD},
+        {(void **)&s->a, N * D},
+        {(void **)&s->m, N * D},
+        {(void **)&s->fg, N * I},
+        {(void **)&s->fu, N * I},
+        {(void **)&s->z, N * E},
+        {(void **)&s->w, N * k},
+        {(void **)&s->eo, s->keep_experts ? N * k * D : 0},
+        {(void **)&s->routed, E ? N * D : 0},
+        {(void **)&s->xe, E ? N * D : 0},
+        {(void **)&s->ge, E ? N * Ie : 0},
+        {(void **)&s->ue, E ? N * Ie : 0},
+        {(void **)&s->ye, E ? N * D : 0},
+        {(void **)&s->att, attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
+        {(void **)&s->logits, T * c->vocab + c->vocab},
+        {(void **)&s->scratch, HD * T},
+        {(void **)&s->panel, m->any_bf16 ? panel_floats(c) : 0},
+        {(void **)&s->cos_f, T * h2},
+        {(void **)&s->sin_f, T * h2},
+        {(void **)&s->cos_s, T * h2},
+        {(void **)&s->sin_s, T * h2},
+        {(void **)&s->cos_d, T * h2},
+        {(void **)&s->sin_d, T * h2},
+        {(void **)&s->inv, 2 * h2},
+        {(void **)&s->idx, 2 * N * k},
+        {(void **)&s->ones, 2 * T},
+        {(void **)&s->order, N * k},
+        {(void **)&s->start, 2 * E + 1},
+    };
+    if (!(s->arena = arena_alloc(f, sizeof f / sizeof f[0]))) return -AH_ENOMEM;
+    for (int64_t t = 0; t < T; t++)
+        s->ones[t] = 1;
+    rope_table(s->cos_f, s->sin_f, c, &c->rope_full, max_T, 1, s->inv);
+    rope_table(s->cos_s, s->sin_s, c, &c->rope_sliding, max_T, 1, s->inv);
+    s->max_T = max_T;
+    s->max_tokens = max_tokens;
+    return 0;
+}
+
+void dec_state_free(struct dec_state *s) {
+    if (s) free(s->arena);
+    free(s);
+}
+
+// ----------------------------------------------------------------------------
+// pieces
+
+// RMSNorm of rows of C: LlamaRMSNorm (times w), Gemma's (times 1 + w); out may equal in
+static void norm(const struct dec_config *c, float *out, const float *in, const float *w,
+                 int64_t rows, int C) {
+    if (!c->gemma) {
+        op_rmsnorm(out, in, w, (int)rows, C, (float)c->eps);
+        return;
+    }
+    for (int64_t t = 0; t < rows; t++) {
+        const float *x = in + t * C;
+        float *o = out + t * C;
+        double ss = 0.0;
+        for (int i = 0; i < C; i++)
+            ss += (double)x[i] * (double)x[i];
+        float r = (float)(1.0 / sqrt(ss / C + c->eps));
+        for (int i = 0; i < C; i++)
+            o[i] = x[i] * r * (1.0f + w[i]);
+    }
+}
+
+// out (M, N) = in (M, K) . w^T: a float32 view, or BF16 a panel at a time
+static void mm(struct dec_state *s, float *out, const float *in, const struct dec_mat *w, int64_t M,
+               int64_t K, int64_t N) {
+    if (w->h)
+        op_matmul_bf16(out, in, w->h, (int)M, (int)K, (int)N, s->panel);
+    else
+        op_matmul(out, in, w->f, (int)M, (int)K, (int)N);
+}
+
+// out (M, N) = in (M, K) . w^T (+ bias)
+static void linear(struct dec_state *s, float *out, const float *in, const struct dec_mat *w,
+                   const float *bias, int64_t M, int64_t K, int64_t N) {
+    mm(s, out, in, w, M, K, N);
+    for (int64_t r = 0; bias && r < M; r++)
+        for (int64_t j = 0; j < N; j++)
+            out[r * N + j] += bias[j];
+}
+
+static float act(const struct dec_config *c, float x) {
+    switch (c->act) {
+        case DEC_GELU_TANH:
+            return act_gelu_tanh(x);
+        case DEC_GELU:
+            return act_gelu(x);
+        case DEC_RELU:
+            return x > 0.0f ? x : 0.0f;
+        default:
+            return act_silu(x);
+    }
+}
+
+// (1, T, H, hd) view of each prompt's rows of a token-major (N, H hd) buffer
+static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
+                             const float *buf, int H, int hd) {
+    for (int b = 0; tap_wants(tp, id) && b < bt->n; b++) {
+        struct tview v = {buf + bt->off[b] * H * hd, TAP_F32, 4, {1, bt->len[b], H, hd}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
+// the RoPE tables of layer l for a prompt of T tokens (dynamic NTK past max_pos: its own)
+static void tables(const struct decoder *m, struct dec_state *s, int l, int T, const float **ct,
+                   const float **st) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_rope *r = c->sliding[l] ? &c->rope_sliding : &c->rope_full;
+    *ct = c->sliding[l] ? s->cos_s : s->cos_f;
+    *st = c->sliding[l] ? s->sin_s : s->sin_f;
+    if (r->type != DEC_ROPE_DYNAMIC || T <= c->max_pos) return;
+    rope_table(s->cos_d, s->sin_d, c, r, T, T, s->inv);
+    *ct = s->cos_d, *st = s->sin_d;
+}
+
+// ----------------------------------------------------------------------------
+// attention
+
+static void attention_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                            const struct tap *tp, int l) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_block_w *w = &m->blk[l];
+    int64_t N = bt->n_tokens, D = c->hidden, hd = c->head_dim, H = c->n_head, KV = c->n_kv_head;
+    int64_t HD = H * hd, KVD = KV * hd;
+    linear(s, s->q, s->xn, &w->wq, w->bq, N, D, HD);
+    linear(s, s->k, s->xn, &w->wk, w->bk, N, D, KVD);
+    linear(s, s->v, s->xn, &w->wv, w->bv, N, D, KVD);
+    if (c->qk_norm) {
+        norm(c, s->q, s->q, w->q_norm, N * H, (int)hd);
+        norm(c, s->k, s->k, w->k_norm, N * KV, (int)hd);
+    }
+    tap_emit_heads(tp, DEC_ID(m, l, DT_QUERIES_PRE_ROPE), bt, s->q, (int)H, (int)hd, s->scratch);
+    tap_emit_heads(tp, DEC_ID(m, l, DT_KEYS_PRE_ROPE), bt, s->k, (int)KV, (int)hd, s->scratch);
+    for (int b = 0; b < bt->n; b++) {
+        const float *ct, *st;
+        tables(m, s, l, bt->len[b], &ct, &st);
+        op_rope(s->q + bt->off[b] * HD, ct, st, bt->len[b], (int)H, (int)hd, (int)hd, (int)HD);
+        op_rope(s->k + bt->off[b] * KVD, ct, st, bt->len[b], (int)KV, (int)hd, (int)hd, (int)KVD);
+    }
+    tap_emit_heads(tp, DEC_ID(m, l, DT_QUERIES), bt, s->q, (int)H, (int)hd, s->scratch);
+    tap_emit_heads(tp, DEC_ID(m, l, DT_KEYS), bt, s->k, (int)KV, (int)hd, s->scratch);
+    tap_emit_heads(tp, DEC_ID(m, l, DT_VALUES), bt, s->v, (int)KV, (int)hd, s->scratch);
+    for (int b = 0; b < bt->n; b++) {
+        int64_t o = bt->off[b];
+        struct attn a = {.T = bt->len[b],
+                         .H = (int)H,
+                         .KV = (int)KV,
+                         .D = (int)hd,
+                         .scale = c->scale,
+                         .softcap = c->attn_cap,
+                         .n_sets = 1,
+                         .q = s->q + o * HD,
+                         .ldq = (int)HD,
+                         .out = s->o + o * HD,
+                         .ldo = (int)HD};
+        a.set[0] = (struct attn_keys){s->k + o * KVD, s->v + o * KVD, (int)KVD,
+                                      c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL, c->window};
+        // attention_scores: soft-capped, -inf where masked (tests/ref/hf/NAMES.md)
+        struct attn_taps at = {tp, b, -1, DEC_ID(m, l, DT_SCORES), DEC_ID(m, l, DT_PROBS)};
+        AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
+        attn_forward(&a, &at, s->att);
+    }
+    emit_token_heads(tp, DEC_ID(m, l, DT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
+    linear(s, s->a, s->o, &w->wo, w->bo, N, HD, D);
+}
+
+// ----------------------------------------------------------------------------
+// mixture of experts (MixtralSparseMoeBlock, Qwen3MoeSparseMoeBlock)
+
+// softmax over the experts (double sums), the k largest (ties: lower index), renormalised
+static void route(const struct dec_config *c, float *p, int64_t *idx, float *w) {
+    int E = c->n_expert, k = c->top_k;
+    double mx = -INFINITY, sum = 0.0;
+    for (int e = 0; e < E; e++)
+        mx = (double)p[e] > mx ? (double)p[e] : mx;
+    for (int e = 0; e < E; e++)
+        sum += exp((double)p[e] - mx);
+    for (int e = 0; e < E; e++)
+        p[e] = (float)(exp((double)p[e] - mx) / sum);
+    for (int j = 0; j < k; j++) { // selection: k is small
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int q = 0; q < j; q++)
+                taken |= idx[q] == e;
+            if (!taken && (best < 0 || p[e] > p[best])) best = e;
+        }
+        idx[j] = best;
+        w[j] = p[best];
+    }
+    float tot = 0.0f;
+    for (int j = 0; c->norm_topk && j < k; j++)
+        tot += w[j];
+    for (int j = 0; c->norm_topk && j < k; j++)
+        w[j] /= tot;
+}
+
+// the slots (token t, j) grouped by expert, token order within an expert: order, start
+static void group_slots(struct dec_state *s, int64_t N, int64_t k, int64_t E) {
+    memset(s->start, 0, (size_t)(E + 1) * sizeof *s->start);
+    for (int64_t i = 0; i < N * k; i++)
+        s->start[s->idx[i] + 1]++;
+    for (int64_t e = 0; e < E; e++)
+        s->start[e + 1] += s->start[e];
+    int *fill = s->start + E + 1;
+    memcpy(fill, s->start, (size_t)E * sizeof *fill);
+    for (int64_t i = 0; i < N * k; i++)
+        s->order[fill[s->idx[i]]++] = (int)i;
+}
+
+// expert e on its slots: weighted outputs added to the routed sum (no shard) or kept in eo
+static void run_expert(const struct decoder *m, struct dec_state *s, const struct dec_block_w *w,
+                       int64_t e, bool keep) {
+    const struct dec_config *c = &m->cfg;
+    int64_t D = c->hidden, Ie = c->expert_ffn, k = c->top_k;
+    int64_t r0 = s->start[e], n = s->start[e + 1] - r0;
+    if (n == 0) return;
+    for (int64_t r = 0; r < n; r++)
+        memcpy(s->xe + r * D, s->xn + (s->order[r0 + r] / k) * D, (size_t)D * sizeof(float));
+    mm(s, s->ge, s->xe, &w->eg[e], n, D, Ie);
+    mm(s, s->ue, s->xe, &w->eu[e], n, D, Ie);
+    for (int64_t i = 0; i < n * Ie; i++)
+        s->ue[i] *= act(c, s->ge[i]);
+    mm(s, s->ye, s->ue, &w->ed[e], n, Ie, D);
+    for (int64_t r = 0; r < n; r++) {
+        int64_t slot = s->order[r0 + r];
+        float ww = s->w[slot], *dst = s->routed + (slot / k) * D;
+        for (int64_t d = 0; !s->shard && d < D; d++)
+            dst[d] += ww * s->ye[r * D + d];
+        for (int64_t d = 0; keep && d < D; d++)
+            s->eo[slot * D + d] = ww * s->ye[r * D + d];
+    }
+}
+
+// Expert shards: the other shards' slots arrive in eo; each token's slots are then added in
+// expert order, the order one rank running every expert adds them in (bitwise the same sum).
+static void sum_shards(struct dec_state *s, int64_t N, int64_t k, int64_t D) {
+    s->shard->exchange(s->shard->u, s->eo, s->idx, N * k, (int)D);
+    for (int64_t t = 0; t < N; t++) {
+        const int64_t *id = s->idx + t * k;
+        for (int64_t done = 0, last = -1; done < k; done++) {
+            int64_t j = -1; // the slot of the next larger expert
+            for (int64_t q = 0; q < k; q++)
+                if (id[q] > last && (j < 0 || id[q] < id[j])) j = q;
+            last = id[j];
+            for (int64_t d = 0; d < D; d++)
+                s->routed[t * D + d] += s->eo[(t * k + j) * D + d];
+        }
+    }
+}
+
+static void moe_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                      const struct tap *tp, int l) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_block_w *w = &m->blk[l];
+    int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k;
+    mm(s, s->z, s->xn, &w->router, N, D, E);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_ROUTER_LOGITS), bt, s->z, (int)E);
+    for (int64_t t = 0; t < N; t++)
+        route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
+    int id_i = DEC_ID(m, l, DT_EXPERT_INDICES), id_o = DEC_ID(m, l, DT_EXPERT_OUTPUTS);
+    for (int b = 0; tap_wants(tp, id_i) && b < bt->n; b++) {
+        struct tview v = {s->idx + bt->off[b] * k, TAP_I64, 3, {1, bt->len[b], k}};
+        tp->take(tp->u, id_i, b, &v);
+    }
+    tap_emit_rows(tp, DEC_ID(m, l, DT_EXPERT_WEIGHTS), bt, s->w, (int)k);
+    group_slots(s, N, k, E);
+    bool keep = tap_wants(tp, id_o) || s->shard;
+    AH_ASSERT(!keep || s->keep_experts);
+    memset(s->routed, 0, (size_t)(N * D) * sizeof(float));
+    for (int64_t e = s->shard ? s->shard->e0 : 0; e < (s->shard ? s->shard->e1 : E); e++)
+        run_expert(m, s, w, e, keep);
+    if (s->shard) sum_shards(s, N, k, D);
+    for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
+        struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
+        tp->take(tp->u, id_o, b, &v);
+    }
+    tap_emit_rows(tp, DEC_ID(m, l, DT_ROUTED_OUTPUT), bt, s->routed, (int)D);
+    memcpy(s->m, s->routed, (size_t)(N * D) * sizeof(float));
+}
+
+// ----------------------------------------------------------------------------
+// the block and the model
+
+static void mlp_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                      const struct tap *tp, int l) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_block_w *w = &m->blk[l];
+    int64_t N = bt->n_tokens, D = c->hidden, I = c->ffn;
+    if (c->moe[l]) {
+        moe_block(m, s, bt, tp, l);
+        return;
+    }
+    linear(s, s->fg, s->xn, &w->gate, w->bg, N, D, I);
+    linear(s, s->fu, s->xn, &w->up, w->bu, N, D, I);
+    for (int64_t i = 0; i < N * I; i++)
+        s->fg[i] = act(c, s->fg[i]);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_ACTIVATION), bt, s->fg, (int)I);
+    for (int64_t i = 0; i < N * I; i++)
+        s->fu[i] *= s->fg[i];
+    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NEURONS), bt, s->fu, (int)I);
+    linear(s, s->m, s->fu, &w->down, w->bd, N, I, D);
+}
+
+static void block_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                          const struct tap *tp, int l) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_block_w *w = &m->blk[l];
+    int64_t N = bt->n_tokens, D = c->hidden;
+    tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_INPUT), bt, s->x, (int)D);
+    norm(c, s->xn, s->x, w->attn_norm, N, (int)D);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
+    attention_block(m, s, bt, tp, l);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_OUTPUT), bt, s->a, (int)D);
+    if (c->gemma) { // sandwich: the post-attention norm before the add
+        norm(c, s->a, s->a, w->post_attn_norm, N, (int)D);
+        tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_POST_NORM), bt, s->a, (int)D);
+    }
+    op_add(s->x, s->x, s->a, N * D);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_MID), bt, s->x, (int)D);
+    norm(c, s->xn, s->x, w->mlp_norm, N, (int)D);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_INPUT), bt, s->xn, (int)D);
+    mlp_block(m, s, bt, tp, l);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_OUTPUT), bt, s->m, (int)D);
+    if (c->gemma) {
+        norm(c, s->m, s->m, w->post_mlp_norm, N, (int)D);
+        tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_POST_NORM), bt, s->m, (int)D);
+    }
+    op_add(s->x, s->x, s->m, N * D);
+    tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_OUTPUT), bt, s->x, (int)D);
+}
+
+// input ids, the mask, the embedding rows (Gemma: times sqrt(D); Gemma 2's tap unscaled)
+static void embed(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                  const struct tap *tp) {
+    const struct dec_config *c = &m->cfg;
+    int64_t D = c->hidden;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview vi = {bt->ids + bt->off[b], TAP_I64, 2, {1, bt->len[b]}};
+        tap_emit(tp, DEC_ID(m, -1, DT_INPUT_IDS), b, &vi);
+        struct tview vm = {s->ones, TAP_I64, 2, {1, bt->len[b]}};
+        tap_emit(tp, DEC_ID(m, -1, DT_ATTENTION_MASK), b, &vm);
+    }
+    for (int64_t i = 0; i < bt->n_tokens; i++)
+        for (int64_t d = 0; d < D; d++)
+            s->x[i * D + d] = m->embed.h ? op_bf16(m->embed.h[bt->ids[i] * D + d])
+                                         : m->embed.f[bt->ids[i] * D + d];
+    int id = DEC_ID(m, -1, DT_TOKEN_EMBEDDINGS);
+    if (c->kind != DEC_GEMMA3) tap_emit_rows(tp, id, bt, s->x, (int)D);
+    for (int64_t i = 0; c->gemma && i < bt->n_tokens * D; i++)
+        s->x[i] *= c->embed_scale;
+    if (c->kind == DEC_GEMMA3) tap_emit_rows(tp, id, bt, s->x, (int)D);
+}
+
+// the final norm and the head, only if a tap wants them
+static void head(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                 const struct tap *tp) {
+    const struct dec_config *c = &m->cfg;
+    int64_t D = c->hidden, V = c->vocab;
+    int L = c->n_layer, id_n = DEC_ID(m, L, DT_FINAL_NORM_OUTPUT);
+    int id_h = DEC_ID(m, L, DT_LM_HEAD_OUTPUT), id_l = DEC_ID(m, L, DT_LOGITS);
+    int id_p = DEC_ID(m, L, DT_NEXT_TOKEN_PROBS);
+    bool want = tap_wants(tp, id_h) || tap_wants(tp, id_l) || tap_wants(tp, id_p);
+    if (!want && !tap_wants(tp, id_n)) return;
+    norm(c, s->xn, s->x, m->norm, bt->n_tokens, (int)D);
+    tap_emit_rows(tp, id_n, bt, s->xn, (int)D);
+    for (int b = 0; want && b < bt->n; b++) {
+        int T = bt->len[b];
+        mm(s, s->logits, s->xn + bt->off[b] * D, c->tied ? &m->embed : &m->head, T, D, V);
+        struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
+        tap_emit(tp, id_h, b, &v);
+        for (int64_t i = 0; c->final_cap > 0.0f && i < (int64_t)T * V; i++)
+            s->logits[i] = c->final_cap * tanhf(s->logits[i] / c->final_cap);
+        tap_emit(tp, id_l, b, &v);
+        if (!tap_wants(tp, id_p)) continue;
+        float *p = s->logits + (int64_t)T * V;
+        memcpy(p, s->logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
+        op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
+        struct tview vp = {p, TAP_F32, 2, {1, V}};
+        tp->take(tp->u, id_p, b, &vp);
+    }
+}
+
+void dec_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                 const struct tap *tp, int blk_begin, int blk_end) {
+    int L = m->cfg.n_layer;
+    AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= L);
+    for (int b = 0; b < bt->n; b++)
+        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+    if (blk_begin == 0) embed(m, s, bt, tp);
+    for (int l = blk_begin; l < blk_end; l++)
+        block_forward(m, s, bt, tp, l);
+    if (blk_end == L && blk_begin <= blk_end) head(m, s, bt, tp);
+}
