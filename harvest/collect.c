@@ -71,32 +71,6 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
     c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, false), 1, row, &c->err);
 }
 
-int64_t tview_rows(const struct tview *v, int seq, const uint8_t *keep, char *dst) {
-    size_t es = tap_dtype_size(v->dtype);
-    int64_t T = v->dims[seq], outer = 1, inner = 1, n = 0;
-    for (int i = 1; i < seq; i++)
-        outer *= v->dims[i];
-    for (int i = seq + 1; i < v->ndim; i++)
-        inner *= v->dims[i];
-    const char *src = v->data;
-    size_t run = (size_t)inner * es;
-    for (int64_t t = 0; t < T; t++) {
-        if (keep && !keep[t]) continue;
-        for (int64_t o = 0; o < outer; o++)
-            memcpy(dst + (size_t)(n * outer + o) * run, src + (size_t)(o * T + t) * run, run);
-        n++;
-    }
-    return n;
-}
-
-int tview_seq_axis(const struct tap_desc *d, const struct tview *v) {
-    int k = 1;
-    while (k < v->ndim && tap_axis_kind(d->axes[k]) != TAP_AXIS_SEQ)
-        k++;
-    AH_ASSERT(k < v->ndim);
-    return k;
-}
-
 static void take_token(struct collector *c, int di, int b, const struct tview *v) {
     int k = tview_seq_axis(c->dsets[di].desc, v);
     int64_t T = v->dims[k], outer = 1;

@@ -106,11 +106,6 @@ struct collector {
 };
 
 void collect_take(void *u, int id, int b, const struct tview *v);
-// The axis of a view (1, A.., T, B..) that is the activation's sequence axis (asserted to exist).
-int tview_seq_axis(const struct tap_desc *d, const struct tview *v);
-// The rows of a view (1, A.., T, B..) with sequence axis seq, as (n, A.., B..) into dst: the
-// positions t with keep[t] (keep NULL: all T), in order. Returns n.
-int64_t tview_rows(const struct tview *v, int seq, const uint8_t *keep, char *dst);
 
 // ---- write-time statistics: a tap consumer after the collector (wstats.c) ----
 struct wstats;

@@ -133,8 +133,8 @@ static int line_of(const char *text, const char *at) {
     return line;
 }
 
-static const char *const top_keys[] = {"model",      "data",   "activations", "max_seq_len",
-                                       "batch_size", "output", "parallel",    "pool",
+static const char *const top_keys[] = {"model",      "data",       "activations", "max_seq_len",
+                                       "batch_size", "output",     "parallel",    "pool",
                                        "select",     "statistics", NULL};
 static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};

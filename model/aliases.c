@@ -14,7 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define GEMMA "gemma2 gemma3_text"
+#define GEMMA \
+    "gemma2 gemma3 gemma3_text" // gemma3: harvest's family name, gemma3_text: the model_type
 
 struct alias_row {
     const char *alias;     // pattern, "{i}" a layer number
