@@ -184,8 +184,8 @@ void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, do
 // ----------------------------------------------------------------------------
 // softmax
 
-void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
-    AH_ASSERT(0 <= a0 && a0 <= a1 && a1 <= n && 0 <= b0 && b0 <= b1 && b1 <= n);
+void op_softmax_within(float *x, int a0, int a1, int b0, int b1) {
+    AH_ASSERT(0 <= a0 && a0 <= a1 && 0 <= b0 && b0 <= b1);
     AH_ASSERT(a1 <= b0 || b1 <= a0);
     AH_ASSERT(a1 > a0 || b1 > b0);
     float mx = -INFINITY;
@@ -203,6 +203,11 @@ void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
         x[i] *= inv;
     for (int i = b0; i < b1; i++)
         x[i] *= inv;
+}
+
+void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
+    AH_ASSERT(a1 <= n && b1 <= n);
+    op_softmax_within(x, a0, a1, b0, b1);
     // zero what lies outside both: order the ranges, an empty one collapsing onto the other's end
     if (a1 == a0) a0 = a1 = b1;
     if (b1 == b0) b0 = b1 = a1;

@@ -64,6 +64,9 @@ void op_softmax_rows_ref(float *x, int rows, int n);
 // not both); every other entry becomes exactly 0, as if it were -inf. The causal and windowed
 // masks of attention are such ranges, so blocked entries cost nothing.
 void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1);
+// The same softmax (the same bits) touching only the entries in the two ranges: the caller
+// zeroes what it reads of the rest.
+void op_softmax_within(float *x, int a0, int a1, int b0, int b1);
 
 // out[i] = silu(gate[i]) * up[i]
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
