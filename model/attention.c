@@ -86,9 +86,10 @@ static void mask_rows(const struct attn *a, float *att, int64_t rows) {
 // `whole` (the probabilities' view), else only those in the query block's key spans (what mix()
 // reads)
 static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool whole) {
-    int T = a->T, ST = a->n_sets * T, lo[2] = {0, 0}, hi[2] = {0, 0}, k0, k1;
+    int T = a->T, ST = a->n_sets * T;
     for (int64_t r = 0; r < rows; r++) {
         int i = (int)(r % T), i0 = i / QB * QB, i1 = i0 + QB < T ? i0 + QB : T;
+        int lo[2] = {0, 0}, hi[2] = {0, 0}, k0, k1;
         float *row = att + r * ST;
         for (int s = 0; s < a->n_sets; s++) {
             attn_range(&a->set[s], T, i, &lo[s], &hi[s]);

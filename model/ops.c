@@ -2,6 +2,7 @@
 #include "model/ops.h"
 
 #include "model/ah.h"
+#include "model/blocks.h"
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads
 #include <math.h>
@@ -11,9 +12,7 @@
 #include <omp.h> // defines: omp_get_max_threads
 #endif
 
-// A loop is split over threads only when it has at least this many floats to touch: below it the
-// fork costs more than it saves.
-#define PAR_MIN (1 << 14)
+#define PAR_MIN OP_PAR_MIN
 
 static int n_threads; // set by the first op_threads() (kernels are called from one thread)
 
@@ -255,4 +254,22 @@ void op_add(float *out, const float *a, const float *b, int64_t n) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
+}
+
+void op_act(float *x, int64_t n, enum op_act act) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] = act == OP_SILU ? act_silu(x[i]) : act_softplus(x[i]);
+}
+
+void op_mul(float *x, const float *s, int64_t n, int64_t group) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s[i / group];
+}
+
+void op_scale(float *x, float s, int64_t n) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
 }
