@@ -6,6 +6,7 @@
 
 #include <cblas.h> // defines: cblas_sgemm
 #include <math.h>
+#include <string.h>
 
 void attn_range(const struct attn_keys *k, int T, int i, int *lo, int *hi) {
     *lo = 0;
@@ -22,22 +23,52 @@ bool attn_taps_wanted(const struct attn_taps *t) {
                  tap_wants(t->tp, t->probs));
 }
 
-// scores of heads [h0, h1): att (h1 - h0, T, S*T) = scale * q_h . k_{set, h / rep}^T
-static void scores(const struct attn *a, int h0, int h1, float *att) {
-    int T = a->T, D = a->D, S = a->n_sets, rep = a->H / a->KV, ST = S * T;
-    for (int h = h0; h < h1; h++)
-        for (int s = 0; s < S; s++) {
-            const struct attn_keys *ks = &a->set[s];
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, D, a->scale, a->q + h * D,
-                        a->ldq, ks->k + (h / rep) * D, ks->ld, 0.0f,
-                        att + (int64_t)(h - h0) * T * ST + s * T, ST);
-        }
-    if (a->softcap > 0.0f)
-        for (int64_t i = 0; i < (int64_t)(h1 - h0) * T * ST; i++)
-            att[i] = a->softcap * tanhf(att[i] / a->softcap);
+// Queries go in blocks of QB rows; a block multiplies only the keys from its first row's first
+// allowed key to its last row's last (the allowed range of every mask moves right with the row),
+// so causal attention computes about half of the T x T scores and a window about T x (W + QB).
+#define QB 64
+
+// keys [*k0, *k1) of set k that rows [i0, i1) read
+static void span(const struct attn_keys *k, int T, int i0, int i1, int *k0, int *k1) {
+    int lo, hi;
+    attn_range(k, T, i0, k0, &hi);
+    attn_range(k, T, i1 - 1, &lo, k1);
 }
 
-// blocked keys of `rows` rows (T, S*T) each become -inf (the softmax reads only allowed keys)
+// scores of head h, set s, rows [i0, i1), keys [k0, k1) into att (h - h0, T, S*T)
+static void score_block(const struct attn *a, int h, int h0, int s, int i0, int i1, int k0, int k1,
+                        float *att) {
+    if (k1 <= k0) return;
+    int T = a->T, D = a->D, ST = a->n_sets * T, g = h / (a->H / a->KV);
+    const struct attn_keys *ks = &a->set[s];
+    float *c = att + ((int64_t)(h - h0) * T + i0) * ST + s * T + k0, cap = a->softcap;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i1 - i0, k1 - k0, D, a->scale,
+                a->q + (int64_t)i0 * a->ldq + h * D, a->ldq, ks->k + (int64_t)k0 * ks->ld + g * D,
+                ks->ld, 0.0f, c, ST);
+    for (int r = 0; cap > 0.0f && r < i1 - i0; r++)
+        for (int j = 0; j < k1 - k0; j++)
+            c[(int64_t)r * ST + j] = cap * tanhf(c[(int64_t)r * ST + j] / cap);
+}
+
+// scores of heads [h0, h1): att (h1 - h0, T, S*T) = scale * q_h . k_{set, h / rep}^T on each
+// query block's key span; the keys outside it (blocked for every row of the block) only if
+// `full`, in calls of their own, so that the allowed scores are the same bits either way
+static void scores(const struct attn *a, int h0, int h1, bool full, float *att) {
+    int T = a->T, k0, k1;
+    for (int h = h0; h < h1; h++)
+        for (int s = 0; s < a->n_sets; s++)
+            for (int i0 = 0; i0 < T; i0 += QB) {
+                int i1 = i0 + QB < T ? i0 + QB : T;
+                span(&a->set[s], T, i0, i1, &k0, &k1);
+                score_block(a, h, h0, s, i0, i1, k0, k1, att);
+                if (!full) continue;
+                score_block(a, h, h0, s, i0, i1, 0, k0, att);
+                score_block(a, h, h0, s, i0, i1, k1, T, att);
+            }
+}
+
+// blocked keys of `rows` rows (T, S*T) each become -inf (the softmax reads only
+// allowed keys)
 static void mask_rows(const struct attn *a, float *att, int64_t rows) {
     int T = a->T, ST = a->n_sets * T;
     for (int64_t r = 0; r < rows; r++) {
@@ -51,30 +82,47 @@ static void mask_rows(const struct attn *a, float *att, int64_t rows) {
     }
 }
 
-// one softmax a row over the allowed keys of every set; blocked keys become 0
-static void softmax_rows(const struct attn *a, float *att, int64_t rows) {
-    int T = a->T, ST = a->n_sets * T, lo0, hi0, lo1 = 0, hi1 = 0;
+// one softmax a row over the allowed keys of every set; blocked keys become 0: all of them if
+// `whole` (the probabilities' view), else only those in the query block's key spans (what mix()
+// reads)
+static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool whole) {
+    int T = a->T, ST = a->n_sets * T;
     for (int64_t r = 0; r < rows; r++) {
-        int i = (int)(r % T);
-        attn_range(&a->set[0], T, i, &lo0, &hi0);
-        if (a->n_sets == 2) {
-            attn_range(&a->set[1], T, i, &lo1, &hi1);
-            lo1 += T, hi1 += T;
+        int i = (int)(r % T), i0 = i / QB * QB, i1 = i0 + QB < T ? i0 + QB : T;
+        int lo[2] = {0, 0}, hi[2] = {0, 0}, k0, k1;
+        float *row = att + r * ST;
+        for (int s = 0; s < a->n_sets; s++) {
+            attn_range(&a->set[s], T, i, &lo[s], &hi[s]);
+            lo[s] += s * T, hi[s] += s * T;
         }
-        op_softmax_ranges(att + r * ST, ST, lo0, hi0, lo1, hi1);
+        if (whole) {
+            op_softmax_ranges(row, ST, lo[0], hi[0], lo[1], hi[1]);
+            continue;
+        }
+        op_softmax_within(row, lo[0], hi[0], lo[1], hi[1]);
+        for (int s = 0; s < a->n_sets; s++) {
+            span(&a->set[s], T, i0, i1, &k0, &k1);
+            memset(row + s * T + k0, 0, (size_t)(lo[s] - s * T - k0) * sizeof(float));
+            memset(row + hi[s], 0, (size_t)(s * T + k1 - hi[s]) * sizeof(float));
+        }
     }
 }
 
-// out_h = sum over sets of P_{h, set} . v_{set, h / rep}
+// out_h = sum over sets of P_{h, set} . v_{set, h / rep}, over each query
+// block's key span (P is 0 outside it)
 static void mix(const struct attn *a, int h0, int h1, const float *att) {
-    int T = a->T, D = a->D, S = a->n_sets, rep = a->H / a->KV, ST = S * T;
+    int T = a->T, D = a->D, S = a->n_sets, rep = a->H / a->KV, ST = S * T, k0, k1;
     for (int h = h0; h < h1; h++)
-        for (int s = 0; s < S; s++) {
-            const struct attn_keys *ks = &a->set[s];
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, D, T, 1.0f,
-                        att + (int64_t)(h - h0) * T * ST + s * T, ST, ks->v + (h / rep) * D, ks->ld,
-                        s ? 1.0f : 0.0f, a->out + h * D, a->ldo);
-        }
+        for (int s = 0; s < S; s++)
+            for (int i0 = 0; i0 < T; i0 += QB) {
+                const struct attn_keys *ks = &a->set[s];
+                int i1 = i0 + QB < T ? i0 + QB : T;
+                span(ks, T, i0, i1, &k0, &k1);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, D, k1 - k0, 1.0f,
+                            att + ((int64_t)(h - h0) * T + i0) * ST + s * T + k0, ST,
+                            ks->v + (int64_t)k0 * ks->ld + (h / rep) * D, ks->ld, s ? 1.0f : 0.0f,
+                            a->out + (int64_t)i0 * a->ldo + h * D, a->ldo);
+            }
 }
 
 void attn_forward(const struct attn *a, const struct attn_taps *taps, float *att) {
@@ -85,7 +133,7 @@ void attn_forward(const struct attn *a, const struct attn_taps *taps, float *att
     struct tview v = {att, TAP_F32, 4, {1, H, T, (int64_t)a->n_sets * T}};
     for (int h0 = 0; h0 < H; h0 += keep ? H : 1) {
         int h1 = keep ? H : h0 + 1;
-        scores(a, h0, h1, att);
+        scores(a, h0, h1, keep && tap_wants(tp, taps->scores), att);
         if (keep) {
             tap_emit(tp, taps->scores, taps->b, &v);
             if (tap_wants(tp, taps->masked)) {
@@ -93,7 +141,7 @@ void attn_forward(const struct attn *a, const struct attn_taps *taps, float *att
                 tp->take(tp->u, taps->masked, taps->b, &v);
             }
         }
-        softmax_rows(a, att, (int64_t)(h1 - h0) * T);
+        softmax_rows(a, att, (int64_t)(h1 - h0) * T, keep && tap_wants(tp, taps->probs));
         if (keep) tap_emit(tp, taps->probs, taps->b, &v);
         mix(a, h0, h1, att);
     }

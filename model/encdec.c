@@ -183,6 +183,8 @@ void encdec_state_free(struct encdec_state *s) {
 static void emit_combined(const struct tap *tp, int id, int b, const float *g, const float *l,
                           int T, int H, int D, float *scratch) {
     if (!tap_wants(tp, id)) return;
+#pragma omp parallel for num_threads(op_threads()) if ((int64_t)H * T * D >= OP_PAR_MIN) \
+    schedule(static)
     for (int h = 0; h < H; h++) {
         for (int t = 0; t < T; t++) {
             memcpy(scratch + ((int64_t)h * 2 * T + t) * D, g + (int64_t)t * H * D + h * D,
@@ -225,6 +227,8 @@ static void emit_masks(const struct tap *tp, int base, int b, int T, const struc
 // token embeddings of the whole batch into x: (N, C)
 static void embed(const struct encdec *m, float *x, const struct mbatch *bt) {
     int C = m->cfg.hidden;
+#pragma omp parallel for num_threads(op_threads()) if (bt->n_tokens * C >= OP_PAR_MIN) \
+    schedule(static)
     for (int64_t i = 0; i < bt->n_tokens; i++)
         memcpy(x + i * C, m->embed + bt->ids[i] * C, (size_t)C * sizeof(float));
 }

@@ -463,7 +463,7 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         {(void **)&s->m, N * D},
         {(void **)&s->f_gate, N * F},
         {(void **)&s->f_up, N * F},
-        {(void **)&s->z, N * E + E},
+        {(void **)&s->z, N * E},
         {(void **)&s->w, N * k},
         {(void **)&s->eo, s->keep_experts ? N * k * D : 0},
         {(void **)&s->routed, N * D},
@@ -592,14 +592,13 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
     // router: logits, then top-k of sigmoid + bias and the renormalised unbiased weights
     mm(s, s->z, s->xn, w->router, N, D, E);
     tap_emit_rows(tp, ID(m, l, LG_ROUTER_LOGITS), bt, s->z, (int)E);
-    float *zc = s->z + N * E; // (E) capped logits of one token
+    // each token on one thread; the logits are capped in place (their tap is emitted)
+    double cap = c->router_softcap;
+#pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < N; t++) {
-        const float *zt = s->z + t * E;
-        if (c->router_softcap > 0) {
-            for (int64_t e = 0; e < E; e++)
-                zc[e] = (float)(tanh((double)zt[e] / c->router_softcap) * c->router_softcap);
-            zt = zc;
-        }
+        float *zt = s->z + t * E;
+        for (int64_t e = 0; cap > 0 && e < E; e++)
+            zt[e] = (float)(tanh((double)zt[e] / cap) * cap);
         laguna_route(s->idx + t * k, s->w + t * k, zt, w->bias, (int)E, (int)k);
     }
     int id_i = ID(m, l, LG_EXPERT_INDICES);
@@ -651,9 +650,7 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
         struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
         tp->take(tp->u, id_o, b, &v);
     }
-    float scale = (float)c->routed_scaling;
-    for (int64_t i = 0; i < N * D; i++)
-        s->routed[i] *= scale;
+    op_scale(s->routed, (float)c->routed_scaling, N * D);
     tap_emit_rows(tp, ID(m, l, LG_ROUTED_OUTPUT), bt, s->routed, (int)D);
     op_add(s->m, s->routed, s->m, N * D);
 }
@@ -694,10 +691,8 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
 
     // the softplus gate, one a head or one a channel, then the output projection
     mm(s, s->g, s->xn, w->wg, N, D, G);
-    for (int64_t i = 0; i < N * G; i++)
-        s->g[i] = act_softplus(s->g[i]);
-    for (int64_t i = 0; i < N * HD; i++)
-        s->o[i] *= s->g[G == HD ? i : i / Dh];
+    op_act(s->g, N * G, OP_SOFTPLUS);
+    op_mul(s->o, s->g, N * HD, G == HD ? 1 : Dh);
     emit_token_heads(tp, ID(m, l, LG_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
     mm(s, s->a, s->o, w->wo, N, HD, D);
     tap_emit_rows(tp, ID(m, l, LG_ATTENTION_OUTPUT), bt, s->a, (int)D);
@@ -711,11 +706,9 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
         int64_t Id = c->dense_ffn;
         mm(s, s->f_gate, s->xn, w->gate, N, D, Id);
         mm(s, s->f_up, s->xn, w->up, N, D, Id);
-        for (int64_t i = 0; i < N * Id; i++)
-            s->f_gate[i] = act_silu(s->f_gate[i]);
+        op_act(s->f_gate, N * Id, OP_SILU);
         tap_emit_rows(tp, ID(m, l, LG_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
-        for (int64_t i = 0; i < N * Id; i++)
-            s->f_up[i] *= s->f_gate[i];
+        op_mul(s->f_up, s->f_gate, N * Id, 1);
         tap_emit_rows(tp, ID(m, l, LG_MLP_NEURONS), bt, s->f_up, (int)Id);
         mm(s, s->m, s->f_up, w->down, N, Id, D);
     } else {
@@ -743,6 +736,8 @@ void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct
             struct tview vm = {s->ones, TAP_I64, 2, {1, bt->len[b]}};
             tap_emit(tp, id_mask, b, &vm);
         }
+#pragma omp parallel for num_threads(op_threads()) if (bt->n_tokens * D >= OP_PAR_MIN) \
+    schedule(static)
         for (int64_t i = 0; i < bt->n_tokens; i++)
             for (int64_t d = 0; d < D; d++)
                 s->x[i * D + d] = op_bf16(m->embed[bt->ids[i] * D + d]);

@@ -127,7 +127,7 @@ struct laguna_state {
     float *o, *g;         // (N, H Dh) head outputs (gated in place); (N, H Dh) the gate's values
     float *a, *m;         // (N, D) attention output; MLP output
     float *f_gate, *f_up; // (N, max(I_d, I_s)) dense / shared-expert gate and up
-    float *z;             // (N, E) router logits, then (E) one token's capped logits
+    float *z;             // (N, E) router logits, capped in place once their tap is out
     float *w;             // (N, k) expert weights
     float *eo;            // (N, k, D) weighted expert outputs (kept for a tap or a shard exchange)
     float *routed;        // (N, D) the routed sum

@@ -2,6 +2,7 @@
 #include "model/ops.h"
 
 #include "model/ah.h"
+#include "model/blocks.h"
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads
 #include <math.h>
@@ -11,9 +12,7 @@
 #include <omp.h> // defines: omp_get_max_threads
 #endif
 
-// A loop is split over threads only when it has at least this many floats to touch: below it the
-// fork costs more than it saves.
-#define PAR_MIN (1 << 14)
+#define PAR_MIN OP_PAR_MIN
 
 static int n_threads; // set by the first op_threads() (kernels are called from one thread)
 
@@ -184,8 +183,8 @@ void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, do
 // ----------------------------------------------------------------------------
 // softmax
 
-void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
-    AH_ASSERT(0 <= a0 && a0 <= a1 && a1 <= n && 0 <= b0 && b0 <= b1 && b1 <= n);
+void op_softmax_within(float *x, int a0, int a1, int b0, int b1) {
+    AH_ASSERT(0 <= a0 && a0 <= a1 && 0 <= b0 && b0 <= b1);
     AH_ASSERT(a1 <= b0 || b1 <= a0);
     AH_ASSERT(a1 > a0 || b1 > b0);
     float mx = -INFINITY;
@@ -203,6 +202,11 @@ void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
         x[i] *= inv;
     for (int i = b0; i < b1; i++)
         x[i] *= inv;
+}
+
+void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {
+    AH_ASSERT(a1 <= n && b1 <= n);
+    op_softmax_within(x, a0, a1, b0, b1);
     // zero what lies outside both: order the ranges, an empty one collapsing onto the other's end
     if (a1 == a0) a0 = a1 = b1;
     if (b1 == b0) b0 = b1 = a1;
@@ -250,4 +254,22 @@ void op_add(float *out, const float *a, const float *b, int64_t n) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         out[i] = a[i] + b[i];
+}
+
+void op_act(float *x, int64_t n, enum op_act act) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] = act == OP_SILU ? act_silu(x[i]) : act_softplus(x[i]);
+}
+
+void op_mul(float *x, const float *s, int64_t n, int64_t group) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s[i / group];
+}
+
+void op_scale(float *x, float s, int64_t n) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] *= s;
 }

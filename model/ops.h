@@ -64,6 +64,9 @@ void op_softmax_rows_ref(float *x, int rows, int n);
 // not both); every other entry becomes exactly 0, as if it were -inf. The causal and windowed
 // masks of attention are such ranges, so blocked entries cost nothing.
 void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1);
+// The same softmax (the same bits) touching only the entries in the two ranges: the caller
+// zeroes what it reads of the rest.
+void op_softmax_within(float *x, int a0, int a1, int b0, int b1);
 
 // out[i] = silu(gate[i]) * up[i]
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
@@ -71,6 +74,21 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
 // out[i] = a[i] + b[i]; out may equal a
 void op_add(float *out, const float *a, const float *b, int64_t n);
+
+// x[i] = act(x[i]), act one of model/blocks.h's act_* functions
+enum op_act { OP_SILU, OP_SOFTPLUS };
+void op_act(float *x, int64_t n, enum op_act act);
+// x[i] *= s[i / group] (group 1: elementwise; group D: one factor a head of D values)
+void op_mul(float *x, const float *s, int64_t n, int64_t group);
+// x[i] *= s
+void op_scale(float *x, float s, int64_t n);
+
+// A loop of the forward passes is split over op_threads() OpenMP threads only when it touches at
+// least this many floats: below it the fork costs more than it saves. (A build with
+// -DOP_PAR_MIN=1 splits every loop, to check that no result depends on the thread count.)
+#ifndef OP_PAR_MIN
+#define OP_PAR_MIN (1 << 14)
+#endif
 
 // Threads of the non-GEMM kernels, fixed at the first call: OMP_NUM_THREADS if it is set, else
 // OpenBLAS's count (OPENBLAS_NUM_THREADS, else the CPUs this process may run on), so that one

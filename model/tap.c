@@ -3,6 +3,7 @@
 #include "model/tap.h"
 
 #include "model/ah.h"
+#include "model/ops.h"
 
 #include <fnmatch.h> // defines: fnmatch (POSIX libc)
 #include <string.h>
@@ -74,6 +75,8 @@ void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const
     for (int b = 0; b < bt->n; b++) {
         int T = bt->len[b];
         const float *src = buf + bt->off[b] * H * D;
+#pragma omp parallel for num_threads(op_threads()) if ((int64_t)H * T * D >= OP_PAR_MIN) \
+    schedule(static)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++)
                 memcpy(scratch + ((int64_t)h * T + t) * D, src + (int64_t)t * H * D + h * D,

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TMAX 13
+#define TMAX 150 // past two blocks of query rows (model/attention.c's QB)
 #define HMAX 4
 #define DMAX 8
 
@@ -134,11 +134,13 @@ static void test_ranges(void) {
 
 int main(void) {
     test_ranges();
-    run(TMAX, 4, 2, 1, ATTN_CAUSAL, ATTN_CAUSAL, 0, 0.0f);  // GQA, causal (Laguna full layers)
-    run(TMAX, 4, 1, 1, ATTN_SLIDING, ATTN_CAUSAL, 4, 0.0f); // one kv head, sliding window
-    run(TMAX, 2, 2, 1, ATTN_FULL, ATTN_CAUSAL, 0, 0.0f);    // bidirectional
-    run(TMAX, 3, 3, 2, ATTN_CAUSAL, ATTN_SLIDING, 5, 0.0f); // the spec model's global + local
-    run(TMAX, 4, 2, 1, ATTN_SLIDING, ATTN_CAUSAL, 3, 0.5f); // soft-capped (Gemma 2)
-    run(1, 2, 1, 2, ATTN_CAUSAL, ATTN_SLIDING, 1, 0.0f);    // one token
+    run(TMAX, 4, 2, 1, ATTN_CAUSAL, ATTN_CAUSAL, 0, 0.0f);   // GQA, causal (Laguna full layers)
+    run(13, 4, 2, 1, ATTN_CAUSAL, ATTN_CAUSAL, 0, 0.0f);     // one block of query rows
+    run(TMAX, 4, 2, 1, ATTN_SLIDING, ATTN_CAUSAL, 40, 0.0f); // a window of 40
+    run(TMAX, 4, 1, 1, ATTN_SLIDING, ATTN_CAUSAL, 4, 0.0f);  // one kv head, sliding window
+    run(TMAX, 2, 2, 1, ATTN_FULL, ATTN_CAUSAL, 0, 0.0f);     // bidirectional
+    run(TMAX, 3, 3, 2, ATTN_CAUSAL, ATTN_SLIDING, 5, 0.0f);  // the spec model's global + local
+    run(TMAX, 4, 2, 1, ATTN_SLIDING, ATTN_CAUSAL, 3, 0.5f);  // soft-capped (Gemma 2)
+    run(1, 2, 1, 2, ATTN_CAUSAL, ATTN_SLIDING, 1, 0.0f);     // one token
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -1,4 +1,5 @@
 // test_ops.c - kernels against their naive twins on seeded inputs, odd shapes included.
+#include "model/blocks.h"
 #include "model/ops.h"
 #include "tests/check.h"
 
@@ -212,6 +213,48 @@ static void test_rope_table_f32(void) {
         }
 }
 
+// op_act, op_mul, op_scale: the scalar formulas of model/blocks.h bit for bit, on one thread and
+// on two (each element is computed whole by one thread)
+static void test_elementwise_threads(void) {
+    enum { N = 3 * OP_PAR_MIN + 5 };
+    static float x[N], s[N], y[N], want[N];
+    check_fill(x, N, 21);
+    check_fill(s, N, 22);
+    int was = op_threads();
+    for (int t = 1; t <= 2; t++) {
+        op_set_threads(t);
+        for (int act = 0; act < 2; act++) { // softplus on 32x: both sides of its threshold (20)
+            for (int i = 0; i < N; i++)
+                y[i] = act ? 32.0f * x[i] : x[i];
+            for (int i = 0; i < N; i++)
+                want[i] = act ? act_softplus(y[i]) : act_silu(y[i]);
+            op_act(y, N, act ? OP_SOFTPLUS : OP_SILU);
+            CHECK(!memcmp(y, want, sizeof y));
+        }
+        memcpy(y, x, sizeof x);
+        op_mul(y, s, N, 7);
+        op_scale(y, 0.75f, N);
+        for (int i = 0; i < N; i++)
+            want[i] = x[i] * s[i / 7] * 0.75f;
+        CHECK(!memcmp(y, want, sizeof y));
+    }
+    op_set_threads(was);
+}
+
+// op_softmax_within: op_softmax_ranges' values, and nothing outside the ranges touched
+static void test_softmax_within(void) {
+    float a[40], b[40], orig[40];
+    check_fill(a, 40, 5);
+    check_fill(orig, 40, 5);
+    memcpy(b, a, sizeof a);
+    op_softmax_ranges(a, 40, 3, 9, 20, 31);
+    op_softmax_within(b, 3, 9, 20, 31);
+    for (int i = 0; i < 40; i++) {
+        bool in = (i >= 3 && i < 9) || (i >= 20 && i < 31);
+        CHECK(in ? a[i] == b[i] : (a[i] == 0.0f && b[i] == orig[i]));
+    }
+}
+
 int main(void) {
     test_matmul_matches_naive();
     test_matmul_bf16_panels();
@@ -222,5 +265,7 @@ int main(void) {
     test_softmax_ranges_causal_rows();
     test_softmax_ranges_matches_masked_naive();
     test_swiglu_add_match_naive();
+    test_elementwise_threads();
+    test_softmax_within();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
