@@ -1,8 +1,12 @@
 // blocks.c - the tensor list and the arena of blocks.h
 #include "model/blocks.h"
 
+#include "model/ah.h"
+#include "model/ops.h"
+
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void model_tensor_add(struct model_tensor *t, int *n, const uint16_t **bf16, const float **dst,
                       int64_t d0, int64_t d1, const char *prefix, int layer, const char *leaf) {
@@ -33,5 +37,44 @@ void *arena_alloc(const struct arena_piece *f, size_t nf) {
         *f[i].p = p;
         p += (f[i].n + 15) / 16 * 16;
     }
+    return arena;
+}
+
+void forward_check(const struct mbatch *bt, int64_t max_tokens, int max_T, int blk_begin,
+                   int blk_end, int n_layer) {
+    AH_ASSERT(bt->n_tokens <= max_tokens && blk_begin >= 0 && blk_end <= n_layer);
+    for (int b = 0; b < bt->n; b++)
+        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= max_T);
+}
+
+void head_emit(const struct tap *tp, int b, float *logits, int T, int64_t V, int id_h, int id_l,
+               int id_p, float cap) {
+    struct tview v = {logits, TAP_F32, 3, {1, T, V}};
+    tap_emit(tp, id_h, b, &v);
+    for (int64_t i = 0; cap > 0.0f && i < (int64_t)T * V; i++)
+        logits[i] = cap * tanhf(logits[i] / cap);
+    tap_emit(tp, id_l, b, &v);
+    if (!tap_wants(tp, id_p)) return;
+    float *p = logits + (int64_t)T * V;
+    memcpy(p, logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
+    op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
+    struct tview vp = {p, TAP_F32, 2, {1, V}};
+    tp->take(tp->u, id_p, b, &vp);
+}
+
+void emit_ids_mask(const struct tap *tp, const struct mbatch *bt, const int64_t *ones, int id_ids,
+                   int id_mask) {
+    for (int b = 0; b < bt->n; b++) {
+        struct tview vi = {bt->ids + bt->off[b], TAP_I64, 2, {1, bt->len[b]}};
+        tap_emit(tp, id_ids, b, &vi);
+        struct tview vm = {ones, TAP_I64, 2, {1, bt->len[b]}};
+        tap_emit(tp, id_mask, b, &vm);
+    }
+}
+
+void *arena_alloc_ones(const struct arena_piece *f, size_t nf, int64_t **ones, int64_t T) {
+    void *arena = arena_alloc(f, nf);
+    for (int64_t t = 0; arena && t < T; t++)
+        (*ones)[t] = 1;
     return arena;
 }

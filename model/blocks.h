@@ -3,6 +3,9 @@
 #ifndef AH_BLOCKS_H
 #define AH_BLOCKS_H
 
+#include "model/batch.h"
+#include "model/tap.h"
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -30,6 +33,43 @@ struct arena_piece {
     int64_t n;
 };
 void *arena_alloc(const struct arena_piece *f, size_t nf);
+// arena_alloc, then *ones (one of the pieces: (T) int64) filled with 1s, the attention mask every
+// prompt's tap shows. NULL if the allocation fails.
+void *arena_alloc_ones(const struct arena_piece *f, size_t nf, int64_t **ones, int64_t T);
+
+// Arena pieces of the buffers every attention state names alike: the residual x and its normed
+// copy xn (N, D), queries q (N, HD), keys k and values v (N, KVD), head outputs o (N, HD).
+#define ARENA_ATTN(s, N, D, HD, KVD)                                                               \
+    {(void **)&(s)->x, (N) * (D)}, {(void **)&(s)->xn, (N) * (D)}, {(void **)&(s)->q, (N) * (HD)}, \
+        {(void **)&(s)->k, (N) * (KVD)}, {(void **)&(s)->v, (N) * (KVD)}, {                        \
+        (void **)&(s)->o, (N) * (HD)                                                               \
+    }
+// ... and of a mixture block's: router logits z (N, E), expert weights w (N, k), the weighted
+// expert outputs eo (N, k, D) when kept, the routed sum (N, D), one expert's tokens xe (N, D), its
+// gate and up ge, ue (N, Ie) and output ye (N, D); those past w are empty without experts (E 0).
+#define ARENA_MOE(s, N, E, k, D, Ie, keep)                                                      \
+    {(void **)&(s)->z, (N) * (E)}, {(void **)&(s)->w, (N) * (k)},                               \
+        {(void **)&(s)->eo, (keep) ? (N) * (k) * (D) : 0},                                      \
+        {(void **)&(s)->routed, (E) ? (N) * (D) : 0}, {(void **)&(s)->xe, (E) ? (N) * (D) : 0}, \
+        {(void **)&(s)->ge, (E) ? (N) * (Ie) : 0}, {(void **)&(s)->ue, (E) ? (N) * (Ie) : 0}, { \
+        (void **)&(s)->ye, (E) ? (N) * (D) : 0                                                  \
+    }
+
+// A forward pass's preconditions: blocks [blk_begin, blk_end) of n_layer, the batch within the
+// state's max_tokens and every prompt 1..max_T tokens (asserted).
+void forward_check(const struct mbatch *bt, int64_t max_tokens, int max_T, int blk_begin,
+                   int blk_end, int n_layer);
+
+// input_ids (id_ids) and attention_mask (id_mask: ones, (max_T) int64 1s) of every prompt
+void emit_ids_mask(const struct tap *tp, const struct mbatch *bt, const int64_t *ones, int id_ids,
+                   int id_mask);
+
+// The head's taps of prompt b from its logits (T, V), which the caller computed into `logits`
+// (room for (T + 1) V floats): lm_head_output (id_h); the logits (id_l), soft-capped in place
+// first if cap > 0 (cap tanh(x / cap), Gemma 2's final_logit_softcapping); next_token_probs
+// (id_p), the softmax of the last row, into logits + T V.
+void head_emit(const struct tap *tp, int b, float *logits, int T, int64_t V, int id_h, int id_l,
+               int id_p, float cap);
 
 // ---- activations ----
 static inline float act_silu(float x) {

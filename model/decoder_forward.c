@@ -86,24 +86,12 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
     s->keep_experts = E > 0 && (shard || wants_kind(m, want, DT_EXPERT_OUTPUTS));
     s->shard = shard;
     struct arena_piece f[] = {
-        {(void **)&s->x, N * D},
-        {(void **)&s->xn, N * D},
-        {(void **)&s->q, N * HD},
-        {(void **)&s->k, N * KVD},
-        {(void **)&s->v, N * KVD},
-        {(void **)&s->o, N * HD},
+        ARENA_ATTN(s, N, D, HD, KVD),
         {(void **)&s->a, N * D},
         {(void **)&s->m, N * D},
         {(void **)&s->fg, N * I},
         {(void **)&s->fu, N * I},
-        {(void **)&s->z, N * E},
-        {(void **)&s->w, N * k},
-        {(void **)&s->eo, s->keep_experts ? N * k * D : 0},
-        {(void **)&s->routed, E ? N * D : 0},
-        {(void **)&s->xe, E ? N * D : 0},
-        {(void **)&s->ge, E ? N * Ie : 0},
-        {(void **)&s->ue, E ? N * Ie : 0},
-        {(void **)&s->ye, E ? N * D : 0},
+        ARENA_MOE(s, N, E, k, D, Ie, s->keep_experts),
         {(void **)&s->att, attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
@@ -120,9 +108,7 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->order, N * k},
         {(void **)&s->start, 2 * E + 1},
     };
-    if (!(s->arena = arena_alloc(f, sizeof f / sizeof f[0]))) return -AH_ENOMEM;
-    for (int64_t t = 0; t < T; t++)
-        s->ones[t] = 1;
+    if (!(s->arena = arena_alloc_ones(f, sizeof f / sizeof f[0], &s->ones, T))) return -AH_ENOMEM;
     rope_table(s->cos_f, s->sin_f, c, &c->rope_full, max_T, 1, s->inv);
     rope_table(s->cos_s, s->sin_s, c, &c->rope_sliding, max_T, 1, s->inv);
     s->max_T = max_T;
@@ -432,12 +418,7 @@ static void embed(const struct decoder *m, struct dec_state *s, const struct mba
                   const struct tap *tp) {
     const struct dec_config *c = &m->cfg;
     int64_t D = c->hidden;
-    for (int b = 0; b < bt->n; b++) {
-        struct tview vi = {bt->ids + bt->off[b], TAP_I64, 2, {1, bt->len[b]}};
-        tap_emit(tp, DEC_ID(m, -1, DT_INPUT_IDS), b, &vi);
-        struct tview vm = {s->ones, TAP_I64, 2, {1, bt->len[b]}};
-        tap_emit(tp, DEC_ID(m, -1, DT_ATTENTION_MASK), b, &vm);
-    }
+    emit_ids_mask(tp, bt, s->ones, DEC_ID(m, -1, DT_INPUT_IDS), DEC_ID(m, -1, DT_ATTENTION_MASK));
     for (int64_t i = 0; i < bt->n_tokens; i++)
         for (int64_t d = 0; d < D; d++)
             s->x[i * D + d] = m->embed.h ? op_bf16(m->embed.h[bt->ids[i] * D + d])
@@ -464,26 +445,14 @@ static void head(const struct decoder *m, struct dec_state *s, const struct mbat
     for (int b = 0; want && b < bt->n; b++) {
         int T = bt->len[b];
         mm(s, s->logits, s->xn + bt->off[b] * D, c->tied ? &m->embed : &m->head, T, D, V);
-        struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
-        tap_emit(tp, id_h, b, &v);
-        for (int64_t i = 0; c->final_cap > 0.0f && i < (int64_t)T * V; i++)
-            s->logits[i] = c->final_cap * tanhf(s->logits[i] / c->final_cap);
-        tap_emit(tp, id_l, b, &v);
-        if (!tap_wants(tp, id_p)) continue;
-        float *p = s->logits + (int64_t)T * V;
-        memcpy(p, s->logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
-        op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
-        struct tview vp = {p, TAP_F32, 2, {1, V}};
-        tp->take(tp->u, id_p, b, &vp);
+        head_emit(tp, b, s->logits, T, V, id_h, id_l, id_p, c->final_cap);
     }
 }
 
 void dec_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                  const struct tap *tp, int blk_begin, int blk_end) {
     int L = m->cfg.n_layer;
-    AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= L);
-    for (int b = 0; b < bt->n; b++)
-        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+    forward_check(bt, s->max_tokens, s->max_T, blk_begin, blk_end, L);
     if (blk_begin == 0) embed(m, s, bt, tp);
     for (int l = blk_begin; l < blk_end; l++)
         block_forward(m, s, bt, tp, l);

@@ -452,25 +452,13 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
                                         (int)max3(c->vocab, HD, max3(F, Ie, E)));
     struct arena_piece f[] = {
         // 4-byte elements
-        {(void **)&s->x, N * D},
-        {(void **)&s->xn, N * D},
-        {(void **)&s->q, N * HD},
-        {(void **)&s->k, N * KVD},
-        {(void **)&s->v, N * KVD},
-        {(void **)&s->o, N * HD},
+        ARENA_ATTN(s, N, D, HD, KVD),
         {(void **)&s->g, N * HD},
         {(void **)&s->a, N * D},
         {(void **)&s->m, N * D},
         {(void **)&s->f_gate, N * F},
         {(void **)&s->f_up, N * F},
-        {(void **)&s->z, N * E},
-        {(void **)&s->w, N * k},
-        {(void **)&s->eo, s->keep_experts ? N * k * D : 0},
-        {(void **)&s->routed, N * D},
-        {(void **)&s->xe, N * D},
-        {(void **)&s->ge, N * Ie},
-        {(void **)&s->ue, N * Ie},
-        {(void **)&s->ye, N * D},
+        ARENA_MOE(s, N, E, k, D, Ie, s->keep_experts), // Laguna's E > 0
         {(void **)&s->att, attn_scores_floats((int)H, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
@@ -724,18 +712,11 @@ void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct
     const struct laguna_config *c = &m->cfg;
     int L = c->n_layer;
     int64_t D = c->hidden, V = c->vocab;
-    AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= L);
-    for (int b = 0; b < bt->n; b++)
-        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+    forward_check(bt, s->max_tokens, s->max_T, blk_begin, blk_end, L);
 
     if (blk_begin == 0) {
         int id_ids = ID(m, -1, LG_INPUT_IDS), id_mask = ID(m, -1, LG_ATTENTION_MASK);
-        for (int b = 0; b < bt->n; b++) {
-            struct tview vi = {bt->ids + bt->off[b], TAP_I64, 2, {1, bt->len[b]}};
-            tap_emit(tp, id_ids, b, &vi);
-            struct tview vm = {s->ones, TAP_I64, 2, {1, bt->len[b]}};
-            tap_emit(tp, id_mask, b, &vm);
-        }
+        emit_ids_mask(tp, bt, s->ones, id_ids, id_mask);
 #pragma omp parallel for num_threads(op_threads()) if (bt->n_tokens * D >= OP_PAR_MIN) \
     schedule(static)
         for (int64_t i = 0; i < bt->n_tokens; i++)
@@ -757,15 +738,8 @@ void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct
     for (int b = 0; head && b < bt->n; b++) {
         int T = bt->len[b];
         mm(s, s->logits, s->xn + bt->off[b] * D, m->lm_head, T, D, V); // (T, V)
-        struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
-        tap_emit(tp, id_h, b, &v);
-        tap_emit(tp, id_l, b, &v); // no softcap, no scale: the same values
-        if (!tap_wants(tp, id_p)) continue;
-        float *p = s->logits + (int64_t)T * V;
-        memcpy(p, s->logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
-        op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
-        struct tview vp = {p, TAP_F32, 2, {1, V}};
-        tp->take(tp->u, id_p, b, &vp);
+        head_emit(tp, b, s->logits, T, V, id_h, id_l, id_p,
+                  0.0f); // no softcap: logits == lm_head_output
     }
 }
 

@@ -79,9 +79,7 @@ int lnb_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens, con
         {(void **)&s->sin_t, T * (c->n_rot / 2) + c->n_rot / 2},
         {(void **)&s->ones, 2 * T},
     };
-    if (!(s->arena = arena_alloc(f, sizeof f / sizeof f[0]))) return -AH_ENOMEM;
-    for (int64_t t = 0; t < T; t++)
-        s->ones[t] = 1;
+    if (!(s->arena = arena_alloc_ones(f, sizeof f / sizeof f[0], &s->ones, T))) return -AH_ENOMEM;
     if (c->rotary && c->n_rot > 0) rope_tables(c, s, max_T);
     s->max_T = max_T;
     s->max_tokens = max_tokens;
@@ -256,12 +254,7 @@ static void block_forward(const struct lnb_model *m, struct lnb_state *s, const 
 static void embed(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
                   const struct tap *tp) {
     int64_t D = m->cfg.hidden;
-    for (int b = 0; b < bt->n; b++) {
-        struct tview vi = {bt->ids + bt->off[b], TAP_I64, 2, {1, bt->len[b]}};
-        tap_emit(tp, LNB_ID(m, -1, LNB_INPUT_IDS), b, &vi);
-        struct tview vm = {s->ones, TAP_I64, 2, {1, bt->len[b]}};
-        tap_emit(tp, LNB_ID(m, -1, LNB_ATTENTION_MASK), b, &vm);
-    }
+    emit_ids_mask(tp, bt, s->ones, LNB_ID(m, -1, LNB_INPUT_IDS), LNB_ID(m, -1, LNB_ATTENTION_MASK));
     for (int64_t i = 0; i < bt->n_tokens; i++)
         memcpy(s->x + i * D, m->embed + bt->ids[i] * D, (size_t)D * sizeof(float));
     tap_emit_rows(tp, LNB_ID(m, -1, LNB_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
@@ -286,15 +279,8 @@ static void head(const struct lnb_model *m, struct lnb_state *s, const struct mb
     for (int b = 0; logits && b < bt->n; b++) {
         int T = bt->len[b];
         op_matmul(s->logits, s->xn + bt->off[b] * D, w, T, (int)D, (int)V); // (T, V)
-        struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
-        tap_emit(tp, id_h, b, &v);
-        tap_emit(tp, id_l, b, &v); // no softcap, no scale: the same values
-        if (!tap_wants(tp, id_p)) continue;
-        float *p = s->logits + (int64_t)T * V;
-        memcpy(p, s->logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
-        op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
-        struct tview vp = {p, TAP_F32, 2, {1, V}};
-        tp->take(tp->u, id_p, b, &vp);
+        head_emit(tp, b, s->logits, T, V, id_h, id_l, id_p,
+                  0.0f); // no softcap: logits == lm_head_output
     }
 }
 
@@ -303,9 +289,7 @@ void lnb_forward(const void *fm, void *fs, const struct mbatch *bt, const struct
     const struct lnb_model *m = fm;
     struct lnb_state *s = fs;
     int L = m->cfg.n_layer;
-    AH_ASSERT(bt->n_tokens <= s->max_tokens && blk_begin >= 0 && blk_end <= L);
-    for (int b = 0; b < bt->n; b++)
-        AH_ASSERT(bt->len[b] >= 1 && bt->len[b] <= s->max_T);
+    forward_check(bt, s->max_tokens, s->max_T, blk_begin, blk_end, L);
     if (blk_begin == 0) embed(m, s, bt, tp);
     for (int l = blk_begin; l < blk_end; l++)
         block_forward(m, s, bt, tp, l);
