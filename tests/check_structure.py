@@ -95,6 +95,10 @@ for path in sorted(glob.glob(os.path.join(src, "*.c"))):
     for line, n in long_functions(path):
         print(f"FAIL {os.path.relpath(path, root)}:{line}: a function of {n} lines (at most {LIMIT})")
         bad += 1
+run_lines = sum(1 for _ in open(os.path.join(src, "run.c")))
+if run_lines >= 500:  # the seams issue: the rank loop's file stays small (writer, pipe, plan apart)
+    print(f"FAIL harvest/run.c has {run_lines} lines (under 500)")
+    bad += 1
 calls = call_graph(objdir)
 if len(calls) < 10:
     print(f"FAIL no objects of harvest/ under {objdir}")
@@ -104,5 +108,5 @@ for name, g in (("call", calls), ("include", include_graph(src))):
         print(f"FAIL a {name} cycle between harvest/ files: {', '.join(c)}")
         bad += 1
     print(f"{name} graph of harvest/: {len(g)} files, {sum(map(len, g.values()))} edges")
-print("FAILED" if bad else "OK: no function over 80 lines, no call or include cycle")
+print("FAILED" if bad else f"OK: run.c {run_lines} lines, no function over 80 lines, no call or include cycle")
 sys.exit(1 if bad else 0)
