@@ -321,6 +321,10 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
     int rc = plan_load(pl, o->job_path, size, lock, err);
     if (rc == 0) rc = plan_data(pl, rank, err);
     if (rc == 0) rc = run_agree(plan_finish(pl, err), err);
+    if (rc == 0 && pl->guarding) rc = normguard_run(pl, err); // select.max_norm_multiple
+    if (rc == 0 && pl->guarding && rank == 0 && !o->quiet)
+        fprintf(stderr, "harvest: norm guard: median norm %.6g, %lld tokens dropped\n",
+                pl->ng_median, (long long)pl->n_ng_drop);
     if (rc == 0) rc = run_agree(grid_make(g, pl, rank, size, err), err);
     if (rc < 0) return rc;
     say_stage(pl, g, o->quiet);

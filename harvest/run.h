@@ -47,8 +47,14 @@ struct plan {
     int64_t *st_off;         // (n_prompts + 1) first stored token row of each prompt; owned
     int64_t n_stored;        // token rows of the token layout (n_tokens without selection)
     struct select_counts sc; // what selection kept and left out, over the corpus
-    uint8_t *stats_want;     // (n_cat) names with write-time statistics (harvest/wstats.c)
-    int n_stats;             // how many
+    // the norm guard (select.max_norm_multiple, harvest/normguard.c): the drops of its pass
+    bool guarding;       // the job has it
+    int ng_id;           // the guarded activation's catalogue id (select.max_norm_activation)
+    double ng_median;    // the median norm of its sample
+    int64_t *ng_drop;    // (n_ng_drop) corpus token indices (ds.off) of the dropped tokens, sorted
+    int64_t n_ng_drop;   // NULL/0 until the pass: plan_keep is then the choice without the guard
+    uint8_t *stats_want; // (n_cat) names with write-time statistics (harvest/wstats.c)
+    int n_stats;         // how many
 };
 
 // The chosen positions of prompt p (T = ds.len[p] of them, keep[t] = 0 or 1); returns how many.
@@ -69,6 +75,13 @@ int plan_load(struct plan *pl, const char *job_path, int world, struct outlock *
 int plan_data(struct plan *pl, int rank, struct ah_error *err);
 // Collective: the rest of the plan, from the data.
 int plan_finish(struct plan *pl, struct ah_error *err);
+// The selection's offsets and counts, the datasets' shapes and the placement (plan_finish's end;
+// again after the norm guard's pass has set pl->ng_drop).
+int plan_place(struct plan *pl, struct ah_error *err);
+// Collective (normguard.c), after plan_finish, when pl->guarding: the norm guard's pass (README
+// "Statistics"): every chosen token's norm of the guarded activation, the median of the first
+// max_norm_sample, the drops, and plan_place again. Returns a code every rank agrees on.
+int normguard_run(struct plan *pl, struct ah_error *err);
 void plan_free(struct plan *pl);
 // JSON text of the fingerprint of the model's files (io/fingerprint.h); caller frees.
 int plan_fingerprint(const struct plan *pl, char **json, struct ah_error *err);

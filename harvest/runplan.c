@@ -6,6 +6,7 @@
 #include "harvest/run.h"
 
 #include "io/fingerprint.h"
+#include "model/aliases.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -88,6 +89,7 @@ uint64_t plan_checksum(const struct plan *pl) {
 
 void plan_free(struct plan *pl) {
     free(pl->st_off);
+    free(pl->ng_drop);
     free(pl->stats_want);
     free(pl->dsets);
     free(pl->dset_of_id);
@@ -221,6 +223,32 @@ static int special_ids(struct tokenizer *t, int64_t vocab, int64_t **ids, int *n
     return *ids ? 0 : -AH_ENOMEM;
 }
 
+// The norm guard's activation (select.max_norm_activation): a catalogue name or an alias of one,
+// with a vector a token (what statistics take: float, one sequence axis, no key axis).
+static int guard_target(const struct job *j, const struct model *m, struct plan *pl,
+                        struct ah_error *err) {
+    const char *name = j->sel.max_norm_activation;
+    char canon[TAP_NAME_MAX + 64];
+    if (alias_resolve(m->family, name, canon, sizeof canon) != 1)
+        snprintf(canon, sizeof canon, "%s", name);
+    pl->ng_id = -1;
+    for (int i = 0; i < m->n_cat && pl->ng_id < 0; i++)
+        if (!strcmp(m->cat[i].name, canon)) pl->ng_id = i;
+    if (pl->ng_id < 0)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"select.max_norm_activation\": \"%s\" is not an activation of the "
+                       "%s model (`harvest activations` lists them)",
+                       j->path, name, m->family);
+    if (!plan_stats_eligible(&m->cat[pl->ng_id]))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"select.max_norm_activation\": \"%s\" is not a float vector a "
+                       "token (the guard takes an activation with one sequence axis and no key "
+                       "axis)",
+                       j->path, name);
+    pl->guarding = true;
+    return 0;
+}
+
 // "select" against the model, and which names get statistics
 static int plan_select(struct job *j, const struct model *m, struct plan *pl,
                        struct ah_error *err) {
@@ -230,11 +258,7 @@ static int plan_select(struct job *j, const struct model *m, struct plan *pl,
     if (rc == 0) rc = select_resolve(&j->sel, m->vocab, m->tok != NULL, sp, n_sp, j->path, err);
     free(sp);
     if (rc < 0) return rc;
-    if (j->sel.max_norm_multiple > 0) // the guard's median needs a pass ahead of the stages
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"select.max_norm_multiple\": the norm guard is not supported by "
-                       "`harvest run` yet (use \"skip_token_ids\" for the BOS)",
-                       j->path);
+    if (j->sel.max_norm_multiple > 0 && (rc = guard_target(j, m, pl, err)) < 0) return rc;
     bool stats = j->statistics < 0 ? j->layout == JOB_LAYOUT_TOKEN : j->statistics == 1;
     if (!(pl->stats_want = calloc((size_t)m->n_cat + 1, 1))) return -AH_ENOMEM;
     for (int i = 0; stats && i < m->n_cat; i++)
@@ -243,12 +267,31 @@ static int plan_select(struct job *j, const struct model *m, struct plan *pl,
     return 0;
 }
 
+// the norm guard's drops (pl->ng_drop, corpus token indices) among prompt p's chosen positions:
+// cleared in keep and counted in c (may be NULL); returns how many
+static int64_t guard_drops(const struct plan *pl, int64_t p, uint8_t *keep,
+                           struct select_counts *c) {
+    int64_t t0 = pl->ds.off[p], t1 = t0 + pl->ds.len[p], lo = 0, hi = pl->n_ng_drop, n = 0;
+    while (lo < hi) { // the first drop at or after t0
+        int64_t mid = lo + (hi - lo) / 2;
+        if (pl->ng_drop[mid] < t0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    for (; lo < pl->n_ng_drop && pl->ng_drop[lo] < t1; lo++, n++)
+        keep[pl->ng_drop[lo] - t0] = 0;
+    if (c) c->kept -= n, c->dropped_norm += n;
+    return n;
+}
+
 // prompt p's chosen positions into keep, its counts added to c (may be NULL)
 static int64_t keep_of(const struct plan *pl, int64_t p, uint8_t *keep, struct select_counts *c) {
     const struct ds_prompts *ds = &pl->ds;
     // with pack, contexts of one document share a source index: key on the context itself
     int64_t key = pl->j.pack ? p : ds->source[p];
-    return select_context(&pl->j.sel, key, ds->ids + ds->off[p], ds->len[p], keep, c);
+    int64_t n = select_context(&pl->j.sel, key, ds->ids + ds->off[p], ds->len[p], keep, c);
+    return n > 0 && pl->n_ng_drop ? n - guard_drops(pl, p, keep, c) : n;
 }
 
 int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep) {
@@ -258,6 +301,8 @@ int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep) {
 // the stored offsets and the counts of selection, from the corpus alone (every rank alike)
 static int plan_selection(struct plan *pl, struct ah_error *err) {
     const struct ds_prompts *ds = &pl->ds;
+    free(pl->st_off); // the norm guard's pass folds its drops in with a second call
+    memset(&pl->sc, 0, sizeof pl->sc);
     pl->st_off = malloc(((size_t)ds->n + 1) * sizeof *pl->st_off);
     uint8_t *keep = malloc((size_t)pl->S + 1);
     int rc = pl->st_off && keep ? 0 : -AH_ENOMEM;
@@ -459,6 +504,13 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
                        j->path, j->pipeline_stages, pl->blk_end);
     pl->dsets = calloc((size_t)pl->n_dsets + 1, sizeof *pl->dsets);
     if (!pl->dsets) return -AH_ENOMEM;
+    return plan_place(pl, err);
+}
+
+int plan_place(struct plan *pl, struct ah_error *err) {
+    const struct job *j = &pl->j;
+    const struct model *m = &pl->m;
+    const struct ds_prompts *ds = &pl->ds;
     pl->n_stored = ds->n_tokens;
     if (pl->selecting) {
         int rc = plan_selection(pl, err);

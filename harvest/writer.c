@@ -6,7 +6,11 @@
 #define _POSIX_C_SOURCE 200809L // defines: access
 #include "harvest/writer.h"
 
+#include "io/h5attr.h"
+
 #include <cjson/cJSON.h>
+#include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +155,27 @@ static int master_poll(struct writer *w, struct ah_error *err) {
 // ----------------------------------------------------------------------------
 // the output opened
 
+// rank 0, resuming under the norm guard: the pass just run must have dropped what the output's
+// did (its median and count), or the rows already written sit elsewhere than the plan says
+static int guard_same(const struct plan *pl, struct ah_error *err) {
+    hid_t f = H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    double med = (double)NAN;
+    int64_t n = -1;
+    if (f >= 0) {
+        h5attr_get_num(f, "norm_guard_median", H5T_NATIVE_DOUBLE, &med);
+        h5attr_get_num(f, "n_tokens_dropped_norm", H5T_NATIVE_INT64, &n);
+        H5Fclose(f);
+    }
+    bool same_med = med == pl->ng_median || (isnan(med) && isnan(pl->ng_median));
+    if (f < 0 || (same_med && n == pl->sc.dropped_norm)) return 0; // f < 0: h5m_open says
+    return ah_fail(err, AH_EINVAL,
+                   "%s: --resume: the norm guard (select.max_norm_multiple) now finds median "
+                   "%.17g and %lld tokens to drop; the output was made with %.17g and %lld (the "
+                   "model's numbers changed?): run with --overwrite",
+                   pl->j.out_path, pl->ng_median, (long long)pl->sc.dropped_norm, med,
+                   (long long)n);
+}
+
 // rank 0: makes the output (removing an old one unless resuming) or reopens it
 static int master_open(struct writer *w, const struct run_opts *o, const char *prov, uint8_t *done,
                        bool *complete, struct ah_error *err) {
@@ -163,14 +188,17 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
                        pl->j.out_path);
     // --overwrite, or a fresh start: nothing of an old output may stay
     int rc = exists && o->resume ? 0 : h5out_remove(pl->j.out_path, err);
+    if (rc == 0 && exists && o->resume && pl->guarding) rc = guard_same(pl, err);
     char *fp = NULL;
     if (rc == 0) rc = plan_fingerprint(pl, &fp, err);
     if (rc == 0) rc = plan_index_tables(pl, &w->t_ids, &w->t_pos, &w->t_count, &w->t_sel, err);
-    static const char *const count_names[4] = {"n_tokens_selected", "n_tokens_skipped_first",
-                                               "n_tokens_skipped_id", "n_tokens_not_chosen"};
+    static const char *const count_names[5] = {"n_tokens_selected", "n_tokens_skipped_first",
+                                               "n_tokens_skipped_id", "n_tokens_not_chosen",
+                                               "n_tokens_dropped_norm"};
+    static const char *const real_names[1] = {"norm_guard_median"};
     int64_t *c = w->counts;
     c[0] = pl->sc.kept, c[1] = pl->sc.skipped_first, c[2] = pl->sc.skipped_id;
-    c[3] = pl->sc.not_chosen;
+    c[3] = pl->sc.not_chosen, c[4] = pl->sc.dropped_norm;
     struct h5out_params hp = {
         .path = pl->j.out_path,
         .store = store_of(&pl->j),
@@ -195,9 +223,12 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .token_position = w->t_pos,
         .token_count = w->t_count,
         .token_selected = w->t_sel,
-        .n_counts = pl->selecting ? 4 : 0,
+        .n_counts = pl->selecting ? (pl->guarding ? 5 : 4) : 0, // the guard's with it only
         .count_names = count_names,
         .count_values = w->counts,
+        .n_reals = pl->guarding,
+        .real_names = real_names,
+        .real_values = &pl->ng_median,
     };
     if (rc == 0)
         rc = h5m_open(&w->mst, &hp, pl->dsets, pl->n_dsets, exists && o->resume, done, &w->run,

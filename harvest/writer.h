@@ -41,7 +41,7 @@ struct writer {
     // rank 0 under "select": the /tokens tables (plan_index_tables) the master borrows; owned
     int64_t *t_ids, *t_pos, *t_count;
     uint8_t *t_sel;
-    int64_t counts[4]; // the selection's counts, root attributes
+    int64_t counts[5]; // the selection's counts, root attributes
 };
 
 // Collective over the world: rank 0 makes the output (resume: reopens it, see h5m_open); done

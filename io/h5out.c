@@ -737,6 +737,10 @@ static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct
     CHECK_H5(h5attr_put_str(f, "provenance", prov ? prov : "{}"), tmp, "write provenance");
     for (int i = 0; i < m->p.n_counts; i++)
         CHECK_H5(attr_i64(f, m->p.count_names[i], m->p.count_values[i]), tmp, "write counts");
+    for (int i = 0; i < m->p.n_reals; i++)
+        CHECK_H5(h5attr_put_num(f, m->p.real_names[i], H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                                &m->p.real_values[i]),
+                 tmp, "write counts");
 
 fail:
     free(segs);

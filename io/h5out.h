@@ -125,6 +125,10 @@ struct h5out_params {
     int n_counts;
     const char *const *count_names;
     const int64_t *count_values;
+    // extra float64 root attributes (the norm guard's median), n_reals of them
+    int n_reals;
+    const char *const *real_names;
+    const double *real_values;
 };
 
 // Creates a new output (the caller has removed any old one), or with resume takes over the one at
