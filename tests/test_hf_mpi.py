@@ -1,14 +1,19 @@
-"""The Llama-style families (model/decoder*.c) under mpirun: pipeline stages and, for the mixture
+"""The Llama-style families (model/decoder*.c) under mpirun: data-parallel replicas, pipeline stages and, for the mixture
 families (Mixtral, Qwen3-MoE), expert shards exchanging their slots' outputs through the same
 `struct laguna_shard` Laguna uses; every output bit for bit the np 1 output (tests/ref/hf/make_tiny.py
-checkpoints, sharded BF16)."""
+checkpoints, sharded BF16); and a Llama run stopped by SIGTERM then --resume'd equals the
+uninterrupted one."""
 import json
+import os
 import shutil
+import signal
 import subprocess
+import time
 
 import h5py
 
-from util import BOOKKEEPING, MPI_ENV, args, check, finish, output_diff, write_job, write_prompts
+from util import BOOKKEEPING, MPI_ENV, args, check, finish, output_diff, run, wait_started, \
+    write_job, write_prompts
 from hf.make_tiny import tiny_config, tiny_weights, write_model
 
 harvest, work = args()
@@ -23,6 +28,7 @@ def mpirun(np_, job):
 
 
 CASES = {  # family: (np, pipeline stages, expert shards) after the np 1 reference
+    "llama": [(2, 1, 1), (4, 2, 1)],  # 2 data-parallel replicas; 2 stages x 2 replicas
     "mixtral": [(2, 1, 2), (2, 2, 1), (4, 2, 2)],
     "qwen3_moe": [(4, 1, 4), (3, 1, 3), (3, 3, 1)],
     "gemma2": [(3, 3, 1)],
@@ -35,7 +41,7 @@ for fam, cases in CASES.items():
     for np_, stages, ep in [(1, 1, 1)] + cases:
         name = f"{fam}_np{np_}_pp{stages}_ep{ep}"
         acts = [a for a in ACTS if not (fam == "mixtral" and "mlp_neurons" in a) and
-                not (fam == "gemma2" and ("expert" in a or "routed" in a))]
+                not (fam in ("gemma2", "llama") and ("expert" in a or "routed" in a))]
         job = write_job(f"{work}/{name}.json", model=fam, data=f"{fam}.jsonl", batch_size=2,
                         activations=acts, output={"path": f"{name}.h5"},
                         parallel={"pipeline_stages": stages, "expert_parallel": ep})
@@ -50,4 +56,31 @@ for fam, cases in CASES.items():
             check(prov["expert_parallel"] == ep and prov["pipeline_stages"] == stages,
                   f"{name}: provenance {prov['expert_parallel']} x {prov['pipeline_stages']}")
         print(f"{fam}: np {np_}, {stages} stage(s) x {ep} expert shard(s) == np 1", flush=True)
+# SIGTERM mid-run then --resume (a Llama preset, many prompts, a checkpoint a batch): the output of
+# the uninterrupted run, bit for bit
+cfg = tiny_config("llama")
+write_model(f"{work}/llama_r", cfg, tiny_weights(cfg, 7, "BF16"), "BF16", 2)
+write_prompts(f"{work}/long.jsonl", [(13 * i) % 40 + 1 for i in range(400)], seed=9,
+              vocab=cfg["vocab_size"])
+jobs = {n: write_job(f"{work}/{n}.json", model="llama_r", data="long.jsonl", batch_size=2,
+                     activations=["layers.*.layer_output", "logits"],
+                     output={"path": f"{n}.h5", "checkpoint_seconds": 0 if n == "resume_stop" else 60})
+        for n in ("resume_ref", "resume_stop")}
+run(harvest, "run", jobs["resume_ref"], "--quiet", check=0)
+for attempt in range(3):
+    p = subprocess.Popen([harvest, "run", jobs["resume_stop"], "--quiet", "--overwrite"],
+                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    wait_started(f"{work}/resume_stop.h5", p)
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=300)
+    if p.returncode == 3:
+        break
+if check(p.returncode == 3, f"llama SIGTERM: exit {p.returncode}, expected 3 (the run ended first?)"):
+    with h5py.File(f"{work}/resume_stop.h5", "r") as f:
+        check(f.attrs["complete"] == 0, "llama: a stopped output is not complete")
+    run(harvest, "run", jobs["resume_stop"], "--resume", "--quiet", check=0)
+    d = output_diff(f"{work}/resume_ref.h5", f"{work}/resume_stop.h5", BOOKKEEPING | {"job"})
+    check(d is None, f"llama SIGTERM + --resume: differs from the uninterrupted run in {d}")
+    print("llama: SIGTERM + --resume == the uninterrupted run", flush=True)
 finish()
