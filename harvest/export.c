@@ -306,7 +306,7 @@ static void place_token(struct xshard *b, int64_t row, struct xsrc *s, int64_t p
     }
     b->cols[0][row] = s->ids[s->token_offset[p] + pos - s->t0];
     b->cols[1][row] = p;
-    b->cols[2][row] = pos;
+    b->cols[2][row] = s->pos ? s->pos[s->token_offset[p] + pos - s->t0] : pos; // "select": stored
     b->cols[3][row] = s->source_index[p];
 }
 

@@ -38,6 +38,7 @@ struct xname {
 struct xsrc {
     const char *path; // borrowed
     hid_t f, ids_ds;  // the master, its /tokens/input_ids
+    hid_t pos_ds;     // /tokens/position of a token layout written with "select", else -1
     bool token_layout;
     int64_t n_prompts, n_tokens;
     int64_t *source_index; // (n_prompts) owned
@@ -53,6 +54,7 @@ struct xsrc {
     int64_t p0, p1, t0, t1;
     void **blk;          // (n_names) raw stored rows of the block; owned
     int64_t *ids;        // (t1 - t0) input ids of the block; owned
+    int64_t *pos;        // (t1 - t0) their positions in the prompt (pos_ds), else NULL; owned
     int64_t blk_prompts; // capacity, prompt layout: prompts; token layout: tokens (in rows)
     void *row;           // one gathered token row (prompt layout); owned
 };

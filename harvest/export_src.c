@@ -269,6 +269,7 @@ static int alloc_blocks(struct xsrc *s, int64_t block_bytes) {
     if (s->n_names < 1 || tokens < 1) return -1;
     s->blk = calloc((size_t)s->n_names, sizeof *s->blk);
     s->ids = malloc((size_t)tokens * sizeof *s->ids);
+    if (s->pos_ds >= 0 && !(s->pos = malloc((size_t)tokens * sizeof *s->pos))) return -1;
     s->row = malloc(elems * 8);
     if (!s->blk || !s->ids || !s->row) return -1;
     for (int i = 0; i < s->n_names; i++)
@@ -276,11 +277,21 @@ static int alloc_blocks(struct xsrc *s, int64_t block_bytes) {
     return 0;
 }
 
+// A token-layout output written with "select" stores only the chosen tokens: prompt p's rows are
+// token_offset[p] .. token_offset[p + 1] (the last up to n_tokens), not its length; the export
+// walks stored rows, so `length` becomes that count.
+static void stored_rows(struct xsrc *s) {
+    for (int64_t p = 0; p < s->n_prompts; p++) {
+        int64_t end = p + 1 < s->n_prompts ? s->token_offset[p + 1] : s->n_tokens;
+        s->length[p] = end - s->token_offset[p];
+    }
+}
+
 int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkind dst,
               int64_t block_bytes, struct ah_error *err) {
     memset(s, 0, sizeof *s);
     s->path = path;
-    s->f = s->ids_ds = H5I_INVALID_HID;
+    s->f = s->ids_ds = s->pos_ds = H5I_INVALID_HID;
     if (access(path, R_OK) != 0) return ah_fail(err, AH_ENOENT, "%s: cannot open", path);
     s->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     int64_t fmt = 0, sum = 0, n_datasets = 0;
@@ -308,15 +319,21 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
     if (sp >= 0) H5Sclose(sp);
     if (!s->source_index || !s->length || !s->token_offset || s->n_tokens < 0)
         return ah_fail(err, AH_EFORMAT, "%s: unreadable /prompts or /tokens tables", path);
+    int nd = 0;
+    int rc = pick_names(s, names_csv, dst, &nd, err);
+    n_datasets = nd;
+    if (rc < 0) return rc;
+    if (s->token_layout && H5Aexists(s->f, "n_tokens_selected") > 0) {
+        stored_rows(s);
+        if ((s->pos_ds = H5Dopen2(s->f, "tokens/position", H5P_DEFAULT)) < 0)
+            return ah_fail(err, AH_EFORMAT, "%s: no /tokens/position (a selected token layout)",
+                           path);
+    }
     for (int64_t p = 0; p < s->n_prompts; p++)
         if (s->length[p] < 0 || s->token_offset[p] < 0 ||
             s->token_offset[p] + s->length[p] > s->n_tokens)
             return ah_fail(err, AH_EFORMAT, "%s: /prompts/token_offset[%lld] out of range", path,
                            (long long)p);
-    int nd = 0;
-    int rc = pick_names(s, names_csv, dst, &nd, err);
-    n_datasets = nd;
-    if (rc < 0) return rc;
     if (!(s->done = malloc((size_t)s->n_prompts + 1)))
         return ah_fail(err, AH_ENOMEM, "out of memory");
     if ((rc = mark_done(s, (int)n_datasets, err)) < 0) return rc;
@@ -332,6 +349,8 @@ void xsrc_close(struct xsrc *s) {
         if (s->blk) free(s->blk[i]);
     }
     if (s->ids_ds > 0) H5Dclose(s->ids_ds);
+    if (s->pos_ds > 0) H5Dclose(s->pos_ds);
+    free(s->pos);
     if (s->f > 0) H5Fclose(s->f);
     free(s->names);
     free(s->blk);
@@ -392,6 +411,9 @@ int xsrc_read(struct xsrc *s, int64_t p0, int64_t p1, struct ah_error *err) {
     }
     if (read_rows(s->ids_ds, H5T_NATIVE_INT64, s->t0, s->t1, s->ids) < 0)
         return ah_fail(err, AH_EIO, "%s: /tokens/input_ids: cannot read rows %lld..%lld", s->path,
+                       (long long)s->t0, (long long)s->t1);
+    if (s->pos_ds >= 0 && read_rows(s->pos_ds, H5T_NATIVE_INT64, s->t0, s->t1, s->pos) < 0)
+        return ah_fail(err, AH_EIO, "%s: /tokens/position: cannot read rows %lld..%lld", s->path,
                        (long long)s->t0, (long long)s->t1);
     return 0;
 }

@@ -269,4 +269,31 @@ table = p.stdout.split("statistics of")[-1]  # after the summary of the datasets
 check("encoder_1_q" in table and "encoder_3_output" not in table, f"inspect --stats NAME: {table}")
 p = run(harvest, "inspect", lpro, "--stats")
 check(p.returncode == 1 and "no statistics" in p.stderr, f"inspect --stats without: {p.stderr}")
+# harvest export of a token-layout output written with "select": every stored token exactly once,
+# with its real position (/tokens/position) and its stored row
+shutil.rmtree(f"{work}/sel_shards", ignore_errors=True)
+p = run(harvest, "export", ref, "--shards", f"{work}/sel_shards", "--quiet", check=0)
+if check(p.returncode == 0, f"export of a selected output: exit {p.returncode}: {p.stderr[-400:]}"):
+    m = json.load(open(f"{work}/sel_shards/manifest.json"))
+    with h5py.File(ref, "r") as f:
+        src = {(int(a), int(b)): t for t, (a, b) in enumerate(zip(f["tokens/prompt_index"][:],
+                                                                  f["tokens/position"][:]))}
+        ids = f["tokens/input_ids"][:]
+        acts = {n: f["activations/" + n][:] for n in f["activations"]
+                if f["activations/" + n].attrs["stored_axes"][0] in (b"token", "token")}
+    got = []
+    for split in ("train", "val"):
+        for sh in m["splits"][split]["shards"]:
+            with h5py.File(f"{work}/sel_shards/{sh['file']}", "r") as g:
+                pi, pos = g["tokens/prompt_index"][:], g["tokens/position"][:]
+                ts = [src.get((int(a), int(b)), -1) for a, b in zip(pi, pos)]
+                got += ts
+                ok = -1 not in ts and np.array_equal(g["tokens/input_ids"][:], ids[ts])
+                for n in g["activations"]:
+                    ok = ok and np.array_equal(g["activations/" + n][:], acts[n][ts])
+                check(ok, f"export of a selected output: {sh['file']}: rows, ids and positions")
+    check(sorted(got) == list(range(len(ids))),
+          f"export of a selected output: every stored token once ({len(got)} of {len(ids)})")
+    print("harvest export of a selected token-layout output: every stored token once, its position",
+          flush=True)
 finish()
