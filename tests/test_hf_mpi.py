@@ -4,15 +4,12 @@ families (Mixtral, Qwen3-MoE), expert shards exchanging their slots' outputs thr
 checkpoints, sharded BF16); and a Llama run stopped by SIGTERM then --resume'd equals the
 uninterrupted one."""
 import json
-import os
 import shutil
-import signal
 import subprocess
-import time
 
 import h5py
 
-from util import BOOKKEEPING, MPI_ENV, args, check, finish, output_diff, run, wait_started, \
+from util import BOOKKEEPING, MPI_ENV, args, check, finish, output_diff, run, stop_mid_run, \
     write_job, write_prompts
 from hf.make_tiny import tiny_config, tiny_weights, write_model
 
@@ -67,16 +64,9 @@ jobs = {n: write_job(f"{work}/{n}.json", model="llama_r", data="long.jsonl", bat
                      output={"path": f"{n}.h5", "checkpoint_seconds": 0 if n == "resume_stop" else 60})
         for n in ("resume_ref", "resume_stop")}
 run(harvest, "run", jobs["resume_ref"], "--quiet", check=0)
-for attempt in range(3):
-    p = subprocess.Popen([harvest, "run", jobs["resume_stop"], "--quiet", "--overwrite"],
-                         stderr=subprocess.PIPE, text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-    wait_started(f"{work}/resume_stop.h5", p)
-    time.sleep(0.3)
-    p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=300)
-    if p.returncode == 3:
-        break
-if check(p.returncode == 3, f"llama SIGTERM: exit {p.returncode}, expected 3 (the run ended first?)"):
+rc = stop_mid_run(harvest, jobs["resume_stop"], f"{work}/resume_stop.h5", settle=0.3,
+                  timeout=300)
+if check(rc == 3, f"llama SIGTERM: exit {rc}, expected 3 (the run ended first?)"):
     with h5py.File(f"{work}/resume_stop.h5", "r") as f:
         check(f.attrs["complete"] == 0, "llama: a stopped output is not complete")
     run(harvest, "run", jobs["resume_stop"], "--resume", "--quiet", check=0)

@@ -13,15 +13,13 @@ and 2 stages equal np 1; an unknown or unfit max_norm_activation is an error nam
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 
 import h5py
 import numpy as np
 
 from util import (BOOKKEEPING, MPI_ENV, args, check, finish, init_model, output_diff, run,
-                  wait_started, write_job)
+                  stop_mid_run, write_job)
 
 harvest, work = args()
 MPIRUN = shutil.which("mpirun")
@@ -148,16 +146,8 @@ with h5py.File(harvest_job(0, job("g_b5", "docs.jsonl", sel, batch=5), "batch 5"
 corpus(f"{work}/long.jsonl", 160, seed=12)
 long_ref = harvest_job(0, job("long_ref", "long.jsonl", sel, batch=2), "long np 1")
 jl = job("long_stop", "long.jsonl", sel, batch=2)
-for attempt in range(3):
-    p = subprocess.Popen([harvest, "run", jl, "--quiet", "--overwrite"], stderr=subprocess.PIPE,
-                         text=True, env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-    wait_started(f"{work}/long_stop.h5", p)
-    time.sleep(0.5)
-    p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=120)
-    if p.returncode == 3:
-        break
-check(p.returncode == 3, f"SIGTERM: exit {p.returncode}, expected 3")
+rc = stop_mid_run(harvest, jl, f"{work}/long_stop.h5")
+check(rc == 3, f"SIGTERM: exit {rc}, expected 3")
 run(harvest, "run", jl, "--resume", "--quiet", check=0)
 d = output_diff(long_ref, f"{work}/long_stop.h5", BOOKKEEPING | {"job"})
 check(d is None, f"SIGTERM + --resume: differs from np 1 in {d}")

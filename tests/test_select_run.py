@@ -13,15 +13,13 @@ them on --resume; bad values are errors naming the key."""
 import json
 import os
 import shutil
-import signal
 import subprocess
-import time
 
 import h5py
 import numpy as np
 
 from util import (BOOKKEEPING, MPI_ENV, args, check, finish, init_model, output_diff, run,
-                  wait_started, write_job)
+                  stop_mid_run, write_job)
 
 harvest, work = args()
 MPIRUN = shutil.which("mpirun")
@@ -200,17 +198,8 @@ corpus(f"{work}/long.jsonl", 160, 8192, seed=12)
 jl1 = job("long1", "model", "long.jsonl", SPEC, batch=2)
 long_ref = harvest_job(0, jl1, "long np 1")
 jl = job("long_stop", "model", "long.jsonl", SPEC, batch=2)
-for attempt in range(3):
-    e = dict(os.environ, OPENBLAS_NUM_THREADS="1")
-    p = subprocess.Popen([harvest, "run", jl, "--quiet", "--overwrite"], stderr=subprocess.PIPE,
-                         text=True, env=e)
-    wait_started(f"{work}/long_stop.h5", p)
-    time.sleep(0.5)
-    p.send_signal(signal.SIGTERM)
-    p.communicate(timeout=120)
-    if p.returncode == 3:
-        break
-check(p.returncode == 3, f"SIGTERM: exit {p.returncode}, expected 3")
+rc = stop_mid_run(harvest, jl, f"{work}/long_stop.h5")
+check(rc == 3, f"SIGTERM: exit {rc}, expected 3")
 with h5py.File(f"{work}/long_stop.h5", "r") as f:
     check("stats" not in f and f.attrs["complete"] == 0, "a stopped output has no /stats yet")
 run(harvest, "run", jl, "--resume", "--quiet", check=0)

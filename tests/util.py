@@ -6,6 +6,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -140,6 +141,23 @@ def wait_started(out, p, limit=120):
             return time.time() - t0
         time.sleep(0.02)
     return None
+
+
+def stop_mid_run(harvest, job, out, settle=0.5, tries=3, timeout=120):
+    """Runs `harvest run job --overwrite` on one rank (one BLAS thread) and sends it SIGTERM settle
+    seconds after its first segment opens (wait_started); tries again if the run ended first.
+    Returns the last exit code (3: stopped at a batch boundary)."""
+    for _ in range(tries):
+        p = subprocess.Popen([harvest, "run", job, "--quiet", "--overwrite"],
+                             stderr=subprocess.PIPE, text=True,
+                             env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+        wait_started(out, p)
+        time.sleep(settle)
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=timeout)
+        if p.returncode == 3:
+            break
+    return p.returncode
 
 
 def ended(p, label, timeout=60):
