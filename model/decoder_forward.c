@@ -7,6 +7,7 @@
 #include "model/decoder.h"
 #include "model/decoder_taps.h"
 #include "model/laguna.h" // struct laguna_shard: the expert-shard exchange every family shares
+#include "model/moe.h"
 #include "model/ops.h"
 
 #include <math.h>
@@ -24,11 +25,13 @@ struct dec_state {
     float *fg, *fu;           // (N, I) gate and up
     float *z, *w;             // (N, E) router logits, then probabilities; (N, k) expert weights
     float *eo, *routed;       // (N, k, D) weighted slot outputs (tap or shard); (N, D) their sum
-    float *xe, *ge, *ue, *ye; // one expert's tokens: (N, D) (N, Ie) x2 (N, D)
-    float *att;               // scores: (H, T, T) when a tap wants them, else (T, T)
-    float *logits;            // (T, V) a prompt's logits, then (V) the next-token distribution
-    float *scratch;           // (HD T) head-major copy for the head taps
-    float *panel;             // widened rows of a BF16 matrix (op_matmul_bf16), if any is BF16
+    float *xe, *ge, *ue, *ye; // a run of experts' tokens: (N, D) (N, Ie) x2 (N, D)
+    float *xpanels;           // n_xpanels BF16 panels, one per thread running experts (moe.h)
+    int n_xpanels;
+    float *att;     // scores: (H, T, T) when a tap wants them, else (T, T)
+    float *logits;  // (T, V) a prompt's logits, then (V) the next-token distribution
+    float *scratch; // (HD T) head-major copy for the head taps
+    float *panel;   // widened rows of a BF16 matrix (op_matmul_bf16), if any is BF16
     float *cos_f, *sin_f, *cos_s, *sin_s, *cos_d, *sin_d; // (T, h2): full, sliding, dynamic
     double *inv;                                          // (h2)
     int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
@@ -85,6 +88,7 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
     s->keep_scores = wants_kind(m, want, DT_SCORES) || wants_kind(m, want, DT_PROBS);
     s->keep_experts = E > 0 && (shard || wants_kind(m, want, DT_EXPERT_OUTPUTS));
     s->shard = shard;
+    s->n_xpanels = E > 0 ? op_threads() : 0;
     struct arena_piece f[] = {
         ARENA_ATTN(s, N, D, HD, KVD),
         {(void **)&s->a, N * D},
@@ -96,6 +100,7 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
         {(void **)&s->panel, m->any_bf16 ? panel_floats(c) : 0},
+        {(void **)&s->xpanels, E > 0 && m->any_bf16 ? s->n_xpanels * moe_panel_floats(D, Ie) : 0},
         {(void **)&s->cos_f, T * h2},
         {(void **)&s->sin_f, T * h2},
         {(void **)&s->cos_s, T * h2},
@@ -144,12 +149,17 @@ static void norm(const struct dec_config *c, float *out, const float *in, const 
 }
 
 // out (M, N) = in (M, K) . w^T: a float32 view, or BF16 a panel at a time
-static void mm(struct dec_state *s, float *out, const float *in, const struct dec_mat *w, int64_t M,
-               int64_t K, int64_t N) {
+static void mat(float *out, const float *in, const struct dec_mat *w, int64_t M, int64_t K,
+                int64_t N, float *panel) {
     if (w->h)
-        op_matmul_bf16(out, in, w->h, (int)M, (int)K, (int)N, s->panel);
+        op_matmul_bf16(out, in, w->h, (int)M, (int)K, (int)N, panel);
     else
         op_matmul(out, in, w->f, (int)M, (int)K, (int)N);
+}
+
+static void mm(struct dec_state *s, float *out, const float *in, const struct dec_mat *w, int64_t M,
+               int64_t K, int64_t N) {
+    mat(out, in, w, M, K, N, s->panel);
 }
 
 // out (M, N) = in (M, K) . w^T (+ bias)
@@ -277,58 +287,22 @@ static void route(const struct dec_config *c, float *p, int64_t *idx, float *w) 
         w[j] /= tot;
 }
 
-// the slots (token t, j) grouped by expert, token order within an expert: order, start
-static void group_slots(struct dec_state *s, int64_t N, int64_t k, int64_t E) {
-    memset(s->start, 0, (size_t)(E + 1) * sizeof *s->start);
-    for (int64_t i = 0; i < N * k; i++)
-        s->start[s->idx[i] + 1]++;
-    for (int64_t e = 0; e < E; e++)
-        s->start[e + 1] += s->start[e];
-    int *fill = s->start + E + 1;
-    memcpy(fill, s->start, (size_t)E * sizeof *fill);
-    for (int64_t i = 0; i < N * k; i++)
-        s->order[fill[s->idx[i]]++] = (int)i;
-}
+struct dec_expert_call {
+    const struct decoder *m;
+    const struct dec_block_w *w;
+};
 
-// expert e on its slots: weighted outputs added to the routed sum (no shard) or kept in eo
-static void run_expert(const struct decoder *m, struct dec_state *s, const struct dec_block_w *w,
-                       int64_t e, bool keep) {
-    const struct dec_config *c = &m->cfg;
-    int64_t D = c->hidden, Ie = c->expert_ffn, k = c->top_k;
-    int64_t r0 = s->start[e], n = s->start[e + 1] - r0;
-    if (n == 0) return;
-    for (int64_t r = 0; r < n; r++)
-        memcpy(s->xe + r * D, s->xn + (s->order[r0 + r] / k) * D, (size_t)D * sizeof(float));
-    mm(s, s->ge, s->xe, &w->eg[e], n, D, Ie);
-    mm(s, s->ue, s->xe, &w->eu[e], n, D, Ie);
+// expert e's gated MLP on its n rows (moe.h): one thread each, on that thread's panel
+static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, float *ge, float *ue,
+                       float *ye, float *panel) {
+    const struct dec_expert_call *x = u;
+    const struct dec_config *c = &x->m->cfg;
+    int64_t D = c->hidden, Ie = c->expert_ffn;
+    mat(ge, xe, &x->w->eg[e], n, D, Ie, panel);
+    mat(ue, xe, &x->w->eu[e], n, D, Ie, panel);
     for (int64_t i = 0; i < n * Ie; i++)
-        s->ue[i] *= act(c, s->ge[i]);
-    mm(s, s->ye, s->ue, &w->ed[e], n, Ie, D);
-    for (int64_t r = 0; r < n; r++) {
-        int64_t slot = s->order[r0 + r];
-        float ww = s->w[slot], *dst = s->routed + (slot / k) * D;
-        for (int64_t d = 0; !s->shard && d < D; d++)
-            dst[d] += ww * s->ye[r * D + d];
-        for (int64_t d = 0; keep && d < D; d++)
-            s->eo[slot * D + d] = ww * s->ye[r * D + d];
-    }
-}
-
-// Expert shards: the other shards' slots arrive in eo; each token's slots are then added in
-// expert order, the order one rank running every expert adds them in (bitwise the same sum).
-static void sum_shards(struct dec_state *s, int64_t N, int64_t k, int64_t D) {
-    s->shard->exchange(s->shard->u, s->eo, s->idx, N * k, (int)D);
-    for (int64_t t = 0; t < N; t++) {
-        const int64_t *id = s->idx + t * k;
-        for (int64_t done = 0, last = -1; done < k; done++) {
-            int64_t j = -1; // the slot of the next larger expert
-            for (int64_t q = 0; q < k; q++)
-                if (id[q] > last && (j < 0 || id[q] < id[j])) j = q;
-            last = id[j];
-            for (int64_t d = 0; d < D; d++)
-                s->routed[t * D + d] += s->eo[(t * k + j) * D + d];
-        }
-    }
+        ue[i] *= act(c, ge[i]);
+    mat(ye, ue, &x->w->ed[e], n, Ie, D, panel);
 }
 
 static void moe_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
@@ -338,6 +312,7 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k;
     mm(s, s->z, s->xn, &w->router, N, D, E);
     tap_emit_rows(tp, DEC_ID(m, l, DT_ROUTER_LOGITS), bt, s->z, (int)E);
+#pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < N; t++)
         route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
     int id_i = DEC_ID(m, l, DT_EXPERT_INDICES), id_o = DEC_ID(m, l, DT_EXPERT_OUTPUTS);
@@ -346,13 +321,39 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
         tp->take(tp->u, id_i, b, &v);
     }
     tap_emit_rows(tp, DEC_ID(m, l, DT_EXPERT_WEIGHTS), bt, s->w, (int)k);
-    group_slots(s, N, k, E);
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
     memset(s->routed, 0, (size_t)(N * D) * sizeof(float));
-    for (int64_t e = s->shard ? s->shard->e0 : 0; e < (s->shard ? s->shard->e1 : E); e++)
-        run_expert(m, s, w, e, keep);
-    if (s->shard) sum_shards(s, N, k, D);
+    const struct laguna_shard *sh = s->shard;
+    struct dec_expert_call call = {m, w};
+    struct moe_experts x = {N,
+                            k,
+                            D,
+                            c->expert_ffn,
+                            E,
+                            sh ? sh->e0 : 0,
+                            sh ? sh->e1 : E,
+                            s->xn,
+                            s->idx,
+                            s->w,
+                            s->order,
+                            s->start,
+                            s->xe,
+                            s->ge,
+                            s->ue,
+                            s->ye,
+                            sh ? NULL : s->routed,
+                            keep ? s->eo : NULL,
+                            m->any_bf16 ? s->xpanels : NULL,
+                            s->n_xpanels,
+                            expert_ffn,
+                            &call};
+    moe_group(&x);
+    moe_run(&x);
+    if (sh) {
+        sh->exchange(sh->u, s->eo, s->idx, N * k, (int)D);
+        moe_sum_slots(s->routed, s->eo, s->idx, N, k, D);
+    }
     for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
         struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
         tp->take(tp->u, id_o, b, &v);

@@ -6,6 +6,7 @@
 
 #include "model/ah.h"
 #include "model/attention.h"
+#include "model/moe.h"
 #include "model/ops.h"
 
 #include <math.h>
@@ -448,6 +449,7 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         wants_kind(m, want, LG_ATTENTION_SCORES) || wants_kind(m, want, LG_ATTENTION_PROBABILITIES);
     s->keep_experts = shard || wants_kind(m, want, LG_EXPERT_OUTPUTS);
     s->shard = shard;
+    s->n_xpanels = E > 0 ? op_threads() : 0;
     int64_t tile = op_bf16_panel_floats((int)max3(D, HD, max3(F, Ie, E)),
                                         (int)max3(c->vocab, HD, max3(F, Ie, E)));
     struct arena_piece f[] = {
@@ -463,6 +465,7 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
         {(void **)&s->tile, tile},
+        {(void **)&s->xpanels, E > 0 ? s->n_xpanels * moe_panel_floats(D, Ie) : 0},
         {(void **)&s->cos_f, T * Dh / 2},
         {(void **)&s->sin_f, T * Dh / 2},
         {(void **)&s->cos_s, T * Dh / 2},
@@ -470,7 +473,6 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         {(void **)&s->idx, 2 * N * k},
         {(void **)&s->ones, 2 * T},
         {(void **)&s->order, N * k},
-        {(void **)&s->ord, 2 * k},
         {(void **)&s->start, 2 * E + 1},
     };
     s->arena = arena_alloc(f, sizeof f / sizeof f[0]);
@@ -499,6 +501,11 @@ void laguna_state_free(struct laguna_state *s) {
 // forward
 
 #define ID(m, layer, kind) ((m)->id[((layer) + 1) * LG_N_TAPS + (kind)])
+
+struct laguna_expert_call {
+    const struct laguna_block_w *w;
+    int64_t D, Ie;
+};
 
 static void mm(struct laguna_state *s, float *out, const float *in, const uint16_t *w, int64_t M,
                int64_t K, int64_t N) {
@@ -541,25 +548,15 @@ static void attention(const struct laguna *m, struct laguna_state *s, const stru
     attn_forward(&a, &at, s->att);
 }
 
-// Expert shards: the other shards' slots into s->eo, then each token's slots added to the routed
-// sum in expert order, as one rank running every expert adds them.
-static void shard_sum(struct laguna_state *s, int64_t N, int64_t k, int64_t D) {
-    s->shard->exchange(s->shard->u, s->eo, s->idx, N * k, (int)D);
-    for (int64_t t = 0; t < N; t++) {
-        int64_t *ord = s->ord;            // (k) the token's slots in expert order
-        for (int64_t j = 0; j < k; j++) { // insertion sort of the token's slots by expert
-            int64_t q = j;
-            while (q > 0 && s->idx[t * k + ord[q - 1]] > s->idx[t * k + j]) {
-                ord[q] = ord[q - 1];
-                q--;
-            }
-            ord[q] = j;
-        }
-        float *dst = s->routed + t * D;
-        for (int64_t j = 0; j < k; j++)
-            for (int64_t d = 0; d < D; d++)
-                dst[d] += s->eo[(t * k + ord[j]) * D + d];
-    }
+// expert e's SwiGLU on its n rows (moe.h): one thread each, on that thread's panel
+static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, float *ge, float *ue,
+                       float *ye, float *panel) {
+    const struct laguna_expert_call *c = u;
+    int64_t D = c->D, Ie = c->Ie;
+    op_matmul_bf16(ge, xe, c->w->eg[e], (int)n, (int)D, (int)Ie, panel);
+    op_matmul_bf16(ue, xe, c->w->eu[e], (int)n, (int)D, (int)Ie, panel);
+    op_swiglu(ue, ge, ue, n * Ie);
+    op_matmul_bf16(ye, ue, c->w->ed[e], (int)n, (int)Ie, (int)D, panel);
 }
 
 // The mixture of experts of layer l on the normed stream xn; leaves the MLP output in s->m.
@@ -596,44 +593,41 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
     }
     tap_emit_rows(tp, ID(m, l, LG_EXPERT_WEIGHTS), bt, s->w, (int)k);
 
-    // slots grouped by expert (token order within an expert)
-    memset(s->start, 0, (size_t)(E + 1) * sizeof *s->start);
-    for (int64_t i = 0; i < N * k; i++)
-        s->start[s->idx[i] + 1]++;
-    for (int64_t e = 0; e < E; e++)
-        s->start[e + 1] += s->start[e];
-    int *fill = s->start + E + 1; // (E) next free place of each expert
-    memcpy(fill, s->start, (size_t)E * sizeof *fill);
-    for (int64_t i = 0; i < N * k; i++)
-        s->order[fill[s->idx[i]]++] = (int)i;
-
-    // each expert on its tokens; the weighted outputs add up in expert order
+    // each expert on its tokens, over threads; the weighted outputs add up in expert order
     int id_o = ID(m, l, LG_EXPERT_OUTPUTS);
     const struct laguna_shard *sh = s->shard;
     bool keep = tap_wants(tp, id_o) || sh;
     AH_ASSERT(!keep || s->keep_experts);
     memset(s->routed, 0, (size_t)(N * D) * sizeof(float));
-    for (int64_t e = sh ? sh->e0 : 0; e < (sh ? sh->e1 : E); e++) {
-        int64_t r0 = s->start[e], n = s->start[e + 1] - r0;
-        if (n == 0) continue;
-        for (int64_t r = 0; r < n; r++)
-            memcpy(s->xe + r * D, s->xn + (s->order[r0 + r] / k) * D, (size_t)D * sizeof(float));
-        mm(s, s->ge, s->xe, w->eg[e], n, D, Ie);
-        mm(s, s->ue, s->xe, w->eu[e], n, D, Ie);
-        op_swiglu(s->ue, s->ge, s->ue, n * Ie);
-        mm(s, s->ye, s->ue, w->ed[e], n, Ie, D);
-        for (int64_t r = 0; r < n; r++) {
-            int64_t slot = s->order[r0 + r];
-            float ww = s->w[slot], *dst = s->routed + (slot / k) * D;
-            const float *y = s->ye + r * D;
-            for (int64_t d = 0; sh == NULL && d < D; d++)
-                dst[d] += ww * y[d];
-            if (keep)
-                for (int64_t d = 0; d < D; d++)
-                    s->eo[slot * D + d] = ww * y[d];
-        }
+    struct laguna_expert_call call = {w, D, Ie};
+    struct moe_experts x = {N,
+                            k,
+                            D,
+                            Ie,
+                            E,
+                            sh ? sh->e0 : 0,
+                            sh ? sh->e1 : E,
+                            s->xn,
+                            s->idx,
+                            s->w,
+                            s->order,
+                            s->start,
+                            s->xe,
+                            s->ge,
+                            s->ue,
+                            s->ye,
+                            sh ? NULL : s->routed,
+                            keep ? s->eo : NULL,
+                            s->xpanels,
+                            s->n_xpanels,
+                            expert_ffn,
+                            &call};
+    moe_group(&x);
+    moe_run(&x);
+    if (sh) {
+        sh->exchange(sh->u, s->eo, s->idx, N * k, (int)D);
+        moe_sum_slots(s->routed, s->eo, s->idx, N, k, D);
     }
-    if (sh) shard_sum(s, N, k, D);
     for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
         struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
         tp->take(tp->u, id_o, b, &v);

@@ -132,13 +132,14 @@ struct laguna_state {
     float *eo;            // (N, k, D) weighted expert outputs (kept for a tap or a shard exchange)
     float *routed;        // (N, D) the routed sum
     int64_t *idx;         // (N, k) chosen experts
-    int64_t *ord;         // (k) one token's slots in expert order
     int *order, *start;   // (N k) slots grouped by expert; (E + 1) offsets, then (E) cursors
-    float *xe, *ge, *ue, *ye; // one expert's tokens: (N, D) (N, I_e) x2 (N, D)
-    float *att;               // (H, T, T) scores of a prompt (keep_scores), else (T, T) a head
-    float *logits;            // (T, V) a prompt's logits, then (V) the next-token distribution
-    float *scratch;           // (H Dh T) a head-major copy for the head-split taps
-    float *tile;              // the widened rows of a BF16 matmul (op_matmul_bf16)
+    float *xe, *ge, *ue, *ye; // a run of experts' tokens: (N, D) (N, I_e) x2 (N, D)
+    float *xpanels;           // BF16 panels, one per thread running experts (moe.h)
+    int n_xpanels;
+    float *att;     // (H, T, T) scores of a prompt (keep_scores), else (T, T) a head
+    float *logits;  // (T, V) a prompt's logits, then (V) the next-token distribution
+    float *scratch; // (H Dh T) a head-major copy for the head-split taps
+    float *tile;    // the widened rows of a BF16 matmul (op_matmul_bf16)
     float *cos_f, *sin_f, *cos_s, *sin_s; // (max_T, n_rot / 2) full / sliding, times A
     int rot_f, rot_s;
     int64_t *ones;                    // (max_T) the attention mask

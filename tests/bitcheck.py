@@ -8,7 +8,7 @@ must keep every output bit for bit (a one-off tool, not a CTest test).
 Compares every dataset and root/dataset attribute but the bookkeeping ones (segments, runs,
 provenance), NaN == NaN. Cases: spec model (f32 single file; bf16 3 shards) prompt layout '*' and
 token layout, all four Laguna presets '*', each at np 1 and np 4 (2 stages x 2 replicas), plus
-expert shards."""
+expert shards; the Qwen3-MoE and Mixtral presets at np 1 and as 2 expert shards."""
 import json, os, shutil, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import util
@@ -25,6 +25,9 @@ for pre in ["XS-2.1", "XS.2", "S-2.1", "M.1"]:
 CASES += [("lg-M.1-ep2x2", "laguna", "M.1", 4, {"expert_parallel": 2}, {}, ["*"]),
           ("lg-XS-2.1-ep2s2", "laguna", "XS-2.1", 4, {"expert_parallel": 2, "pipeline_stages": 2},
            {"layout": "token"}, ["layers.*.layer_output", "layers.*.mlp_output", "logits"])]
+for fam, pre in [("qwen3_moe", "Qwen3-MoE"), ("mixtral", "Mixtral-8x7B")]:  # the decoder's experts
+    CASES += [(f"{fam}-np1", fam, pre, 1, {}, {}, ["*"]),
+              (f"{fam}-ep2", fam, pre, 2, {"expert_parallel": 2}, {}, ["*"])]
 
 
 def model(harvest, root, fam, pre):
@@ -34,14 +37,15 @@ def model(harvest, root, fam, pre):
             extra = ["--dtype", "bf16", "--shards", "3"] if pre == "spec-bf16" else []
             util.run(harvest, "init-model", "--family", "encdec", "--seed", "3", *extra, d, check=0)
         else:
-            util.run(harvest, "init-model", "--family", "laguna", "--preset", pre, "--seed", "5",
+            util.run(harvest, "init-model", "--family", fam, "--preset", pre, "--seed", "5",
                      d, check=0)
     return d
 
 
 def make(harvest, root):
     os.makedirs(root, exist_ok=True)
-    data = util.write_prompts(os.path.join(root, "prompts.jsonl"), LENS, 11, vocab=256)
+    # ids below the smallest preset vocabulary (the decoder presets': 96)
+    data = util.write_prompts(os.path.join(root, "prompts.jsonl"), LENS, 11, vocab=96)
     outs = {}
     for name, fam, pre, np_, par, oext, acts in CASES:
         d = model(harvest, root, fam, pre)

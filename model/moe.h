@@ -1,0 +1,45 @@
+// moe.h - the experts of a mixture-of-experts block, spread over threads, their weighted outputs
+// added to each token's sum in expert order (the order one thread running them one after another
+// adds them in, so the sum has the same bits whatever the thread count or the schedule).
+#ifndef AH_MOE_H
+#define AH_MOE_H
+
+#include <stdint.h>
+
+// One block's experts on a batch. The family fills the fields; moe_run runs experts [e0, e1).
+struct moe_experts {
+    int64_t N, k, D, Ie, E; // tokens, slots a token, hidden size, expert width, experts
+    int64_t e0, e1;         // the experts this rank runs
+    const float *xn;        // (N, D) the normed stream the experts read
+    const int64_t *idx;     // (N, k) each slot's expert
+    const float *w;         // (N, k) each slot's weight
+    int *order, *start;     // (N k) slots grouped by expert, (2 E + 1) offsets: moe_group fills
+    // buffers of N rows holding a run of consecutive experts' rows at a time: their tokens xe
+    // (N, D), gate and up ge, ue (N, Ie), outputs ye (N, D)
+    float *xe, *ge, *ue, *ye;
+    float *routed; // (N, D) the weighted outputs added in expert order (zeroed by the caller), or
+                   // NULL (expert shards: only eo)
+    float *eo;     // (N, k, D) each slot's weighted output, or NULL
+    float *panels; // threads BF16 panels of moe_panel_floats(D, Ie) floats, one a thread, or
+                   // NULL (no BF16 expert: ffn gets a NULL panel)
+    int threads;   // the most threads to run experts on (the panels' count)
+    // expert e's feed-forward on its n rows xe -> ye; ge, ue its (n, Ie) scratch; panel: this
+    // thread's BF16 panel. Called from several threads at once, one expert each.
+    void (*ffn)(const void *u, int64_t e, int64_t n, const float *xe, float *ge, float *ue,
+                float *ye, float *panel);
+    const void *u;
+};
+
+// The slots (token t, j) grouped by expert, token order within an expert: x->order, x->start.
+void moe_group(const struct moe_experts *x);
+// Runs experts [e0, e1) over min(op_threads(), threads) threads (OpenBLAS on one thread each
+// meanwhile), adding w * output into routed and/or storing it in eo.
+void moe_run(const struct moe_experts *x);
+// Adds each token's k slot outputs eo (N, k, D) to routed (N, D) in expert order (expert shards,
+// after the exchange).
+void moe_sum_slots(float *routed, const float *eo, const int64_t *idx, int64_t N, int64_t k,
+                   int64_t D);
+// Floats of one thread's panel: the larger of an (Ie x D) and a (D x Ie) BF16 panel.
+int64_t moe_panel_floats(int64_t D, int64_t Ie);
+
+#endif
