@@ -226,10 +226,11 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
     printf("  model %.1f GFLOP/s executed = %.0f%% of the best sgemm rate at its shapes (%.1f "
            "GFLOP/s)\n",
            gf, 100.0 * gf / peak, peak);
-    printf("  peak RSS %.0f MiB: weights %.0f MiB (%s) + %.0f MiB else (the BF16 panel at most "
-           "%.0f MiB)\n",
-           (double)rss / 1048576.0, (double)wbytes / 1048576.0, kind,
-           (double)(rss - wbytes) / 1048576.0, (double)panel / 1048576.0);
+    printf("  peak RSS %.0f MiB = %.2f x (weights %.0f MiB (%s) + run state %.0f MiB (its BF16 "
+           "panel %.0f MiB))\n",
+           (double)rss / 1048576.0, (double)rss / (double)(wbytes + fw.state_bytes),
+           (double)wbytes / 1048576.0, kind, (double)fw.state_bytes / 1048576.0,
+           (double)panel / 1048576.0);
     return 0;
 }
 

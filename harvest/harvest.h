@@ -38,7 +38,8 @@ int64_t model_axis_size(const struct model *m, int block, const char *axis);
 // ---- the forward pass of either family ----
 struct model_state {
     const struct model_family *fam;
-    void *fs; // the family's run state; owned
+    void *fs;      // the family's run state; owned
+    int64_t bytes; // its buffers (the family's arena)
 };
 // want (catalogue-indexed) sizes tap-only buffers; NULL = anything may be asked for.
 // shard: Laguna's expert shard of this rank (NULL: every expert), borrowed.
@@ -133,6 +134,7 @@ struct run_stats {
     double seconds;          // whole call
     double seconds_write;    // inside take() and closing the output: the cost of writing
     int64_t bytes;           // activation bytes written
+    int64_t state_bytes;     // the run state's buffers on rank 0 (activations, BF16 panels)
 };
 
 // Runs a job (see run.c); stats may be NULL. Returns 0 or a negative AH_E* code.

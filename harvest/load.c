@@ -5,6 +5,7 @@
 #include "harvest/harvest.h"
 
 #include "io/config_json.h"
+#include "model/blocks.h" // defines: arena_bytes_allocated
 
 #include <stdlib.h>
 #include <string.h>
@@ -74,7 +75,10 @@ int model_state_init(const struct model *m, struct model_state *s, int max_T, in
                      const uint8_t *want, const struct laguna_shard *shard) {
     memset(s, 0, sizeof *s);
     s->fam = m->fam;
-    return m->fam->state_init(&s->fs, m->fm, max_T, max_tokens, want, shard);
+    int64_t before = arena_bytes_allocated();
+    int rc = m->fam->state_init(&s->fs, m->fm, max_T, max_tokens, want, shard);
+    s->bytes = arena_bytes_allocated() - before;
+    return rc;
 }
 
 void model_state_free(struct model_state *s) {

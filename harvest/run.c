@@ -170,6 +170,9 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
         rc = exchange_init(&rr->ex, g, max_tokens, model_top_k(&pl->m), model_hidden(&pl->m), err);
     if (rc == 0) rc = pipe_init(&rr->pipe, g, (size_t)max_tokens * 2 * model_hidden(&pl->m), err);
     if (rc < 0) return rc;
+    if (!quiet && g->rank == 0)
+        fprintf(stderr, "harvest: rank 0: run state %.1f MB (buffers for %lld tokens a batch)\n",
+                (double)rr->st.bytes / 1e6, (long long)max_tokens);
     model_handoff(&pl->m, &rr->st, rr->hand, &rr->n_hand);
     for (int64_t i = 0, t0, t1; i < rr->n_mine; i++) {
         struct h5out_run r = place_batch(&pl->pc, rr->mine[i]);
@@ -402,7 +405,8 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
                                     .tokens = pl.ds.n_tokens,
                                     .seconds = now_seconds() - t_start,
                                     .seconds_write = rr.col.seconds + rr.w.seconds,
-                                    .bytes = rr.w.bytes};
+                                    .bytes = rr.w.bytes,
+                                    .state_bytes = rr.st.bytes};
 done:
     if (rc == 0 && g.rank == 0 && pl.j.pool) // the job key "pool", on the complete output
         rc = xprobe_pool_output(pl.j.out_path, pl.j.pool, err);

@@ -26,13 +26,21 @@ void model_tensor_add(struct model_tensor *t, int *n, const uint16_t **bf16, con
     e->dst = dst;
 }
 
+static int64_t allocated;
+
+int64_t arena_bytes_allocated(void) {
+    return allocated;
+}
+
 void *arena_alloc(const struct arena_piece *f, size_t nf) {
     int64_t total = 0;
     for (size_t i = 0; i < nf; i++)
         total += (f[i].n + 15) / 16 * 16;
     // C11: the size of an aligned_alloc is a multiple of the alignment
-    float *arena = aligned_alloc(64, ((size_t)total * 4 + 64 + 63) / 64 * 64), *p = arena;
+    size_t bytes = ((size_t)total * 4 + 64 + 63) / 64 * 64;
+    float *arena = aligned_alloc(64, bytes), *p = arena;
     if (!arena) return NULL;
+    allocated += (int64_t)bytes;
     for (size_t i = 0; i < nf; i++) {
         *f[i].p = p;
         p += (f[i].n + 15) / 16 * 16;

@@ -33,6 +33,9 @@ struct arena_piece {
     int64_t n;
 };
 void *arena_alloc(const struct arena_piece *f, size_t nf);
+// Bytes arena_alloc has allocated in this process so far (run states are made by one thread): a
+// state's size is the difference across its state_init.
+int64_t arena_bytes_allocated(void);
 // arena_alloc, then *ones (one of the pieces: (T) int64) filled with 1s, the attention mask every
 // prompt's tap shows. NULL if the allocation fails.
 void *arena_alloc_ones(const struct arena_piece *f, size_t nf, int64_t **ones, int64_t T);
