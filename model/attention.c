@@ -15,7 +15,8 @@ void attn_range(const struct attn_keys *k, int T, int i, int *lo, int *hi) {
 }
 
 int64_t attn_scores_floats(int H, int T, int n_sets, bool taps_wanted) {
-    return (taps_wanted ? (int64_t)H : 1) * T * n_sets * T;
+    int n = op_threads() < H ? op_threads() : H;
+    return (taps_wanted ? (int64_t)H : n) * T * n_sets * T;
 }
 
 bool attn_taps_wanted(const struct attn_taps *t) {
@@ -53,12 +54,13 @@ static void score_block(const struct attn *a, int h, int h0, int s, int i0, int 
 // scores of heads [h0, h1): att (h1 - h0, T, S*T) = scale * q_h . k_{set, h / rep}^T on each
 // query block's key span; the keys outside it (blocked for every row of the block) only if
 // `full`, in calls of their own, so that the allowed scores are the same bits either way
-static void scores(const struct attn *a, int h0, int h1, bool full, float *att) {
-    int T = a->T, k0, k1;
+static void scores(const struct attn *a, int h0, int h1, bool full, float *att, int nt) {
+    int T = a->T;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int h = h0; h < h1; h++)
         for (int s = 0; s < a->n_sets; s++)
             for (int i0 = 0; i0 < T; i0 += QB) {
-                int i1 = i0 + QB < T ? i0 + QB : T;
+                int i1 = i0 + QB < T ? i0 + QB : T, k0, k1;
                 span(&a->set[s], T, i0, i1, &k0, &k1);
                 score_block(a, h, h0, s, i0, i1, k0, k1, att);
                 if (!full) continue;
@@ -69,8 +71,9 @@ static void scores(const struct attn *a, int h0, int h1, bool full, float *att) 
 
 // blocked keys of `rows` rows (T, S*T) each become -inf (the softmax reads only
 // allowed keys)
-static void mask_rows(const struct attn *a, float *att, int64_t rows) {
+static void mask_rows(const struct attn *a, float *att, int64_t rows, int nt) {
     int T = a->T, ST = a->n_sets * T;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         float *row = att + r * ST;
         int i = (int)(r % T), lo, hi;
@@ -85,8 +88,9 @@ static void mask_rows(const struct attn *a, float *att, int64_t rows) {
 // one softmax a row over the allowed keys of every set; blocked keys become 0: all of them if
 // `whole` (the probabilities' view), else only those in the query block's key spans (what mix()
 // reads)
-static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool whole) {
+static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool whole, int nt) {
     int T = a->T, ST = a->n_sets * T;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         int i = (int)(r % T), i0 = i / QB * QB, i1 = i0 + QB < T ? i0 + QB : T;
         int lo[2] = {0, 0}, hi[2] = {0, 0}, k0, k1;
@@ -110,13 +114,14 @@ static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool wh
 
 // out_h = sum over sets of P_{h, set} . v_{set, h / rep}, over each query
 // block's key span (P is 0 outside it)
-static void mix(const struct attn *a, int h0, int h1, const float *att) {
-    int T = a->T, D = a->D, S = a->n_sets, rep = a->H / a->KV, ST = S * T, k0, k1;
+static void mix(const struct attn *a, int h0, int h1, const float *att, int nt) {
+    int T = a->T, D = a->D, S = a->n_sets, rep = a->H / a->KV, ST = S * T;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int h = h0; h < h1; h++)
         for (int s = 0; s < S; s++)
             for (int i0 = 0; i0 < T; i0 += QB) {
                 const struct attn_keys *ks = &a->set[s];
-                int i1 = i0 + QB < T ? i0 + QB : T;
+                int i1 = i0 + QB < T ? i0 + QB : T, k0, k1;
                 span(ks, T, i0, i1, &k0, &k1);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, D, k1 - k0, 1.0f,
                             att + ((int64_t)(h - h0) * T + i0) * ST + s * T + k0, ST,
@@ -125,24 +130,43 @@ static void mix(const struct attn *a, int h0, int h1, const float *att) {
             }
 }
 
+// all heads at once into att (H, T, S*T), each stage handed to the taps that want it
+static void all_heads(const struct attn *a, const struct attn_taps *taps, float *att, int nt) {
+    const struct tap *tp = taps->tp;
+    int T = a->T, H = a->H;
+    struct tview v = {att, TAP_F32, 4, {1, H, T, (int64_t)a->n_sets * T}};
+    scores(a, 0, H, tap_wants(tp, taps->scores), att, nt);
+    tap_emit(tp, taps->scores, taps->b, &v);
+    if (tap_wants(tp, taps->masked)) {
+        mask_rows(a, att, (int64_t)H * T, nt);
+        tp->take(tp->u, taps->masked, taps->b, &v);
+    }
+    softmax_rows(a, att, (int64_t)H * T, tap_wants(tp, taps->probs), nt);
+    tap_emit(tp, taps->probs, taps->b, &v);
+    mix(a, 0, H, att, nt);
+}
+
 void attn_forward(const struct attn *a, const struct attn_taps *taps, float *att) {
     AH_ASSERT(a->n_sets >= 1 && a->n_sets <= 2 && a->KV >= 1 && a->H % a->KV == 0);
     bool keep = attn_taps_wanted(taps);
-    const struct tap *tp = taps ? taps->tp : NULL;
-    int T = a->T, H = a->H;
-    struct tview v = {att, TAP_F32, 4, {1, H, T, (int64_t)a->n_sets * T}};
-    for (int h0 = 0; h0 < H; h0 += keep ? H : 1) {
-        int h1 = keep ? H : h0 + 1;
-        scores(a, h0, h1, keep && tap_wants(tp, taps->scores), att);
-        if (keep) {
-            tap_emit(tp, taps->scores, taps->b, &v);
-            if (tap_wants(tp, taps->masked)) {
-                mask_rows(a, att, (int64_t)H * T);
-                tp->take(tp->u, taps->masked, taps->b, &v);
-            }
-        }
-        softmax_rows(a, att, (int64_t)(h1 - h0) * T, keep && tap_wants(tp, taps->probs));
-        if (keep) tap_emit(tp, taps->probs, taps->b, &v);
-        mix(a, h0, h1, att);
+    int64_t slice = (int64_t)a->T * a->n_sets * a->T;                       // one head's scores
+    int64_t room = a->att_floats ? a->att_floats / slice : keep ? a->H : 1; // slices att holds
+    AH_ASSERT(room >= (keep ? a->H : 1));
+    int nt = op_threads() < a->H ? op_threads() : a->H, blas;
+    if (keep) {
+        blas = op_blas_serial(nt);
+        all_heads(a, taps, att, nt);
+        op_blas_restore(nt, blas);
+        return;
     }
+    nt = nt < room ? nt : (int)room; // one head at a time on each thread, in its own slice
+    blas = op_blas_serial(nt);
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
+    for (int h = 0; h < a->H; h++) {
+        float *mine = att + op_thread_id() * slice;
+        scores(a, h, h + 1, false, mine, 1);
+        softmax_rows(a, mine, a->T, false, 1);
+        mix(a, h, h + 1, mine, 1);
+    }
+    op_blas_restore(nt, blas);
 }

@@ -39,6 +39,7 @@ struct attn {
     int ldq;
     float *out; // (T, ldo) head outputs, head h at column h*D
     int ldo;
+    int64_t att_floats; // the scores buffer's size (attn_scores_floats); 0: the least it can be
 };
 
 // Where the scores and probabilities go: catalogue ids of one prompt (-1: not in the catalogue).
@@ -59,12 +60,15 @@ static inline bool attn_allowed(const struct attn_keys *k, int T, int i, int j) 
 }
 
 // Floats of the scores buffer attn_forward needs: (H, T, S*T) if any of the taps is wanted (all
-// heads at once, so that the view holds them all), else (T, S*T) (one head at a time).
+// heads at once, so that the view holds them all), else (n, T, S*T): a head at a time on each of
+// n = min(H, op_threads()) threads.
 int64_t attn_scores_floats(int H, int T, int n_sets, bool taps_wanted);
 bool attn_taps_wanted(const struct attn_taps *t);
 
-// Writes a->out's head columns for rows 0..T-1. att holds attn_scores_floats(H, T, S,
-// attn_taps_wanted(taps)) floats; taps may be NULL. Never allocates, never fails.
+// Writes a->out's head columns for rows 0..T-1. att holds a->att_floats >= attn_scores_floats(H,
+// T, S, attn_taps_wanted(taps)) floats; taps may be NULL. Heads run over op_threads() threads
+// (as many as att has room for), each sgemm on one thread, so every value has the same bits
+// whatever the thread count. Never allocates, never fails.
 void attn_forward(const struct attn *a, const struct attn_taps *taps, float *att);
 
 #endif

@@ -28,7 +28,8 @@ struct dec_state {
     float *xe, *ge, *ue, *ye; // a run of experts' tokens: (N, D) (N, Ie) x2 (N, D)
     float *xpanels;           // n_xpanels BF16 panels, one per thread running experts (moe.h)
     int n_xpanels;
-    float *att;     // scores: (H, T, T) when a tap wants them, else (T, T)
+    float *att;     // scores: (H, T, T) when a tap wants them, else (T, T) a thread
+    int64_t n_att;  // its floats
     float *logits;  // (T, V) a prompt's logits, then (V) the next-token distribution
     float *scratch; // (HD T) head-major copy for the head taps
     float *panel;   // widened rows of a BF16 matrix (op_matmul_bf16), if any is BF16
@@ -96,7 +97,7 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->fg, N * I},
         {(void **)&s->fu, N * I},
         ARENA_MOE(s, N, E, k, D, Ie, s->keep_experts),
-        {(void **)&s->att, attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
+        {(void **)&s->att, s->n_att = attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
         {(void **)&s->panel, m->any_bf16 ? panel_floats(c) : 0},
@@ -136,6 +137,7 @@ static void norm(const struct dec_config *c, float *out, const float *in, const 
         op_rmsnorm(out, in, w, (int)rows, C, (float)c->eps);
         return;
     }
+#pragma omp parallel for num_threads(op_threads()) if (rows * C >= OP_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < rows; t++) {
         const float *x = in + t * C;
         float *o = out + t * C;
@@ -166,7 +168,9 @@ static void mm(struct dec_state *s, float *out, const float *in, const struct de
 static void linear(struct dec_state *s, float *out, const float *in, const struct dec_mat *w,
                    const float *bias, int64_t M, int64_t K, int64_t N) {
     mm(s, out, in, w, M, K, N);
-    for (int64_t r = 0; bias && r < M; r++)
+    if (!bias) return;
+#pragma omp parallel for num_threads(op_threads()) if (M * N >= OP_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < M; r++)
         for (int64_t j = 0; j < N; j++)
             out[r * N + j] += bias[j];
 }
@@ -244,7 +248,8 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
                          .q = s->q + o * HD,
                          .ldq = (int)HD,
                          .out = s->o + o * HD,
-                         .ldo = (int)HD};
+                         .ldo = (int)HD,
+                         .att_floats = s->n_att};
         a.set[0] = (struct attn_keys){s->k + o * KVD, s->v + o * KVD, (int)KVD,
                                       c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL, c->window};
         // attention_scores: soft-capped, -inf where masked (tests/ref/hf/NAMES.md)
@@ -376,11 +381,11 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
     }
     linear(s, s->fg, s->xn, &w->gate, w->bg, N, D, I);
     linear(s, s->fu, s->xn, &w->up, w->bu, N, D, I);
+#pragma omp parallel for num_threads(op_threads()) if (N * I >= OP_PAR_MIN) schedule(static)
     for (int64_t i = 0; i < N * I; i++)
         s->fg[i] = act(c, s->fg[i]);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_ACTIVATION), bt, s->fg, (int)I);
-    for (int64_t i = 0; i < N * I; i++)
-        s->fu[i] *= s->fg[i];
+    op_mul(s->fu, s->fg, N * I, 1);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NEURONS), bt, s->fu, (int)I);
     linear(s, s->m, s->fu, &w->down, w->bd, N, I, D);
 }
@@ -420,6 +425,8 @@ static void embed(const struct decoder *m, struct dec_state *s, const struct mba
     const struct dec_config *c = &m->cfg;
     int64_t D = c->hidden;
     emit_ids_mask(tp, bt, s->ones, DEC_ID(m, -1, DT_INPUT_IDS), DEC_ID(m, -1, DT_ATTENTION_MASK));
+#pragma omp parallel for num_threads(op_threads()) if (bt->n_tokens * D >= OP_PAR_MIN) \
+    schedule(static)
     for (int64_t i = 0; i < bt->n_tokens; i++)
         for (int64_t d = 0; d < D; d++)
             s->x[i * D + d] = m->embed.h ? op_bf16(m->embed.h[bt->ids[i] * D + d])

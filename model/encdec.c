@@ -157,7 +157,7 @@ int encdec_state_init(struct encdec_state *s, const struct encdec_config *c, int
         {(void **)&s->vl, N * HD}, {(void **)&s->y, N * HD}, {(void **)&s->ao, N * C},
         {(void **)&s->fo, N * C}, {(void **)&s->gate, N * F}, {(void **)&s->up, N * F},
         {(void **)&s->act, N * F}, {(void **)&s->enc_out, N * C},
-        {(void **)&s->att, attn_scores_floats((int)H, (int)T, 2, true)},
+        {(void **)&s->att, s->n_att = attn_scores_floats((int)H, (int)T, 2, true)},
         {(void **)&s->logits, T * V}, {(void **)&s->cos_t, T * D / 2},
         {(void **)&s->sin_t, T * D / 2}, {(void **)&s->scratch, H * 2 * T * D},
         {(void **)&s->mask, 2 * T * 2 * T},
@@ -249,7 +249,8 @@ static void attention(const struct encdec *m, struct encdec_state *s, const stru
                      .q = q,
                      .ldq = HD,
                      .out = y,
-                     .ldo = HD};
+                     .ldo = HD,
+                     .att_floats = s->n_att};
     a.set[0] = (struct attn_keys){kg, vg, HD, ATTN_CAUSAL, 0};
     a.set[1] = (struct attn_keys){kl, vl, HD, ATTN_SLIDING, c->local_window};
 

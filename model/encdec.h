@@ -147,6 +147,7 @@ struct encdec_state {
     float *act;           // (N, F)
     float *enc_out;       // (N, C) encoder_output: the decoder's global K/V source
     float *att;           // (H, T, 2T) scores -> masked -> probs of one prompt
+    int64_t n_att;        // its floats
     float *logits;        // (T, V) one prompt
     float *cos_t, *sin_t; // (max_T, D/2)
     float *scratch;       // (H, 2T, D) tap-only transposes

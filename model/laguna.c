@@ -461,7 +461,7 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
         {(void **)&s->f_gate, N * F},
         {(void **)&s->f_up, N * F},
         ARENA_MOE(s, N, E, k, D, Ie, s->keep_experts), // Laguna's E > 0
-        {(void **)&s->att, attn_scores_floats((int)H, (int)T, 1, s->keep_scores)},
+        {(void **)&s->att, s->n_att = attn_scores_floats((int)H, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
         {(void **)&s->tile, tile},
@@ -538,7 +538,8 @@ static void attention(const struct laguna *m, struct laguna_state *s, const stru
                      .q = q,
                      .ldq = H * Dh,
                      .out = o,
-                     .ldo = H * Dh};
+                     .ldo = H * Dh,
+                     .att_floats = s->n_att};
     a.set[0] = (struct attn_keys){k, v, KVD, c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL,
                                   c->sliding_window};
     // attention_scores are the masked scores entering the softmax (tests/ref/laguna-nnterp.txt)

@@ -136,7 +136,8 @@ struct laguna_state {
     float *xe, *ge, *ue, *ye; // a run of experts' tokens: (N, D) (N, I_e) x2 (N, D)
     float *xpanels;           // BF16 panels, one per thread running experts (moe.h)
     int n_xpanels;
-    float *att;     // (H, T, T) scores of a prompt (keep_scores), else (T, T) a head
+    float *att;     // (H, T, T) scores of a prompt (keep_scores), else (T, T) a thread
+    int64_t n_att;  // its floats
     float *logits;  // (T, V) a prompt's logits, then (V) the next-token distribution
     float *scratch; // (H Dh T) a head-major copy for the head-split taps
     float *tile;    // the widened rows of a BF16 matmul (op_matmul_bf16)

@@ -9,7 +9,6 @@
 #include "model/lnblock.h"
 #include "model/ops.h"
 
-#include <cblas.h> // defines: cblas_sgemm
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@ struct lnb_state {
     float *o, *a, *m;     // (N, D) head outputs; attention output; MLP output
     float *f;             // (N, F) the MLP's activation
     float *att;           // attn_scores_floats(H, T, 1, keep_scores)
+    int64_t n_att;        // its floats
     float *logits;        // (T, V) a prompt's logits, then (V) the next-token distribution
     float *scratch;       // (D T) a head-major copy for the head-split taps
     float *cos_t, *sin_t; // (T, n_rot / 2) RoPE tables (rotary families)
@@ -72,7 +72,7 @@ int lnb_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens, con
         {(void **)&s->a, N * D},
         {(void **)&s->m, N * D},
         {(void **)&s->f, N * F},
-        {(void **)&s->att, attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
+        {(void **)&s->att, s->n_att = attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * V + V},
         {(void **)&s->scratch, D * T},
         {(void **)&s->cos_t, T * (c->n_rot / 2)},
@@ -122,11 +122,12 @@ static void project(const struct lnb_config *c, float *out, const float *in, con
                     const float *b, int64_t M, int K, int N) {
     if (M == 0) return;
     if (c->conv1d)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, N, K, 1.0f, in, K, w, N,
-                    0.0f, out, N);
+        op_matmul_kn(out, in, w, (int)M, K, N);
     else
         op_matmul(out, in, w, (int)M, K, N);
-    for (int64_t r = 0; b && r < M; r++)
+    if (!b) return;
+#pragma omp parallel for num_threads(op_threads()) if (M * N >= OP_PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < M; r++)
         for (int n = 0; n < N; n++)
             out[r * N + n] += b[n];
 }
@@ -148,6 +149,7 @@ static void activate(enum lnb_act act, float *x, int64_t n) {
 static void split_qkv(const struct lnb_config *c, struct lnb_state *s, int64_t N) {
     int64_t D = c->hidden, hd = c->head_dim;
     float *dst[3] = {s->q, s->k, s->v};
+#pragma omp parallel for num_threads(op_threads()) if (N * 3 * D >= OP_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < N; t++)
         for (int64_t h = 0; h < c->n_head; h++)
             for (int p = 0; p < 3; p++) {
@@ -207,7 +209,8 @@ static void attend(const struct lnb_model *m, struct lnb_state *s, const struct 
                          .q = s->q + o,
                          .ldq = (int)D,
                          .out = s->o + o,
-                         .ldo = (int)D};
+                         .ldo = (int)D,
+                         .att_floats = s->n_att};
         a.set[0] = (struct attn_keys){s->k + o, s->v + o, (int)D, ATTN_CAUSAL, 0};
         // attention_scores are the masked scores the softmax reads (tests/ref/hf/NAMES.md)
         struct attn_taps at = {tp, b, -1, LNB_ID(m, l, LNB_SCORES),

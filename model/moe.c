@@ -4,11 +4,7 @@
 #include "model/ah.h"
 #include "model/ops.h"
 
-#include <cblas.h> // defines: openblas_get_num_threads, openblas_set_num_threads
 #include <string.h>
-#ifdef _OPENMP
-#include <omp.h> // defines: omp_get_thread_num
-#endif
 
 void moe_group(const struct moe_experts *x) {
     int64_t E = x->E, n = x->N * x->k;
@@ -28,14 +24,6 @@ int64_t moe_panel_floats(int64_t D, int64_t Ie) {
     return a > b ? a : b;
 }
 
-static int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
 // experts [e, ce) whose rows [start[e], start[ce]) sit at the top of the buffers
 static void run_chunk(const struct moe_experts *x, int64_t e, int64_t ce, int nt) {
     int64_t D = x->D, Ie = x->Ie, k = x->k, r0 = x->start[e], rows = x->start[ce] - r0;
@@ -48,7 +36,7 @@ static void run_chunk(const struct moe_experts *x, int64_t e, int64_t ce, int nt
         int64_t o = x->start[q] - r0, n = x->start[q + 1] - x->start[q];
         if (n > 0)
             x->ffn(x->u, q, n, x->xe + o * D, x->ge + o * Ie, x->ue + o * Ie, x->ye + o * D,
-                   x->panels ? x->panels + thread_id() * P : NULL);
+                   x->panels ? x->panels + op_thread_id() * P : NULL);
     }
     // each thread a range of columns: every (token, column) gets its slots in expert order
 #pragma omp parallel for num_threads(nt) if (nt > 1 && rows * D >= OP_PAR_MIN) schedule(static)
@@ -70,8 +58,7 @@ static void run_chunk(const struct moe_experts *x, int64_t e, int64_t ce, int nt
 void moe_run(const struct moe_experts *x) {
     int nt = op_threads() < x->threads ? op_threads() : x->threads;
     AH_ASSERT(nt >= 1);
-    int blas = openblas_get_num_threads();
-    if (nt > 1) openblas_set_num_threads(1); // one sgemm a thread
+    int blas = op_blas_serial(nt); // one sgemm a thread
     // runs of consecutive experts filling at most N rows (an expert has at most N: a token picks
     // it once)
     for (int64_t e = x->e0, ce; e < x->e1; e = ce) {
@@ -79,7 +66,7 @@ void moe_run(const struct moe_experts *x) {
         }
         run_chunk(x, e, ce, nt);
     }
-    if (nt > 1) openblas_set_num_threads(blas);
+    op_blas_restore(nt, blas);
 }
 
 void moe_sum_slots(float *routed, const float *eo, const int64_t *idx, int64_t N, int64_t k,

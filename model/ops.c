@@ -4,12 +4,12 @@
 #include "model/ah.h"
 #include "model/blocks.h"
 
-#include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads
+#include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
-#include <omp.h> // defines: omp_get_max_threads
+#include <omp.h> // defines: omp_get_max_threads, omp_get_thread_num
 #endif
 
 #define PAR_MIN OP_PAR_MIN
@@ -35,13 +35,65 @@ int op_threads(void) {
     return n;
 }
 
+int op_blas_serial(int nt) {
+    int was = openblas_get_num_threads();
+    if (nt > 1) openblas_set_num_threads(1);
+    return was;
+}
+
+void op_blas_restore(int nt, int was) {
+    if (nt > 1) openblas_set_num_threads(was);
+}
+
+int op_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
 // ----------------------------------------------------------------------------
 // matmul
+
+static bool in_region(void) {
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return true;
+#endif
+}
+
+// out (M, N; rows ldo apart) = in (M, K) . w^T, w (N, K) (trans) or (K, N): with op_threads() > 1
+// the rows are split over the OpenMP threads, each part one sgemm on one OpenBLAS thread (one pool
+// of threads, not OpenMP's and OpenBLAS's taking turns on the same cores). Inside a parallel
+// region (experts, heads): one sgemm on the calling thread.
+static void gemm_rows(float *out, int ldo, const float *in, const float *w, bool trans, int M,
+                      int K, int N) {
+    int nt = in_region() ? 1 : op_threads(), parts = M / OP_SPLIT_ROWS;
+    parts = parts < nt ? parts : nt;
+    int blas = op_blas_serial(nt);
+#pragma omp parallel for num_threads(parts) if (parts > 1) schedule(static)
+    for (int p = 0; p < (parts > 1 ? parts : 1); p++) {
+        int m0 = p ? (int)((int64_t)M * p / parts) / 16 * 16 : 0;
+        int m1 = p + 1 < parts ? (int)((int64_t)M * (p + 1) / parts) / 16 * 16 : M;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, trans ? CblasTrans : CblasNoTrans, m1 - m0, N, K,
+                    1.0f, in + (int64_t)m0 * K, K, w, trans ? K : N, 0.0f, out + (int64_t)m0 * ldo,
+                    ldo);
+    }
+    op_blas_restore(nt, blas);
+}
 
 void op_matmul(float *out, const float *in, const float *w, int M, int K, int N) {
     AH_ASSERT(M >= 0 && K > 0 && N > 0);
     if (M == 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, in, K, w, K, 0.0f, out, N);
+    gemm_rows(out, N, in, w, true, M, K, N);
+}
+
+void op_matmul_kn(float *out, const float *in, const float *w, int M, int K, int N) {
+    AH_ASSERT(M >= 0 && K > 0 && N > 0);
+    if (M == 0) return;
+    gemm_rows(out, N, in, w, false, M, K, N);
 }
 
 // Rows of the largest panel: every row when N*K <= OP_PANEL_FLOATS, else about
@@ -75,8 +127,7 @@ void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int
         for (int64_t r = 0; r < nr; r++)
             for (int64_t k = 0; k < K; k++)
                 panel[r * K + k] = op_bf16(src[r * K + k]);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, (int)nr, K, 1.0f, in, K, panel, K,
-                    0.0f, out + n0, N);
+        gemm_rows(out + n0, N, in, panel, true, M, K, (int)nr);
     }
 }
 

@@ -3,16 +3,22 @@
 // Kernels never fail and never allocate; preconditions are AH_ASSERTs. Parameters go outputs,
 // inputs, weights, sizes. Matrices are row-major; a weight `w` is [out, in] like torch.nn.Linear.
 //
-// Threads: the GEMMs run on OpenBLAS's threads; the other kernels (and the BF16 widening) split
-// their rows over op_threads() OpenMP threads, each row computed whole by one thread, so results
-// do not depend on the thread count. Call them from one thread at a time.
+// Threads: every kernel splits its rows over op_threads() OpenMP threads - the GEMMs in parts of
+// rows, each part one sgemm on one OpenBLAS thread; the other kernels (and the BF16 widening) each
+// row computed whole by one thread, so their results do not depend on the thread count (a GEMM's
+// may, in the last bits: OpenBLAS's kernels round a part as they like). Call them from one thread
+// at a time, or from the threads of a parallel region (then each call runs on its thread).
 #ifndef AH_OPS_H
 #define AH_OPS_H
 
 #include <stdint.h>
 
-// out[M,N] = in[M,K] . w[N,K]^T (cblas_sgemm)
+// out[M,N] = in[M,K] . w[N,K]^T (cblas_sgemm); the rows split over op_threads() threads in parts
+// of at least OP_SPLIT_ROWS, each one single-threaded sgemm (within a parallel region: one sgemm)
+#define OP_SPLIT_ROWS 256
 void op_matmul(float *out, const float *in, const float *w, int M, int K, int N);
+// the same with w[K,N] (GPT-2's Conv1D layout): out = in . w
+void op_matmul_kn(float *out, const float *in, const float *w, int M, int K, int N);
 void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N);
 
 // BF16 weights stay BF16 in memory: w16[N,K] is widened into `panel` a block of whole rows at a
@@ -96,5 +102,11 @@ void op_scale(float *x, float s, int64_t n);
 int op_threads(void);
 // Sets the thread count op_threads() returns from now on (n >= 1), as `harvest bench --threads`.
 void op_set_threads(int n);
+// Around a parallel region of nt threads that each call sgemm (experts, attention heads):
+// OpenBLAS on one thread inside it (nt > 1), its count back after. op_thread_id(): the calling
+// thread's number in the region (0 outside one).
+int op_blas_serial(int nt);
+void op_blas_restore(int nt, int was);
+int op_thread_id(void);
 
 #endif

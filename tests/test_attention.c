@@ -1,9 +1,12 @@
 // test_attention.c - model/attention.h against a float64 attention written from the definitions:
 // masks (causal, sliding, full), GQA head sharing, two key sets under one softmax, the soft-cap,
-// and the tap views (-inf exactly where blocked, probabilities 0 there and summing to 1).
+// and the tap views (-inf exactly where blocked, probabilities 0 there and summing to 1); heads
+// over two threads give the one-thread bits.
 #include "model/attention.h"
+#include "model/ops.h"
 #include "tests/check.h"
 
+#include <cblas.h> // defines: openblas_set_num_threads
 #include <stdlib.h>
 #include <string.h>
 
@@ -115,6 +118,20 @@ static void run(int T, int H, int KV, int S, enum attn_mask m0, enum attn_mask m
     attn_forward(&a, &taps, att);
     CHECK(!memcmp(out, out2, (size_t)T * H * D * sizeof(float)));
     check_views(&a);
+
+    // heads over 2 threads, each sgemm on one: the same bits (with and without the taps)
+    int was = op_threads();
+    op_set_threads(2);
+    a.att_floats = attn_scores_floats(H, T, S, false);
+    CHECK(a.att_floats == (int64_t)(H < 2 ? H : 2) * T * S * T);
+    attn_forward(&a, NULL, att);
+    CHECK(!memcmp(out, out2, (size_t)T * H * D * sizeof(float)));
+    memset(seen, 0, sizeof seen);
+    a.att_floats = attn_scores_floats(H, T, S, true);
+    attn_forward(&a, &taps, att);
+    CHECK(!memcmp(out, out2, (size_t)T * H * D * sizeof(float)));
+    check_views(&a);
+    op_set_threads(was);
 }
 
 static void test_ranges(void) {
@@ -133,6 +150,7 @@ static void test_ranges(void) {
 }
 
 int main(void) {
+    openblas_set_num_threads(1); // the one-thread bits the two-thread runs must equal
     test_ranges();
     run(TMAX, 4, 2, 1, ATTN_CAUSAL, ATTN_CAUSAL, 0, 0.0f);   // GQA, causal (Laguna full layers)
     run(13, 4, 2, 1, ATTN_CAUSAL, ATTN_CAUSAL, 0, 0.0f);     // one block of query rows

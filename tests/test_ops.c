@@ -3,6 +3,7 @@
 #include "model/ops.h"
 #include "tests/check.h"
 
+#include <cblas.h> // defines: openblas_get_num_threads
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -74,6 +75,46 @@ static void test_matmul_bf16_panels(void) {
         free(in), free(wf), free(w16), free(a), free(b), free(c), free(panel);
     }
     CHECK(op_bf16(0x3f80) == 1.0f && op_bf16(0xc000) == -2.0f);
+}
+
+// At 2 threads the GEMMs split their rows (parts of >= OP_SPLIT_ROWS): every row written (the
+// outputs start as NaN) and equal to the float64 product; OpenBLAS's thread count restored.
+static void test_matmul_threads(void) {
+    const int shapes[][3] = {{600, 70, 33}, {1000, 130, 257}, {511, 9, 5}, {100, 40, 40}};
+    int was = op_threads(), blas = openblas_get_num_threads();
+    op_set_threads(2);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int M = shapes[s][0], K = shapes[s][1], N = shapes[s][2];
+        size_t mk = (size_t)M * K, nk = (size_t)N * K, mn = (size_t)M * N;
+        float *in = malloc(sizeof(float) * mk), *w = malloc(sizeof(float) * nk);
+        float *wt = malloc(sizeof(float) * nk), *a = malloc(sizeof(float) * mn);
+        float *b = malloc(sizeof(float) * mn);
+        uint16_t *w16 = malloc(sizeof(uint16_t) * nk);
+        float *panel = malloc(sizeof(float) * (size_t)op_bf16_panel_floats(K, N));
+        check_fill(in, (int64_t)mk, 31 + s);
+        check_fill(w, (int64_t)nk, 32 + s);
+        for (size_t i = 0; i < nk; i++) { // bf16 weights; wt: the (K, N) transpose
+            uint32_t u;
+            memcpy(&u, &w[i], 4);
+            w16[i] = (uint16_t)(u >> 16);
+            w[i] = op_bf16(w16[i]);
+        }
+        for (int n = 0; n < N; n++)
+            for (int k = 0; k < K; k++)
+                wt[(size_t)k * N + n] = w[(size_t)n * K + k];
+        op_matmul_ref(b, in, w, M, K, N);
+        for (int v = 0; v < 3; v++) {
+            for (size_t i = 0; i < mn; i++)
+                a[i] = NAN;
+            if (v == 0) op_matmul(a, in, w, M, K, N);
+            if (v == 1) op_matmul_kn(a, in, wt, M, K, N);
+            if (v == 2) op_matmul_bf16(a, in, w16, M, K, N, panel);
+            check_close("matmul 2 threads", a, b, (int64_t)mn, 1e-6f * sqrtf((float)K), 1e-5f);
+            CHECK(openblas_get_num_threads() == blas);
+        }
+        free(in), free(w), free(wt), free(a), free(b), free(w16), free(panel);
+    }
+    op_set_threads(was);
 }
 
 // the panel is whole matrices up to OP_PANEL_FLOATS, else blocks of >= OP_PANEL_MIN_ROWS rows,
@@ -258,6 +299,7 @@ static void test_softmax_within(void) {
 int main(void) {
     test_matmul_matches_naive();
     test_matmul_bf16_panels();
+    test_matmul_threads();
     test_bf16_panel_floats();
     test_rmsnorm_matches_naive();
     test_rope_matches_naive();
