@@ -16,6 +16,8 @@ WANT = {  # issue 11's numbers; the others from params.py
     "Qwen3-0.6B.json": 596_049_920, "gemma-2-2b-it.json": 2_614_341_888,
     "Llama-3.1-8B.json": 8_030_261_248, "Mixtral-8x7B-Instruct-v0.1.json": 46_702_792_704,
     "Llama-3.2-1B.json": None, "Mistral-7B-v0.1.json": None, "Qwen2.5-0.5B.json": None,
+    # the model cards' totals: Qwen3-30B-A3B "30.5B", gemma-3-1b "1B" (999,885,952)
+    "Qwen3-30B-A3B.json": 30_532_122_624, "gemma-3-1b-it.json": 999_885_952,
 }
 
 harvest, work = args()
