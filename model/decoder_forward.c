@@ -6,7 +6,6 @@
 #include "model/attention.h"
 #include "model/decoder.h"
 #include "model/decoder_taps.h"
-#include "model/laguna.h" // struct laguna_shard: the expert-shard exchange every family shares
 #include "model/moe.h"
 #include "model/ops.h"
 
@@ -328,37 +327,10 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     tap_emit_rows(tp, DEC_ID(m, l, DT_EXPERT_WEIGHTS), bt, s->w, (int)k);
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
-    memset(s->routed, 0, (size_t)(N * D) * sizeof(float));
-    const struct laguna_shard *sh = s->shard;
     struct dec_expert_call call = {m, w};
-    struct moe_experts x = {N,
-                            k,
-                            D,
-                            c->expert_ffn,
-                            E,
-                            sh ? sh->e0 : 0,
-                            sh ? sh->e1 : E,
-                            s->xn,
-                            s->idx,
-                            s->w,
-                            s->order,
-                            s->start,
-                            s->xe,
-                            s->ge,
-                            s->ue,
-                            s->ye,
-                            sh ? NULL : s->routed,
-                            keep ? s->eo : NULL,
-                            m->any_bf16 ? s->xpanels : NULL,
-                            s->n_xpanels,
-                            expert_ffn,
-                            &call};
-    moe_group(&x);
-    moe_run(&x);
-    if (sh) {
-        sh->exchange(sh->u, s->eo, s->idx, N * k, (int)D);
-        moe_sum_slots(s->routed, s->eo, s->idx, N, k, D);
-    }
+    struct moe_experts x = MOE_EXPERTS(s, N, k, D, c->expert_ffn, E,
+                                       m->any_bf16 ? s->xpanels : NULL, expert_ffn, &call);
+    moe_forward(&x, s->shard, s->routed, keep ? s->eo : NULL);
     for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
         struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
         tp->take(tp->u, id_o, b, &v);

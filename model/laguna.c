@@ -599,36 +599,9 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
     const struct laguna_shard *sh = s->shard;
     bool keep = tap_wants(tp, id_o) || sh;
     AH_ASSERT(!keep || s->keep_experts);
-    memset(s->routed, 0, (size_t)(N * D) * sizeof(float));
     struct laguna_expert_call call = {w, D, Ie};
-    struct moe_experts x = {N,
-                            k,
-                            D,
-                            Ie,
-                            E,
-                            sh ? sh->e0 : 0,
-                            sh ? sh->e1 : E,
-                            s->xn,
-                            s->idx,
-                            s->w,
-                            s->order,
-                            s->start,
-                            s->xe,
-                            s->ge,
-                            s->ue,
-                            s->ye,
-                            sh ? NULL : s->routed,
-                            keep ? s->eo : NULL,
-                            s->xpanels,
-                            s->n_xpanels,
-                            expert_ffn,
-                            &call};
-    moe_group(&x);
-    moe_run(&x);
-    if (sh) {
-        sh->exchange(sh->u, s->eo, s->idx, N * k, (int)D);
-        moe_sum_slots(s->routed, s->eo, s->idx, N, k, D);
-    }
+    struct moe_experts x = MOE_EXPERTS(s, N, k, D, Ie, E, s->xpanels, expert_ffn, &call);
+    moe_forward(&x, sh, s->routed, keep ? s->eo : NULL);
     for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
         struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
         tp->take(tp->u, id_o, b, &v);

@@ -9,6 +9,7 @@
 
 #include "model/batch.h"
 #include "model/blocks.h"
+#include "model/moe.h" // struct laguna_shard
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -104,16 +105,7 @@ struct laguna {
 int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor **list);
 void laguna_free(struct laguna *m); // safe on a zeroed struct
 
-// ---- expert shards: a rank runs experts [e0, e1) of every mixture block. Every shard routes
-// every token the same way; exchange() fills in, from the other shards, the weighted outputs of
-// the slots (of n_slots = tokens x top_k, idx their experts) whose experts this rank does not run.
-// The routed sum then adds each token's slots in expert order, as one rank running all experts
-// does, so shards change no bit of the result.
-struct laguna_shard {
-    int e0, e1;
-    void (*exchange)(void *u, float *eo, const int64_t *idx, int64_t n_slots, int D);
-    void *u;
-};
+// expert shards: struct laguna_shard (model/moe.h)
 
 // ---- run state: one arena ----
 struct laguna_state {

@@ -69,6 +69,20 @@ void moe_run(const struct moe_experts *x) {
     op_blas_restore(nt, blas);
 }
 
+void moe_forward(struct moe_experts *x, const struct laguna_shard *sh, float *routed, float *eo) {
+    AH_ASSERT(!sh || eo);
+    memset(routed, 0, (size_t)(x->N * x->D) * sizeof(float));
+    x->e0 = sh ? sh->e0 : 0;
+    x->e1 = sh ? sh->e1 : x->E;
+    x->routed = sh ? NULL : routed;
+    x->eo = eo;
+    moe_group(x);
+    moe_run(x);
+    if (!sh) return;
+    sh->exchange(sh->u, eo, x->idx, x->N * x->k, (int)x->D);
+    moe_sum_slots(routed, eo, x->idx, x->N, x->k, x->D);
+}
+
 void moe_sum_slots(float *routed, const float *eo, const int64_t *idx, int64_t N, int64_t k,
                    int64_t D) {
 #pragma omp parallel for num_threads(op_threads()) if (N * k * D >= OP_PAR_MIN) schedule(static)

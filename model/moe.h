@@ -6,6 +6,17 @@
 
 #include <stdint.h>
 
+// Expert shards (every family with experts; named for the first): a rank runs experts [e0, e1) of
+// every mixture block. Every shard routes every token the same way; exchange() fills in, from the
+// other shards, the weighted outputs of the slots (of n_slots = tokens x top_k, idx their experts)
+// whose experts this rank does not run. The routed sum then adds each token's slots in expert
+// order, as one rank running all experts does, so shards change no bit of the result.
+struct laguna_shard {
+    int e0, e1;
+    void (*exchange)(void *u, float *eo, const int64_t *idx, int64_t n_slots, int D);
+    void *u;
+};
+
 // One block's experts on a batch. The family fills the fields; moe_run runs experts [e0, e1).
 struct moe_experts {
     int64_t N, k, D, Ie, E; // tokens, slots a token, hidden size, expert width, experts
@@ -30,6 +41,20 @@ struct moe_experts {
     const void *u;
 };
 
+// The moe_experts of a family's run state s whose buffers have ARENA_MOE's names (model/blocks.h:
+// xn, idx, w, order, start, xe, ge, ue, ye) and n_xpanels; panels NULL if no expert is BF16.
+#define MOE_EXPERTS(s, N_, k_, D_, Ie_, E_, panels_, ffn_, u_)                                   \
+    (struct moe_experts) {                                                                       \
+        .N = (N_), .k = (k_), .D = (D_), .Ie = (Ie_), .E = (E_), .xn = (s)->xn, .idx = (s)->idx, \
+        .w = (s)->w, .order = (s)->order, .start = (s)->start, .xe = (s)->xe, .ge = (s)->ge,     \
+        .ue = (s)->ue, .ye = (s)->ye, .panels = (panels_), .threads = (s)->n_xpanels,            \
+        .ffn = (ffn_), .u = (u_)                                                                 \
+    }
+// A block's experts on x's slots (moe_group, then moe_run): those of shard sh (NULL: all), the
+// other shards' slots through its exchange. routed (N, D) gets the weighted outputs added in
+// expert order (zeroed first); eo (N, k, D), if not NULL (with a shard it must be), each slot's
+// weighted output. Sets x's e0, e1, routed and eo.
+void moe_forward(struct moe_experts *x, const struct laguna_shard *sh, float *routed, float *eo);
 // The slots (token t, j) grouped by expert, token order within an expert: x->order, x->start.
 void moe_group(const struct moe_experts *x);
 // Runs experts [e0, e1) over min(op_threads(), threads) threads (OpenBLAS on one thread each
