@@ -167,11 +167,7 @@ static void mm(struct dec_state *s, float *out, const float *in, const struct de
 static void linear(struct dec_state *s, float *out, const float *in, const struct dec_mat *w,
                    const float *bias, int64_t M, int64_t K, int64_t N) {
     mm(s, out, in, w, M, K, N);
-    if (!bias) return;
-#pragma omp parallel for num_threads(op_threads()) if (M * N >= OP_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < M; r++)
-        for (int64_t j = 0; j < N; j++)
-            out[r * N + j] += bias[j];
+    if (bias) op_add_bias(out, bias, M, N);
 }
 
 static float act(const struct dec_config *c, float x) {

@@ -125,11 +125,7 @@ static void project(const struct lnb_config *c, float *out, const float *in, con
         op_matmul_kn(out, in, w, (int)M, K, N);
     else
         op_matmul(out, in, w, (int)M, K, N);
-    if (!b) return;
-#pragma omp parallel for num_threads(op_threads()) if (M * N >= OP_PAR_MIN) schedule(static)
-    for (int64_t r = 0; r < M; r++)
-        for (int n = 0; n < N; n++)
-            out[r * N + n] += b[n];
+    if (b) op_add_bias(out, b, M, N);
 }
 
 static void activate(enum lnb_act act, float *x, int64_t n) {

@@ -307,6 +307,13 @@ void op_add(float *out, const float *a, const float *b, int64_t n) {
         out[i] = a[i] + b[i];
 }
 
+void op_add_bias(float *x, const float *b, int64_t rows, int64_t n) {
+#pragma omp parallel for num_threads(op_threads()) if (rows * n >= PAR_MIN) schedule(static)
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < n; j++)
+            x[r * n + j] += b[j];
+}
+
 void op_act(float *x, int64_t n, enum op_act act) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)

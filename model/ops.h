@@ -80,6 +80,8 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
 // out[i] = a[i] + b[i]; out may equal a
 void op_add(float *out, const float *a, const float *b, int64_t n);
+// x[r, j] += b[j] for each of the rows rows of n (a Linear's bias)
+void op_add_bias(float *x, const float *b, int64_t rows, int64_t n);
 
 // x[i] = act(x[i]), act one of model/blocks.h's act_* functions
 enum op_act { OP_SILU, OP_SOFTPLUS };

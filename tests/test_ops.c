@@ -221,7 +221,7 @@ static void test_softmax_ranges_matches_masked_naive(void) {
     }
 }
 
-// n = 101 on one thread, n = 40001 split over op_threads(); op_add likewise
+// n = 101 on one thread, n = 40001 split over op_threads(); op_add and op_add_bias likewise
 static void test_swiglu_add_match_naive(void) {
     static float g[40001], u[40001], a[40001], b[40001];
     for (int n = 101; n <= 40001; n += 39900) {
@@ -236,6 +236,11 @@ static void test_swiglu_add_match_naive(void) {
             b[i] = g[i] + u[i];
         op_add(g, g, u, n);
         check_close("add", g, b, n, 0.0f, 0.0f);
+        int cols = 97, rows = n / cols; // a bias on every row, the same sum bit for bit
+        for (int i = 0; i < rows * cols; i++)
+            b[i] = g[i] + u[i % cols];
+        op_add_bias(g, u, rows, cols);
+        check_close("add_bias", g, b, rows * cols, 0.0f, 0.0f);
     }
     CHECK(op_threads() >= 1);
 }
