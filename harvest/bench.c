@@ -6,7 +6,8 @@
 //      against a plain sequential write() of the same number of bytes into the same folder.
 // `harvest bench --model DIR` instead harvests one residual of any checkpoint folder (see
 // bench_model).
-#define _DEFAULT_SOURCE // defines: mkdtemp, sync, realpath
+#define _DEFAULT_SOURCE        // defines: mkdtemp, sync, realpath
+#include "harvest/blascheck.h" // defines: blas_describe
 #include "harvest/harvest.h"
 
 #include "model/encdec.h" // defines: encdec_spec_config, encdec_flops
@@ -201,6 +202,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
         "kernels %d; folder %s\n",
         model_dir, m.cat[pick].name, T, batch, n_prompts, openblas_get_num_threads(), op_threads(),
         dir);
+    printf("  BLAS %s\n", blas_describe());
     char acts[300];
     snprintf(acts, sizeof acts, "\"%s\"", m.cat[pick].name);
     double best[3] = {0, 0, 0};
@@ -349,6 +351,7 @@ static int bench_spec(const char *dir, const struct bench_opts *o) {
     sync(); // the freshly written model must not be flushed on the harvest's time
     printf("harvest bench: spec model, T = %d, batch %d, OpenBLAS threads %d, folder %s\n", o->T,
            o->batch, openblas_get_num_threads(), dir);
+    printf("  BLAS %s\n", blas_describe());
     double peak;
     if ((rc = spec_forward(dir, o, &peak, &err)) < 0 || (rc = spec_output(dir, o, &err)) < 0)
         return report(rc, &err);

@@ -2,6 +2,7 @@
 //
 // Only harvest/ ends the process. Every subcommand returns its exit code: 0 done, 1 bad input,
 // 2 system failure, 3 stopped by a signal (resume with --resume).
+#include "harvest/blascheck.h"
 #include "harvest/harvest.h"
 
 #include <mpi.h>
@@ -42,6 +43,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
         return 1;
     }
+    blas_select(argv); // OpenBLAS fell back to a generic core: re-exec with the right one
     if (!strcmp(cmd, "run")) harvest_catch_stops();
     // REQUIRED: run and bench are MPI programs (mpirun -np N, srun --mpi=pmix, or a singleton)
     if (MPI_Init(&argc, &argv) != MPI_SUCCESS) {

@@ -18,6 +18,7 @@
 // runplan.c's, the grid and the expert exchange grid.c's, the output side writer.c's (rows placed
 // by rounds.c), and the tap consumers consumers.c's (run.h, writer.h).
 #define _POSIX_C_SOURCE 200809L // defines: sigaction
+#include "harvest/blascheck.h"  // blas_describe
 #include "harvest/export.h"     // xprobe_pool_output (the job key "pool")
 #include "harvest/pipe.h"
 #include "harvest/writer.h"
@@ -170,6 +171,7 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
         rc = exchange_init(&rr->ex, g, max_tokens, model_top_k(&pl->m), model_hidden(&pl->m), err);
     if (rc == 0) rc = pipe_init(&rr->pipe, g, (size_t)max_tokens * 2 * model_hidden(&pl->m), err);
     if (rc < 0) return rc;
+    if (!quiet && g->rank == 0) fprintf(stderr, "harvest: BLAS %s\n", blas_describe());
     if (!quiet && g->rank == 0)
         fprintf(stderr, "harvest: rank 0: run state %.1f MB (buffers for %lld tokens a batch)\n",
                 (double)rr->st.bytes / 1e6, (long long)max_tokens);
