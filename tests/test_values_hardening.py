@@ -1,0 +1,64 @@
+"""Values that must come out exact or be refused (issue 19, items 8, 9 and 12).
+
+8. `pool` and `harvest export --probe` in the token layout under `select`: a prompt that stored
+   no row (shorter than skip_first) gets NaN for `last` as for `mean` (not uninitialised memory);
+   `last` is the prompt's last *stored* token (here not position length - 1).
+9. Write-time statistics of an aliased dataset are stored under the dataset's name (the alias,
+   attribute canonical_name): harvest_data.stats(OUT, alias) finds them, the shards get them, and
+   `harvest stats` replaces them (one group, the same bits) instead of adding a second.
+12. data.fields: a field named like a table of /prompts (prompt_index, ...), an int of magnitude
+   2^53 or more, a string that is not valid UTF-8 (in a line or as a job's default) are refused at
+   `run`, exit 1 naming the file, the line (or the job key) and the field; ints just below 2^53 and
+   valid non-ASCII strings round-trip exactly."""
+import json
+import os
+import shutil
+import sys
+
+import h5py
+import numpy as np
+
+from util import args, check, finish, init_model, run, write_job
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "io", "python"))
+import harvest_data as hd  # noqa: E402
+
+harvest, work = args()
+init_model(harvest, f"{work}/model", seed=11)
+NAME = "decoder_0_output"
+
+# ---- 8: pooling under select, token layout ---------------------------------------------------
+SKIP = 4321  # a token id select skips: it ends prompt 3, so prompt 3's last stored token is earlier
+ids = [list(range(100, 106)), [7, 8], [9], list(range(200, 207)) + [SKIP], [11, 12, 13],
+       list(range(300, 310))]
+with open(f"{work}/pool.jsonl", "w") as f:
+    f.writelines(json.dumps({"input_ids": x, "label": i}) + "\n" for i, x in enumerate(ids))
+write_job(f"{work}/pool.json", model="model", activations=[NAME], batch_size=4, max_seq_len=32,
+          data={"path": "pool.jsonl", "fields": {"label": "int"}}, pool=["last", "mean"],
+          select={"skip_first": 3, "skip_token_ids": [SKIP]},
+          output={"path": "pool.h5", "layout": "token", "dtype": "float32"})
+run(harvest, "run", f"{work}/pool.json", "--quiet", check=0)
+run(harvest, "export", f"{work}/pool.h5", "--probe", f"{work}/probe", "--quiet", check=0)
+with h5py.File(f"{work}/pool.h5", "r") as f, h5py.File(f"{work}/probe/probe.h5", "r") as g:
+    L, off = f["prompts/length"][:], f["prompts/token_offset"][:]
+    n_tok = len(f["tokens/input_ids"])
+    end = np.append(off[1:], n_tok)
+    pos, x = f["tokens/position"][:], f["activations/" + NAME][:].astype(np.float64)
+    check(list(end - off) == [3, 0, 0, 4, 0, 7], f"stored rows a prompt: {list(end - off)}")
+    check(pos[end[3] - 1] == 6 and L[3] == 8, "prompt 3's last stored token is position 6 of 8")
+    for label, h in (("the job's pool", f), ("--probe", g)):
+        last, mean = h[f"pooled/{NAME}/last"][:], h[f"pooled/{NAME}/mean"][:]
+        for p in range(len(L)):
+            rows = x[off[p]:end[p]]
+            if len(rows) == 0:
+                check(np.isnan(last[p]).all() and np.isnan(mean[p]).all(),
+                      f"{label}: prompt {p} stored no row: last and mean are NaN")
+                continue
+            want_mean = (np.cumsum(rows, 0)[-1] / len(rows)).astype(np.float32)
+            check(np.array_equal(last[p], rows[-1].astype(np.float32)) and
+                  np.array_equal(mean[p], want_mean),
+                  f"{label}: prompt {p}: last is the last stored token, mean over the stored ones")
+    check(np.array_equal(f[f"pooled/{NAME}/last"][:], g[f"pooled/{NAME}/last"][:],
+                         equal_nan=True), "the job's pool and --probe: the same last rows")
+
+finish()
