@@ -61,4 +61,43 @@ with h5py.File(f"{work}/pool.h5", "r") as f, h5py.File(f"{work}/probe/probe.h5",
     check(np.array_equal(f[f"pooled/{NAME}/last"][:], g[f"pooled/{NAME}/last"][:],
                          equal_nan=True), "the job's pool and --probe: the same last rows")
 
+# ---- 9: write-time statistics of an aliased name ---------------------------------------------
+run(harvest, "init-model", "--family", "gpt2", "--seed", "3", f"{work}/g2", check=0)
+with open(f"{work}/g2.jsonl", "w") as f:
+    f.writelines(json.dumps({"input_ids": [(7 * i + 3 * k) % 96 for k in range(n)]}) + "\n"
+                 for i, n in enumerate([5, 9, 3, 12, 7]))
+ALIAS, CANON, PLAIN = "blocks.1.hook_resid_post", "layers.1.layer_output", "layers.0.layer_output"
+write_job(f"{work}/al.json", model="g2", data="g2.jsonl", activations=[ALIAS, PLAIN],
+          batch_size=2, max_seq_len=16, output={"path": "al.h5", "layout": "token",
+                                                  "dtype": "float32"})
+run(harvest, "run", f"{work}/al.json", "--quiet", check=0)
+out = f"{work}/al.h5"
+with h5py.File(out, "r") as f:
+    check(sorted(f["stats"]) == sorted([ALIAS, PLAIN]),
+          f"/stats is named as /activations: {sorted(f['stats'])}")
+    check(ALIAS in f["stats"] and f["stats/" + ALIAS].attrs.get("canonical_name") == CANON and
+          "canonical_name" not in f["stats/" + PLAIN].attrs,
+          "the alias's statistics carry canonical_name, as its dataset does")
+try:
+    wt = hd.stats(out, ALIAS)
+    check(wt["count"].max() > 0, "harvest_data.stats(OUT, alias)")
+except KeyError as e:
+    wt = None
+    check(False, f"harvest_data.stats(OUT, alias): {e}")
+run(harvest, "export", out, "--shards", f"{work}/sh", "--shard-tokens", "16", "--quiet", check=0)
+sh = hd.stats(f"{work}/sh") or {}
+check(sorted(sh) == sorted([ALIAS, PLAIN]) and wt is not None and
+      np.array_equal(sh[ALIAS]["mean"], wt["mean"]),
+      f"the shards hold the alias's statistics: {sorted(sh)}")
+run(harvest, "stats", out, "--quiet", check=0)
+with h5py.File(out, "r") as f:
+    check(sorted(f["stats"]) == sorted([ALIAS, PLAIN]),
+          f"harvest stats replaces them, no second copy: {sorted(f['stats'])}")
+    check(f["stats/" + ALIAS].attrs.get("canonical_name") == CANON,
+          "harvest stats keeps canonical_name")
+    again = {k: f[f"stats/{ALIAS}/{k}"][()] for k in f["stats/" + ALIAS]}
+check(wt is not None and all(np.array_equal(again[k], wt[k]) for k in again),
+      "harvest stats gives the write-time bits (float32 storage)")
+
+
 finish()
