@@ -100,4 +100,58 @@ check(wt is not None and all(np.array_equal(again[k], wt[k]) for k in again),
       "harvest stats gives the write-time bits (float32 storage)")
 
 
+# ---- 12: data.fields refused at run ----------------------------------------------------------
+def refused(label, want, data_bytes, fields, job_bytes=None):
+    with open(f"{work}/bad.jsonl", "wb") as f:
+        f.write(data_bytes)
+    for leftover in (f"{work}/bad.h5", f"{work}/bad.h5.parts"):
+        shutil.rmtree(leftover, ignore_errors=True) if os.path.isdir(leftover) else (
+            os.path.exists(leftover) and os.remove(leftover))
+    j = write_job(f"{work}/bad.json", model="model", activations=[NAME], max_seq_len=32,
+                  data={"path": "bad.jsonl", "fields": fields}, output={"path": "bad.h5"})
+    if job_bytes is not None:
+        open(j, "wb").write(job_bytes)
+    p = run(harvest, "run", j, "--quiet")
+    check(p.returncode == 1 and all(w in p.stderr for w in want) and
+          not os.path.exists(f"{work}/bad.h5"),
+          f"{label}: exit 1 naming {want}: {p.stderr.strip()[-300:]}")
+
+
+def lines(*objs):
+    return b"".join(json.dumps(o).encode() + b"\n" for o in objs)
+
+
+ok = {"input_ids": [1, 2, 3], "n": 1, "s": "a"}
+for name in ("prompt_index", "source_index", "length", "token_offset"):
+    refused(f"a field named {name}", ["bad.json", f'"{name}"', "/prompts"],
+            lines(dict(ok, **{name: 1})), {name: "int"})
+refused("an int of 2^53 + 1", ["bad.jsonl: line 2", '"n"', "2^53"],
+        b'{"input_ids": [1], "n": 1}\n{"input_ids": [2], "n": 9007199254740993}\n', {"n": "int"})
+refused("an int of -2^53", ["bad.jsonl: line 1", '"n"', "2^53"],
+        b'{"input_ids": [1], "n": -9007199254740992}\n', {"n": "int"})
+refused("a string of invalid UTF-8", ["bad.jsonl: line 2", '"s"', "UTF-8"],
+        b'{"input_ids": [1], "s": "ok"}\n{"input_ids": [2], "s": "caf\xe9"}\n', {"s": "string"})
+refused("a string holding a UTF-8 surrogate", ["bad.jsonl: line 1", '"s"', "UTF-8"],
+        b'{"input_ids": [1], "s": "x\xed\xa0\x80"}\n', {"s": "string"})
+refused("an int default of 2^53", ["bad.json", '"data.fields.n.default"', "2^53"],
+        lines(ok), {"n": {"type": "int", "default": 2 ** 53}})
+job = json.dumps({"model": "model", "activations": [NAME], "output": {"path": "bad.h5"},
+                  "data": {"path": "bad.jsonl", "fields": {"s": {"type": "string",
+                                                                 "default": "QQ"}}}}).encode()
+refused("a string default of invalid UTF-8", ["bad.json", '"data.fields.s.default"', "UTF-8"],
+        lines(ok), {}, job_bytes=job.replace(b"QQ", b"\xff\xfe"))
+
+# what stays accepted: integers just below 2^53, any valid UTF-8 (2, 3 and 4 bytes)
+big = 2 ** 53 - 1
+vals = [(big, "é"), (-big, "€ ok"), (0, "😀"), (12345678901234, "")]
+with open(f"{work}/good.jsonl", "w") as f:
+    f.writelines(json.dumps({"input_ids": [1, 2], "n": n, "s": s}) + "\n" for n, s in vals)
+write_job(f"{work}/good.json", model="model", activations=[NAME], max_seq_len=32,
+          data={"path": "good.jsonl", "fields": {"n": "int", "s": "string"}},
+          output={"path": "good.h5"})
+run(harvest, "run", f"{work}/good.json", "--quiet", check=0)
+with h5py.File(f"{work}/good.h5", "r") as f:
+    check(list(f["prompts/n"][:]) == [v[0] for v in vals] and
+          list(f["prompts/s"].asstr()[:]) == [v[1] for v in vals],
+          "ints of magnitude 2^53 - 1 and non-ASCII strings round-trip exactly")
 finish()
