@@ -59,6 +59,8 @@ static int parse_default(struct ds_field_spec *f, const cJSON *d, const char *pa
 static int parse_field(struct ds_field_spec *f, const cJSON *e, const char *path,
                        struct ah_error *err) {
     if (!(f->name = strdup(e->string))) return -AH_ENOMEM;
+    if (!dsf_utf8_valid(f->name)) // not echoed: its bytes are no text
+        return ah_fail(err, AH_EINVAL, "%s: \"data.fields\": a key is not valid UTF-8", path);
     int why = bad_name(f->name);
     if (why)
         return ah_fail(err, AH_EINVAL, "%s: \"data.fields\": \"%s\" %s", path, f->name,

@@ -140,6 +140,8 @@ job = json.dumps({"model": "model", "activations": [NAME], "output": {"path": "b
                                                                  "default": "QQ"}}}}).encode()
 refused("a string default of invalid UTF-8", ["bad.json", '"data.fields.s.default"', "UTF-8"],
         lines(ok), {}, job_bytes=job.replace(b"QQ", b"\xff\xfe"))
+refused("a field name of invalid UTF-8", ["bad.json", '"data.fields"', "UTF-8"], lines(ok), {},
+        job_bytes=job.replace(b'"s":', b'"s\xff":'))
 
 # what stays accepted: integers just below 2^53, any valid UTF-8 (2, 3 and 4 bytes)
 big = 2 ** 53 - 1
