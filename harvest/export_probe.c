@@ -2,9 +2,10 @@
 // DIR/probe.h5: each name's pooled values (/pooled/NAME/last, /pooled/NAME/mean) and the prompt's
 // data.fields (/prompts/FIELD, typed as in the output, io/h5fields.h), plus where each row comes
 // from (/prompts/prompt_index, source_index, length). Pooling runs on the stored values (either
-// layout, read a block of prompts at a time through export_src.c): `last` is the value at
-// position length - 1, widened to float32 (exact); `mean` sums the prompt's tokens in position
-// order in float64 and divides by the length, rounded once to float32.
+// layout, read a block of prompts at a time through export_src.c): `last` is the prompt's last
+// stored token (the token layout under select stores only the chosen ones), widened to float32
+// (exact); `mean` sums the prompt's tokens in position order in float64 and divides by their
+// count, rounded once to float32; a prompt with no stored token gets NaN for both.
 #define _POSIX_C_SOURCE 200809L // defines: fsync
 #include "harvest/export.h"
 #include "io/h5attr.h"
@@ -54,8 +55,10 @@ static void pool_prompt(struct xsrc *s, int i, int64_t p, const uint8_t *sel, fl
             for (int64_t e = 0; e < x->elems; e++)
                 last[e] = widen(row, x->src, e);
     }
-    for (int64_t e = 0; e < x->elems; e++)
+    for (int64_t e = 0; e < x->elems; e++) {
         mean[e] = n ? (float)(acc[e] / (double)n) : NAN;
+        if (T == 0) last[e] = NAN; // no stored row (token layout, select kept none)
+    }
 }
 
 static hid_t make_2d(hid_t g, const char *name, hid_t type, int64_t n, const struct xname *x) {

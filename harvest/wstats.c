@@ -377,7 +377,9 @@ int wstats_final(const struct plan *pl, const struct h5out_record *rec, int n_re
         rc = gather_entries(pl, rec, n_rec, rec[r].i0, &e, &n, err);
         for (int k = 0; k < n_sets; k++) {
             struct h5stats_item *it = &items[n_items + k];
-            it->name = pl->dsets[set[k].dset].desc->name;
+            const struct h5out_dset *d = &pl->dsets[set[k].dset];
+            it->name = h5out_dset_name(d); // the dataset's name, as asked (README "Aliases")
+            if (d->alias) snprintf(it->canonical, sizeof it->canonical, "%s", d->desc->name);
             it->nf = set[k].nf;
             memcpy(it->fdims, set[k].fdims, sizeof it->fdims);
         }

@@ -70,9 +70,16 @@ static int put_value(struct ds_field *f, int64_t row, const cJSON *v, const char
     switch (fs->type) {
         case DS_INT: {
             double d = v ? v->valuedouble : (double)fs->def_i;
-            // integers as JSON numbers: exact up to 2^53 (cJSON reads numbers as doubles)
-            if (v && (!cJSON_IsNumber(v) || d != floor(d) || fabs(d) >= 9223372036854775808.0))
+            if (v && (!cJSON_IsNumber(v) || d != floor(d)))
                 return type_error(err, where, fs, cJSON_IsNumber(v) ? "a fraction" : kind_of(v));
+            // integers as JSON numbers: exact below 2^53 (cJSON reads numbers as doubles)
+            if (v && fabs(d) >= DSF_INT_LIMIT)
+                return ah_fail(
+                    err, AH_EINVAL,
+                    "%s: field \"%s\": an integer of magnitude 2^53 (9007199254740992) or more "
+                    "cannot be read exactly (JSON numbers are read as doubles, and "
+                    "nearby integers read the same): give it as a string field",
+                    where, fs->name);
             ((int64_t *)f->v)[row] = v ? (int64_t)d : fs->def_i;
             return 0;
         }
@@ -86,6 +93,11 @@ static int put_value(struct ds_field *f, int64_t row, const cJSON *v, const char
             return 0;
         default:
             if (v && !cJSON_IsString(v)) return type_error(err, where, fs, kind_of(v));
+            if (v && !dsf_utf8_valid(v->valuestring))
+                return ah_fail(err, AH_EINVAL,
+                               "%s: field \"%s\": the string is not valid UTF-8 (stored as "
+                               "UTF-8 text, it would not read back)",
+                               where, fs->name);
             if (put_string(f, row, v ? v->valuestring : fs->def_s) < 0)
                 return ah_fail(err, AH_ENOMEM, "%s: out of memory for field \"%s\"", where,
                                fs->name);

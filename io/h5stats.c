@@ -419,6 +419,9 @@ static int choose_all(const char *path, hid_t f, const struct h5stats_names *l,
         if (ok == 0) why = w, why_name = l->v[i];
         if (ok == 1) {
             wanted(l->v[i], globs, n_globs, hit); // a glob counts when it matches one taken
+            char *canon = h5attr_get_str(x.ds, "canonical_name"); // an alias's: kept
+            if (canon) snprintf(res[*n_res].canonical, sizeof res->canonical, "%s", canon);
+            free(canon);
             res[*n_res].name = l->v[i];
             res[(*n_res)++].nf = x.nf;
         }
@@ -483,6 +486,14 @@ static int copy_file(const char *from, const char *to, struct ah_error *err) {
                   : 0;
 }
 
+// the attribute canonical_name of the group loc/name
+static herr_t put_canonical(hid_t loc, const char *name, const char *canonical) {
+    hid_t g = H5Gopen2(loc, name, H5P_DEFAULT);
+    herr_t r = g < 0 ? -1 : h5attr_put_str(g, "canonical_name", canonical);
+    if (g >= 0 && H5Gclose(g) < 0) r = -1;
+    return r;
+}
+
 int h5stats_store(const char *path, const struct h5stats_item *res, int n, struct ah_error *err) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -499,6 +510,8 @@ int h5stats_store(const char *path, const struct h5stats_item *res, int n, struc
         if (H5Lexists(g, res[i].name, H5P_DEFAULT) > 0)
             H5TRY(H5Ldelete(g, res[i].name, H5P_DEFAULT), tmp, "remove old statistics");
         rc = h5stats_write(g, res[i].name, res[i].nf, res[i].fdims, &res[i].s, err);
+        if (rc == 0 && res[i].canonical[0])
+            H5TRY(put_canonical(g, res[i].name, res[i].canonical), tmp, "write canonical_name");
     }
     if (rc < 0) goto fail;
     H5Gclose(g);

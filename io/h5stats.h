@@ -27,14 +27,16 @@ int h5stats_write(hid_t loc, const char *name, int ndim, const int64_t *dims, co
 
 // One activation's statistics with the features' shape (nf axes), as stored.
 struct h5stats_item {
-    const char *name; // borrowed
+    const char *name;             // borrowed: the dataset's name (an alias if the job asked by one)
+    char canonical[TAP_NAME_MAX]; // an aliased dataset's canonical_name (attribute), else ""
     int nf;
     int64_t fdims[TAP_MAX_DIMS];
     struct stats s;
 };
 
 // Replaces the master at path whole with a copy holding /stats/NAME for each item (others'
-// statistics stay): written to PATH.tmp, fsynced, renamed. `harvest stats` and `harvest run`.
+// statistics stay; an aliased dataset's group has its attribute canonical_name too): written to
+// PATH.tmp, fsynced, renamed. `harvest stats` and `harvest run`.
 int h5stats_store(const char *path, const struct h5stats_item *items, int n, struct ah_error *err);
 
 // The names of a group of f (group "stats", say), in name order; -1 if it does not open.

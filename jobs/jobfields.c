@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: strdup
 #include "jobs/jobfields.h"
 
+#include "io/dsfields.h" // DSF_INT_LIMIT, dsf_utf8_valid: the rules of the lines' values
 #include "jobs/job.h"
 #include "model/ah.h"
 
@@ -11,8 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-// /prompts tables harvest writes itself: a field may not take their names
-static const char *const reserved[] = {"source_index", "length", "token_offset", NULL};
+// the /prompts tables harvest writes itself, in an output (source_index, length, token_offset)
+// or in probe.h5 (prompt_index, source_index, length): a field may not take their names
+static const char *const reserved[] = {"source_index", "length", "token_offset", "prompt_index",
+                                       NULL};
 
 static int bad_name(const char *n) {
     if (!n[0] || strchr(n, '/') || !strcmp(n, ".") || !strcmp(n, "..")) return 1;
@@ -36,27 +39,33 @@ static int parse_default(struct ds_field_spec *f, const cJSON *d, const char *pa
     f->has_default = true;
     bool ok = false;
     double v = cJSON_IsNumber(d) ? d->valuedouble : 0.5; // (int64_t) of |v| >= 2^63 is undefined
-    if (f->type == DS_INT && fabs(v) < 9223372036854775808.0 && v == floor(v))
+    if (f->type == DS_INT && fabs(v) < DSF_INT_LIMIT && v == floor(v)) // exact: below 2^53
         ok = true, f->def_i = (int64_t)v;
     if (f->type == DS_FLOAT && cJSON_IsNumber(d)) ok = true, f->def_f = d->valuedouble;
     if (f->type == DS_BOOL && cJSON_IsBool(d)) ok = true, f->def_i = cJSON_IsTrue(d);
-    if (f->type == DS_STRING && cJSON_IsString(d)) {
+    if (f->type == DS_STRING && cJSON_IsString(d) && dsf_utf8_valid(d->valuestring)) {
         if (!(f->def_s = strdup(d->valuestring))) return -AH_ENOMEM;
         ok = true;
     }
     if (ok) return 0;
-    return ah_fail(err, AH_EINVAL, "%s: \"data.fields.%s.default\": expected a value of type %s",
-                   path, f->name, ds_ftype_name(f->type));
+    return ah_fail(err, AH_EINVAL, "%s: \"data.fields.%s.default\": expected a value of type %s%s",
+                   path, f->name, ds_ftype_name(f->type),
+                   f->type == DS_INT      ? " (an integer of magnitude below 2^53)"
+                   : f->type == DS_STRING ? " (valid UTF-8)"
+                                          : "");
 }
 
 // one entry: "NAME": "TYPE" or "NAME": {"type": "TYPE", "default": VALUE}
 static int parse_field(struct ds_field_spec *f, const cJSON *e, const char *path,
                        struct ah_error *err) {
     if (!(f->name = strdup(e->string))) return -AH_ENOMEM;
+    if (!dsf_utf8_valid(f->name)) // not echoed: its bytes are no text
+        return ah_fail(err, AH_EINVAL, "%s: \"data.fields\": a key is not valid UTF-8", path);
     int why = bad_name(f->name);
     if (why)
         return ah_fail(err, AH_EINVAL, "%s: \"data.fields\": \"%s\" %s", path, f->name,
-                       why == 2 ? "is a table harvest writes in /prompts: choose another name"
+                       why == 2 ? "is a table harvest writes in /prompts (of the output or of "
+                                  "probe.h5): choose another name"
                                 : "cannot name a dataset (empty, \".\", \"..\" or holding '/')");
     const cJSON *t = cJSON_IsObject(e) ? cJSON_GetObjectItemCaseSensitive(e, "type") : e;
     const cJSON *k, *keys = cJSON_IsObject(e) ? e : NULL;
