@@ -19,7 +19,7 @@ PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-op
 # needs clang's libFuzzer; the tokenizer test compares with a JavaScript reference (node + npm);
 # format-check runs clang-format; the export test feeds the reader's torch batches to torch
 if [ "${1:-}" = test ]; then
-    PACKAGES+=(slurm-wlm clang libclang-rt-dev clang-format python3-torch)
+    PACKAGES+=(slurm-wlm clang libclang-rt-dev clang-format python3-torch python3-venv python3-pip)
     command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 fi
 

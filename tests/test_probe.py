@@ -14,10 +14,9 @@ import sys
 import h5py
 import numpy as np
 
-from util import MPI_ENV, args, check, finish, init_model, run, write_job
+from util import MPI_ENV, args, check, finish, init_model, reader, run, write_job
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "io", "python"))
-import harvest_data as hd  # noqa: E402
+hd = reader()  # io/python, or the installed package (test_pip_install.py)
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=11)

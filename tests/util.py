@@ -20,6 +20,21 @@ SPEC = json.load(open(os.path.join(HERE, "ref", "spec.json")))
 _work = None
 
 
+def reader():
+    """The harvest_data module the reader tests use: the source tree's (io/python), or with
+    HARVEST_DATA_INSTALLED=1 the installed package (test_pip_install.py), never the tree's then."""
+    if os.environ.get("HARVEST_DATA_INSTALLED") == "1":
+        import harvest_data
+        tree = os.path.realpath(os.path.join(HERE, "..", "io", "python"))
+        if os.path.realpath(os.path.dirname(harvest_data.__file__)) == tree:
+            sys.exit(f"FAIL: harvest_data imported from the source tree {tree}, not installed")
+        print(f"reader: installed {harvest_data.__file__}")
+        return harvest_data
+    sys.path.insert(0, os.path.join(HERE, "..", "io", "python"))
+    import harvest_data
+    return harvest_data
+
+
 def args():
     """(harvest binary, a fresh scratch folder); finish() removes the folder when all passed."""
     global _work

@@ -16,6 +16,8 @@ import sys
 
 import numpy as np
 
+__version__ = "0.18.0"  # harvest's version (the file VERSION at the top of the repository)
+
 __all__ = ["Shards", "open_output", "stats", "widen_bf16", "Probe"]
 
 
