@@ -4,6 +4,7 @@
 #include "model/ah.h"
 
 #include <limits.h>
+#include <math.h>
 #include <stddef.h>
 
 const struct cfg_value *cfg_get(const struct config *c, const struct cfg_value *obj,
@@ -76,5 +77,70 @@ int cfg_int_in(const struct config *c, const char *key, bool required, int *out,
     if (*out < lo || *out > hi)
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": %d is out of range (expected %d to %d)",
                        c->path, key, *out, lo, hi);
+    return 0;
+}
+
+const char *cfg_range_words(enum cfg_range r) {
+    static const char *const words[] = {
+        [CFG_FINITE] = "a finite number",         [CFG_NONNEG] = "a number >= 0",
+        [CFG_POSITIVE] = "a number > 0",          [CFG_UNIT] = "a number from 0 to 1",
+        [CFG_FRACTION] = "a number > 0 and <= 1", [CFG_COUNT] = "an integer from 1 to 1073741824",
+    };
+    return words[r];
+}
+
+static bool in_range(double d, enum cfg_range r) {
+    switch (r) {
+        case CFG_FINITE:
+            return isfinite(d);
+        case CFG_NONNEG:
+            return isfinite(d) && d >= 0.0;
+        case CFG_POSITIVE:
+            return isfinite(d) && d > 0.0;
+        case CFG_UNIT:
+            return d >= 0.0 && d <= 1.0;
+        case CFG_FRACTION:
+            return d > 0.0 && d <= 1.0;
+        case CFG_COUNT:
+            return d >= 1.0 && d <= (double)(1 << 30) && d == floor(d);
+    }
+    return false;
+}
+
+int cfg_num_in(const struct config *c, const struct cfg_value *obj, const char *where,
+               const char *key, enum cfg_range r, bool null_absent, double *out,
+               struct ah_error *err) {
+    const struct cfg_value *v = cfg_get(c, obj, key);
+    if (!v || (null_absent && cfg_kind(c, v) == CFG_NULL)) return 1;
+    if (cfg_kind(c, v) != CFG_NUMBER || !in_range(cfg_number(c, v), r))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s%s%s\": expected %s", c->path, where ? where : "",
+                       where ? "." : "", key, cfg_range_words(r));
+    *out = cfg_number(c, v);
+    return 0;
+}
+
+int cfg_check_unused(const struct config *c, struct ah_error *err) {
+    static const struct {
+        const char *key;
+        enum cfg_range r;
+    } keys[] = {
+        {"attention_dropout", CFG_UNIT},
+        {"hidden_dropout", CFG_UNIT},
+        {"classifier_dropout", CFG_UNIT},
+        {"attn_pdrop", CFG_UNIT},
+        {"embd_pdrop", CFG_UNIT},
+        {"resid_pdrop", CFG_UNIT},
+        {"summary_first_dropout", CFG_UNIT},
+        {"initializer_range", CFG_NONNEG}, // torch's normal_ needs std >= 0
+        {"router_aux_loss_coef", CFG_FINITE},
+        {"router_jitter_noise", CFG_NONNEG},
+        {"pretraining_tp", CFG_COUNT},
+        {"n_ctx", CFG_COUNT},
+    };
+    double d;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        int rc = cfg_num_in(c, NULL, NULL, keys[i].key, keys[i].r, true, &d, err);
+        if (rc < 0) return rc;
+    }
     return 0;
 }

@@ -53,4 +53,28 @@ const char *cfg_str(const struct config *c, const char *key);
 int cfg_int_in(const struct config *c, const char *key, bool required, int *out, int lo, int hi,
                struct ah_error *err);
 
+// ---- range-checked numbers: every family's reader checks its number keys with these, so that a
+// value that makes no sense (a zero epsilon, a negative theta, 1e999, which parses as infinity)
+// is an error naming config.json and the key, never computed.
+enum cfg_range {
+    CFG_FINITE,   // any finite number
+    CFG_NONNEG,   // >= 0
+    CFG_POSITIVE, // > 0
+    CFG_UNIT,     // 0 to 1: a probability (dropout)
+    CFG_FRACTION, // > 0 and <= 1: a fraction of something (partial_rotary_factor)
+    CFG_COUNT,    // an integer from 1 to 2^30, held as a number
+};
+// The number `key` of obj (NULL: the top level; `where` obj's path for messages, NULL at the
+// top). Absent, or null when null_absent: returns 1 and leaves *out alone. A number in range: 0.
+// Anything else (another type, not finite, out of range): an error "CONFIG: "WHERE.KEY":
+// expected a number > 0" (the range's words: cfg_range_words).
+int cfg_num_in(const struct config *c, const struct cfg_value *obj, const char *where,
+               const char *key, enum cfg_range r, bool null_absent, double *out,
+               struct ah_error *err);
+const char *cfg_range_words(enum cfg_range r); // "a number > 0", ...
+// Keys transformers keeps but harvest never computes with (the dropouts, initializer_range,
+// router_aux_loss_coef, pretraining_tp, ...): when present and not null, each must still be in
+// its range. Every family's reader calls this once.
+int cfg_check_unused(const struct config *c, struct ah_error *err);
+
 #endif

@@ -58,17 +58,12 @@ static int opt_int(const struct config *cf, const char *key, int dflt, int lo, i
 }
 
 // A number key of obj (NULL: the top level; `where` its path for messages): absent or null ->
-// dflt (NAN: "none"); else finite and > lo.
+// dflt (NAN: "none"); else finite and > 0 (config.h's cfg_num_in).
 static int opt_num(const struct config *cf, const struct cfg_value *obj, const char *where,
-                   const char *key, double dflt, double lo, double *out, struct ah_error *err) {
-    const struct cfg_value *v = cfg_get(cf, obj, key);
+                   const char *key, double dflt, double *out, struct ah_error *err) {
     *out = dflt;
-    if (!v || cfg_kind(cf, v) == CFG_NULL) return 0;
-    if (cfg_kind(cf, v) != CFG_NUMBER || !isfinite(cfg_number(cf, v)) || !(cfg_number(cf, v) > lo))
-        return ah_fail(err, AH_EINVAL, "%s: \"%s%s%s\": expected a number > %g", cf->path,
-                       obj ? where : "", obj ? "." : "", key, lo);
-    *out = cfg_number(cf, v);
-    return 0;
+    int rc = cfg_num_in(cf, obj, obj ? where : NULL, key, CFG_POSITIVE, true, out, err);
+    return rc < 0 ? rc : 0;
 }
 
 // a key present as null: transformers keeps None, which is not always the absent key's default
@@ -128,8 +123,8 @@ static int read_sizes(const struct config *cf, struct dec_config *c, struct ah_e
                        "(%d)",
                        cf->path, c->n_head, c->n_kv_head);
     double eps;
-    if ((rc = opt_num(cf, NULL, NULL, "rms_norm_eps", k == DEC_MIXTRAL ? 1e-5 : 1e-6, 0.0, &eps,
-                      err)) < 0)
+    if ((rc = opt_num(cf, NULL, NULL, "rms_norm_eps", k == DEC_MIXTRAL ? 1e-5 : 1e-6, &eps, err)) <
+        0)
         return rc;
     c->eps = eps;
     return 0;
@@ -185,20 +180,23 @@ static int rope_scaling(const struct config *cf, const struct cfg_value *sc, con
                        "\"linear\", \"dynamic\" or \"llama3\")",
                        cf->path, where, tn ? tn : "(not a string)");
     if ((r->type = types[k]) == DEC_ROPE_DEFAULT) return 0;
-    if ((rc = opt_num(cf, sc, where, "factor", NAN, 0.0, &r->factor, err)) < 0) return rc;
+    if ((rc = opt_num(cf, sc, where, "factor", NAN, &r->factor, err)) < 0) return rc;
     if (isnan(r->factor))
         return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
     if (r->type != DEC_ROPE_LLAMA3) return 0;
     double l0;
-    if ((rc = opt_num(cf, sc, where, "low_freq_factor", NAN, 0.0, &r->low, err)) < 0 ||
-        (rc = opt_num(cf, sc, where, "high_freq_factor", NAN, 0.0, &r->high, err)) < 0 ||
-        (rc = opt_num(cf, sc, where, "original_max_position_embeddings", NAN, 0.0, &l0, err)) < 0)
+    if ((rc = opt_num(cf, sc, where, "low_freq_factor", NAN, &r->low, err)) < 0 ||
+        (rc = opt_num(cf, sc, where, "high_freq_factor", NAN, &r->high, err)) < 0 ||
+        (rc = opt_num(cf, sc, where, "original_max_position_embeddings", NAN, &l0, err)) < 0)
         return rc;
     if (isnan(r->low) || isnan(r->high) || isnan(l0) || r->low == r->high)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s\": llama3 needs low_freq_factor < high_freq_factor and "
                        "original_max_position_embeddings",
                        cf->path, where);
+    if ((rc = cfg_num_in(cf, sc, where, "original_max_position_embeddings", CFG_COUNT, true, &l0,
+                         err)) < 0) // a length: (int)l0 of a fraction or of 1e300 would be wrong
+        return rc;
     r->original_max_pos = (int)l0;
     return 0;
 }
@@ -221,13 +219,13 @@ static int read_rope(const struct config *cf, const struct dec_config *c, bool s
     r->factor = 1.0;
     if (cfg_kind(cf, rp) == CFG_OBJECT && cfg_get(cf, rp, "rope_theta")) {
         sc = rp;
-        rc = opt_num(cf, rp, where, "rope_theta", dtheta, 0.0, &r->theta, err);
+        rc = opt_num(cf, rp, where, "rope_theta", dtheta, &r->theta, err);
     } else if (c->kind == DEC_GEMMA3 && sliding) {
-        return opt_num(cf, NULL, NULL, "rope_local_base_freq", 10000.0, 0.0, &r->theta, err);
+        return opt_num(cf, NULL, NULL, "rope_local_base_freq", 10000.0, &r->theta, err);
     } else {
         sc = cfg_get(cf, NULL, "rope_scaling");
         snprintf(where, sizeof where, "rope_scaling");
-        rc = opt_num(cf, NULL, NULL, "rope_theta", dtheta, 0.0, &r->theta, err);
+        rc = opt_num(cf, NULL, NULL, "rope_theta", dtheta, &r->theta, err);
     }
     if (rc < 0 || cfg_kind(cf, sc) <= CFG_NULL) return rc;
     if (cfg_kind(cf, sc) != CFG_OBJECT)
@@ -241,9 +239,16 @@ static int read_window(const struct config *cf, struct dec_config *c, struct ah_
     enum dec_kind k = c->kind;
     int dflt = k == DEC_MIXTRAL || k == DEC_LLAMA || null_key(cf, "sliding_window") ? 0 : 4096, rc;
     if ((rc = opt_int(cf, "sliding_window", dflt, 0, 1 << 30, &c->window, err)) < 0) return rc;
-    if (is_qwen(k) && !opt_bool(cf, "use_sliding_window", false)) c->window = 0;
+    bool unused = k == DEC_LLAMA || (is_qwen(k) && !opt_bool(cf, "use_sliding_window", false));
+    if (is_qwen(k) && unused) c->window = 0; // transformers sets it to None
     if (k == DEC_LLAMA && cfg_get(cf, NULL, "sliding_window") && c->window)
         return ah_fail(err, AH_EINVAL, "%s: \"sliding_window\": LlamaForCausalLM has none",
+                       cf->path);
+    // a window of 0 keys masks every key (transformers' sliding mask): null is "no window"
+    if (!unused && cfg_kind(cf, cfg_get(cf, NULL, "sliding_window")) == CFG_NUMBER && !c->window)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"sliding_window\": 0 is out of range (expected null, no window, or "
+                       ">= 1)",
                        cf->path);
     return 0;
 }
@@ -289,15 +294,33 @@ static int read_layers(const struct config *cf, struct dec_config *c, struct ah_
     return 0;
 }
 
+// Qwen3-MoE's mlp_only_layers: null or a list of layer indices (integers; one past the layers
+// matches none, as in transformers)
+static int read_only_layers(const struct config *cf, struct ah_error *err) {
+    const struct cfg_value *v = cfg_get(cf, NULL, "mlp_only_layers");
+    if (cfg_kind(cf, v) <= CFG_NULL) return 0;
+    bool ok = cfg_kind(cf, v) == CFG_ARRAY;
+    for (int j = 0; ok && j < cfg_length(cf, v); j++) {
+        const struct cfg_value *e = cfg_element(cf, v, j);
+        double d = cfg_number(cf, e);
+        ok = cfg_kind(cf, e) == CFG_NUMBER && isfinite(d) && d == floor(d);
+    }
+    if (!ok)
+        return ah_fail(err, AH_EINVAL, "%s: \"mlp_only_layers\": expected a list of layer indices",
+                       cf->path);
+    return 0;
+}
+
 static int read_experts(const struct config *cf, struct dec_config *c, struct ah_error *err) {
     int rc;
     if (!is_moe_kind(c->kind)) return 0;
     bool mx = c->kind == DEC_MIXTRAL;
-    if ((rc = opt_int(cf, mx ? "num_local_experts" : "num_experts", mx ? 8 : 128, 0, 1 << 16,
-                      &c->n_expert, err)) < 0 ||
+    if ((rc = opt_int(cf, mx ? "num_local_experts" : "num_experts", mx ? 8 : 128, mx ? 1 : 0,
+                      1 << 16, &c->n_expert, err)) < 0 ||
         (rc = opt_int(cf, "num_experts_per_tok", mx ? 2 : 8, 1, 1 << 16, &c->top_k, err)) < 0 ||
         (rc = opt_int(cf, "moe_intermediate_size", 768, 1, 1 << 24, &c->expert_ffn, err)) < 0)
         return rc;
+    if (!mx && (rc = read_only_layers(cf, err)) < 0) return rc;
     if (mx) c->expert_ffn = c->ffn;
     c->norm_topk = mx || opt_bool(cf, "norm_topk_prob", false);
     if (c->n_expert > 0 && c->top_k > c->n_expert)
@@ -332,9 +355,9 @@ static int read_flags(const struct config *cf, struct dec_config *c, struct ah_e
         dac = k == DEC_GEMMA2 && !null_key(cf, "attn_logit_softcapping") ? 50.0 : 0.0;
     double dfc = k == DEC_GEMMA2 && !null_key(cf, "final_logit_softcapping") ? 30.0 : 0.0;
     int rc;
-    if ((rc = opt_num(cf, NULL, NULL, "query_pre_attn_scalar", 256, 0.0, &qs, err)) < 0 ||
-        (rc = opt_num(cf, NULL, NULL, "attn_logit_softcapping", dac, -1.0, &ac, err)) < 0 ||
-        (rc = opt_num(cf, NULL, NULL, "final_logit_softcapping", dfc, -1.0, &fc, err)) < 0)
+    if ((rc = opt_num(cf, NULL, NULL, "query_pre_attn_scalar", 256, &qs, err)) < 0 ||
+        (rc = opt_num(cf, NULL, NULL, "attn_logit_softcapping", dac, &ac, err)) < 0 ||
+        (rc = opt_num(cf, NULL, NULL, "final_logit_softcapping", dfc, &fc, err)) < 0)
         return rc;
     c->scale = (float)(1.0 / sqrt(qs));
     c->attn_cap = ac > 0 ? (float)ac : 0.0f;
@@ -355,7 +378,8 @@ int dec_config_read(const struct config *cf, struct dec_config *c, struct ah_err
         (rc = read_act(cf, c, err)) < 0 || (rc = read_window(cf, c, err)) < 0 ||
         (rc = read_experts(cf, c, err)) < 0 || (rc = read_flags(cf, c, err)) < 0 ||
         (rc = read_rope(cf, c, false, &c->rope_full, err)) < 0 ||
-        (rc = read_rope(cf, c, true, &c->rope_sliding, err)) < 0)
+        (rc = read_rope(cf, c, true, &c->rope_sliding, err)) < 0 ||
+        (rc = cfg_check_unused(cf, err)) < 0)
         return rc;
     c->sliding = calloc((size_t)c->n_layer, sizeof *c->sliding);
     c->moe = calloc((size_t)c->n_layer, sizeof *c->moe);

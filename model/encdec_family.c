@@ -33,8 +33,9 @@ static int ed_config(const struct config *cf, struct encdec_config *c, struct ah
         return ah_fail(err, AH_EINVAL, "%s: \"head_dim\": RoPE needs an even head_dim, not %d",
                        cf->path, c->head_dim);
     double eps = 1e-6, theta = 10000.0;
-    if ((rc = cfg_double(cf, "rms_norm_eps", false, &eps, err)) < 0 ||
-        (rc = cfg_double(cf, "rope_theta", false, &theta, err)) < 0)
+    if ((rc = cfg_num_in(cf, NULL, NULL, "rms_norm_eps", CFG_POSITIVE, false, &eps, err)) < 0 ||
+        (rc = cfg_num_in(cf, NULL, NULL, "rope_theta", CFG_POSITIVE, false, &theta, err)) < 0 ||
+        (rc = cfg_check_unused(cf, err)) < 0)
         return rc;
     c->eps = (float)eps;
     c->rope_theta = theta;

@@ -223,20 +223,26 @@ static int laguna_floats(const struct config *cf, struct laguna_config *c, struc
     const char *cp = cf->path;
     struct {
         const char *key;
-        double *dst, dflt, lo; // allowed: [lo, inf)
+        double *dst, dflt, lo; // allowed: [lo, inf), (lo, inf) when open
+        bool open;
     } f[] = {
-        {"rms_norm_eps", &c->eps, 1e-6, 0.0},
-        {"moe_routed_scaling_factor", &c->routed_scaling, 1.0, -INFINITY},
-        {"moe_router_logit_softcapping", &c->router_softcap, 0.0, 0.0},
+        // x / sqrt(mean(x^2) + 0) of a zero row is NaN
+        {"rms_norm_eps", &c->eps, 1e-6, 0.0, true},
+        {"moe_routed_scaling_factor", &c->routed_scaling, 1.0, -INFINITY, false},
+        {"moe_router_logit_softcapping", &c->router_softcap, 0.0, 0.0, false}, // 0: none
     };
     int rc;
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         *f[i].dst = f[i].dflt;
         if ((rc = cfg_double(cf, f[i].key, false, f[i].dst, err)) < 0) return rc;
-        if (!isfinite(*f[i].dst) || *f[i].dst < f[i].lo)
+        if (!isfinite(*f[i].dst) || *f[i].dst < f[i].lo || (f[i].open && *f[i].dst == f[i].lo))
             return ah_fail(err, AH_EINVAL, "%s: \"%s\": %g is out of range (expected %s)", cp,
-                           f[i].key, *f[i].dst, f[i].lo == 0.0 ? ">= 0" : "a finite number");
+                           f[i].key, *f[i].dst,
+                           f[i].open        ? "> 0"
+                           : f[i].lo == 0.0 ? ">= 0"
+                                            : "a finite number");
     }
+    if ((rc = cfg_check_unused(cf, err)) < 0) return rc;
     const char *act = cfg_str(cf, "hidden_act");
     const struct cfg_value *actv = cfg_get(cf, NULL, "hidden_act");
     if (actv && (!act || (strcmp(act, "silu") && strcmp(act, "swish"))))

@@ -311,5 +311,6 @@ int lnb_cfg_check(const struct config *cf, struct lnb_config *c, const char *hea
     if (!(c->eps > 0.0 && c->eps < 1.0))
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": %g: expected 0 < eps < 1", cf->path, eps_key,
                        c->eps);
-    return lnb_cfg_dtype(cf, c, err);
+    int rc = cfg_check_unused(cf, err);
+    return rc < 0 ? rc : lnb_cfg_dtype(cf, c, err);
 }

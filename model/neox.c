@@ -25,17 +25,17 @@ static int neox_rope(const struct config *cf, struct lnb_config *c, double *pct,
     const char *type = cfg_string(cf, cfg_get(cf, o, "rope_type"));
     if (!type) type = cfg_string(cf, cfg_get(cf, o, "type"));
     if (!type) type = "default";
-    const struct cfg_value *th = cfg_get(cf, o, "rope_theta"), *pf;
-    if (cfg_kind(cf, th) == CFG_NUMBER) c->rope_theta = cfg_number(cf, th);
-    if (cfg_kind(cf, pf = cfg_get(cf, o, "partial_rotary_factor")) == CFG_NUMBER)
-        *pct = cfg_number(cf, pf);
+    int rc;
+    if ((rc = cfg_num_in(cf, o, key, "rope_theta", CFG_POSITIVE, true, &c->rope_theta, err)) < 0 ||
+        (rc = cfg_num_in(cf, o, key, "partial_rotary_factor", CFG_UNIT, true, pct, err)) < 0)
+        return rc;
     if (!strcmp(type, "default")) return 0;
     const struct cfg_value *f = cfg_get(cf, o, "factor");
     if (strcmp(type, "linear") != 0)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s\": rope_type \"%s\" is not implemented (known: default, linear)",
                        cf->path, key, type);
-    if (!(cfg_number(cf, f) >= 1.0))
+    if (!(cfg_number(cf, f) >= 1.0 && isfinite(cfg_number(cf, f))))
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": \"factor\": expected a number >= 1", cf->path,
                        key);
     c->rope_linear = cfg_number(cf, f);
@@ -74,7 +74,7 @@ static int neox_config(const struct config *cf, struct lnb_config *c, struct ah_
                        "%s: \"rotary_pct\": %g of head_dim %d: expected a fraction in [0, 1] "
                        "giving an even number of rotated dims",
                        cf->path, pct, c->head_dim);
-    if (!(c->rope_theta > 0.0))
+    if (!(c->rope_theta > 0.0 && isfinite(c->rope_theta)))
         return ah_fail(err, AH_EINVAL, "%s: \"rotary_emb_base\": expected a positive number",
                        cf->path);
     return 0;
