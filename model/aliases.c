@@ -7,6 +7,11 @@
 //     so the *_pre_rope names on rotary families (a model without them refuses the alias, naming
 //     the missing name); GPT-2 has no rotary. Its [pos, head, d_head] is our [head, seq, d_head];
 //   - mlp.hook_post: what the down projection receives (mlp_neurons: act(gate) * up when gated);
+//   - hook_embed: the token embedding (Gemma 2: times sqrt(hidden), which TransformerLens folds
+//     into W_E and Hugging Face's Gemma 2 applies after the embedding: layers.0.layer_input);
+//   - ln1/ln2.hook_normalized, mlp.hook_pre, attn.hook_result: values harvest does not compute
+//     (before the norm's weight; before the activation; each head after W_O): refused, naming the
+//     nearest value harvest has;
 //   - module paths: the module's own output (the block, self_attn, mlp).
 #include "model/aliases.h"
 
@@ -46,6 +51,20 @@ static const struct alias_row rows[] = {
     {"blocks.{i}.attn.hook_attn_scores", "layers.{i}.attention_scores", NULL, NULL, NULL},
     {"blocks.{i}.mlp.hook_post", "layers.{i}.mlp_neurons", NULL, NULL, NULL},
     {"ln_final.hook_normalized", "final_norm_output", NULL, NULL, NULL},
+    {"hook_embed", "layers.0.layer_input", "gemma2", NULL, NULL},
+    {"hook_embed", "token_embeddings", NULL, NULL, NULL},
+    {"blocks.{i}.ln1.hook_normalized", NULL, NULL, NULL,
+     "TransformerLens's hook_normalized is before the norm's weight; harvest has the norm's "
+     "output after it: layers.{i}.attention_norm_output"},
+    {"blocks.{i}.ln2.hook_normalized", NULL, NULL, NULL,
+     "TransformerLens's hook_normalized is before the norm's weight; harvest has the norm's "
+     "output after it: layers.{i}.mlp_norm_output"},
+    {"blocks.{i}.mlp.hook_pre", NULL, NULL, NULL,
+     "the MLP's pre-activation, which harvest does not store; it has layers.{i}.mlp_activation "
+     "(after the activation)"},
+    {"blocks.{i}.attn.hook_result", NULL, NULL, NULL,
+     "each head's output after W_O, which harvest does not compute; it has "
+     "layers.{i}.attention_head_outputs (before W_O), layers.{i}.attention_output (the sum)"},
     // Hugging Face module paths (nnsight, sparsify): the module's output
     {"transformer.h.{i}", "layers.{i}.layer_output", "gpt2", NULL, NULL},
     {"transformer.h.{i}.attn", "layers.{i}.attention_output", "gpt2", NULL, NULL},
@@ -90,13 +109,17 @@ static bool match(const char *pattern, const char *name, char *num) {
     return true;
 }
 
-// pattern with "{i}" replaced by num, into out
+// pattern with every "{i}" replaced by num, into out (cut at cap - 1 bytes)
 static void expand(const char *pattern, const char *num, char *out, size_t cap) {
-    const char *at = strstr(pattern, "{i}");
-    if (!at)
-        snprintf(out, cap, "%s", pattern);
-    else
-        snprintf(out, cap, "%.*s%s%s", (int)(at - pattern), pattern, num, at + 3);
+    size_t n = 0;
+    out[0] = '\0';
+    for (const char *p = pattern, *at; n + 1 < cap && *p; p = at + 3) {
+        at = strstr(p, "{i}");
+        int k = snprintf(out + n, cap - n, "%.*s%s", (int)(at ? at - p : (long)strlen(p)), p,
+                         at ? num : "");
+        n += k < 0 ? 0 : (size_t)k;
+        if (!at || n >= cap) break;
+    }
 }
 
 // the first row holding for family whose alias pattern is r's (r decides for its aliases iff it
@@ -113,7 +136,7 @@ int alias_resolve(const char *family, const char *name, char *canon, size_t cap)
         const struct alias_row *r = &rows[k];
         if (!holds(r, family) || !match(r->alias, name, num)) continue;
         if (!r->canonical) {
-            snprintf(canon, cap, "%s", r->why);
+            expand(r->why, num, canon, cap);
             return -1;
         }
         expand(r->canonical, num, canon, cap);

@@ -130,6 +130,11 @@ for label, acts, needles in [
         ("gpt2_path", ["transformer.h.1"], ['"transformer.h.1" matches no activation']),
         ("two_aliases", ["blocks.1.hook_resid_post", "model.layers.1"],
          ['"blocks.1.hook_resid_post" and "model.layers.1" are both "layers.1.layer_output"']),
+        ("tl_normalized", ["blocks.1.ln2.hook_normalized"],
+         ['"blocks.1.ln2.hook_normalized"', "before the norm's weight", "layers.1.mlp_norm_output"]),
+        ("tl_result", ["blocks.0.attn.hook_result"],
+         ["after W_O", "layers.0.attention_head_outputs", "layers.0.attention_output"]),
+        ("tl_hook_pre", ["blocks.1.mlp.hook_pre"], ["pre-activation", "layers.1.mlp_activation"]),
         ("alias_and_glob", ["layers.1.*", "blocks.1.hook_resid_post"],
          ['"blocks.1.hook_resid_post" is an alias of "layers.1.layer_output", which a name or glob']),
 ]:

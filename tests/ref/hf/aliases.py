@@ -22,6 +22,15 @@ name is the one whose value is what the alias's own library reads there:
   `attn.hook_pattern` the probabilities, `attn.hook_attn_scores` the scaled, soft-capped, masked
   scores; `mlp.hook_post` the input of the down projection (`mlp_neurons`; TransformerLens's gated
   MLP hooks `act(gate) * up` there); `ln_final.hook_normalized` is `final_norm_output`.
+- `hook_embed` is the token embedding, `token_embeddings`; for Gemma 2 TransformerLens folds the
+  sqrt(hidden_size) scale into W_E while Hugging Face's Gemma 2 embedding returns it unscaled and
+  the model multiplies after: the scaled value is `layers.0.layer_input` (Gemma 3's embedding
+  module scales itself, so its `token_embeddings` is already TransformerLens's hook_embed).
+- `ln1.hook_normalized` / `ln2.hook_normalized` are the stream normalised *before* the norm's
+  weight (TransformerLens's LayerNorm/RMSNorm hook it before `* w + b`, and with its default
+  fold_ln the weight is folded away); `mlp.hook_pre` is the MLP's pre-activation (`x @ W_gate` or
+  `x @ W_in + b_in`); `attn.hook_result` is each head's output after W_O. The references compute
+  none of these: the aliases map to None (refused, naming the nearest value).
 - Module paths read the module's own output: `model.layers.{i}` the block (`layer_output`),
   `model.layers.{i}.self_attn` the attention module (`attention_output`, before Gemma's post norm),
   `model.layers.{i}.mlp` the MLP module (`mlp_output`); GPT-2 `transformer.h.{i}`, `.attn`, `.mlp`;
@@ -40,7 +49,8 @@ def aliases(cfg):
     gemma = fam.startswith("gemma")
     parallel = fam == "gpt_neox" and r.get("use_parallel_residual", True)
     rot = fam in ROTARY
-    out = {"ln_final.hook_normalized": "final_norm_output"}
+    out = {"ln_final.hook_normalized": "final_norm_output",
+           "hook_embed": "layers.0.layer_input" if fam == "gemma2" else "token_embeddings"}
     for i in range(L):
         b, c = f"blocks.{i}.", f"layers.{i}."
         out.update({
@@ -56,6 +66,10 @@ def aliases(cfg):
             b + "attn.hook_pattern": c + "attention_probabilities",
             b + "attn.hook_attn_scores": c + "attention_scores",
             b + "mlp.hook_post": c + "mlp_neurons",
+            b + "ln1.hook_normalized": None,
+            b + "ln2.hook_normalized": None,
+            b + "mlp.hook_pre": None,
+            b + "attn.hook_result": None,
         })
         if fam == "gpt2":
             for pre in (f"transformer.h.{i}", f"h.{i}"):
