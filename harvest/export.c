@@ -171,7 +171,7 @@ static int plan_build(struct xplan *pl, const struct xsrc *s, const struct xopts
                 unit_hash((uint64_t)o->seed ^ VAL_KEY, (uint64_t)s->source_index[p]) < o->val;
         pl->val[p] = (uint8_t)v;
         pl->off[p] = s->done[p] ? pl->n[v] : -1;
-        if (s->done[p]) pl->n[v] += s->length[p], pl->prompts[v]++;
+        if (s->done[p]) pl->n[v] += s->rows[p], pl->prompts[v]++;
     }
     pl->row_bytes = 4 * sizeof(int64_t);
     for (int i = 0; i < s->n_names; i++)
@@ -326,8 +326,10 @@ static int gather(struct xsrc *s, const struct xplan *pl, const int *slot_of, st
         for (p = p0; p < p1; p++) {
             if (pl->off[p] < 0) continue;
             int v = pl->val[p];
-            for (int64_t pos = 0; pos < s->length[p]; pos++) {
-                int64_t pi = (int64_t)feistel_map(&pl->perm[v], (uint64_t)(pl->off[p] + pos));
+            const uint8_t *sel = s->sel ? s->sel + s->token_offset[p] - s->t0 : NULL;
+            for (int64_t pos = 0, j = pl->off[p]; pos < s->length[p]; pos++) {
+                if (sel && !sel[pos]) continue; // "select", prompt layout: chosen tokens only
+                int64_t pi = (int64_t)feistel_map(&pl->perm[v], (uint64_t)j++);
                 int64_t sh = pi / pl->st, g = v ? pl->shards[0] + sh : sh;
                 if (slot_of[g] >= 0) place_token(&bufs[slot_of[g]], pi - sh * pl->st, s, p, pos);
             }

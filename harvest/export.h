@@ -39,11 +39,14 @@ struct xsrc {
     const char *path; // borrowed
     hid_t f, ids_ds;  // the master, its /tokens/input_ids
     hid_t pos_ds;     // /tokens/position of a token layout written with "select", else -1
+    hid_t sel_ds;     // /tokens/selected of a prompt layout written with "select", else -1
     bool token_layout;
     int64_t n_prompts, n_tokens;
     int64_t *source_index; // (n_prompts) owned
     int64_t *length;       // (n_prompts) owned
     int64_t *token_offset; // (n_prompts) owned
+    int64_t *rows;         // (n_prompts) tokens the export takes of each prompt: its length, or
+                           // under sel_ds its selected ones; owned
     uint8_t *done;         // (n_prompts) 1 if every dataset of the output holds the prompt
     int64_t complete, prompts_done;
     uint64_t data_checksum; // the source's identification (root attribute data_checksum)
@@ -55,6 +58,7 @@ struct xsrc {
     void **blk;          // (n_names) raw stored rows of the block; owned
     int64_t *ids;        // (t1 - t0) input ids of the block; owned
     int64_t *pos;        // (t1 - t0) their positions in the prompt (pos_ds), else NULL; owned
+    uint8_t *sel;        // (t1 - t0) their /tokens/selected (sel_ds), else NULL; owned
     int64_t blk_prompts; // capacity, prompt layout: prompts; token layout: tokens (in rows)
     void *row;           // one gathered token row (prompt layout); owned
 };
