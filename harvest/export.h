@@ -50,6 +50,8 @@ struct xsrc {
     uint8_t *done;         // (n_prompts) 1 if every dataset of the output holds the prompt
     int64_t complete, prompts_done;
     uint64_t data_checksum; // the source's identification (root attribute data_checksum)
+    uint64_t weights_sum;   // FNV-1a of the provenance's model_fingerprint text (0: none)
+    uint64_t job_sum;       // FNV-1a of the root attribute job (0: none)
     char storage[32];       // root attribute storage_dtype
     struct xname *names;    // (n_names) owned
     int n_names;
@@ -85,6 +87,7 @@ struct xshard_meta {
     const char *split; // "train" or "val"
     int64_t shard, n_tokens, first_position, seed;
     uint64_t data_checksum;
+    uint64_t export_id; // the manifest's checksum: which export the shard belongs to
     double val_fraction;
 };
 
@@ -100,14 +103,15 @@ int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens);
 void xshard_free(struct xshard *b, int n_names);
 // Writes b to dir/file through dir/file.tmp (fsynced, then renamed): contiguous datasets
 // /activations/NAME and /tokens/{input_ids, prompt_index, position, source_index}, with
-// attributes (README "Training shards"), and the checksum of their bytes; the source's
+// attributes (README "Training shards"), and the checksum of their bytes (*sum); the source's
 // /stats/NAME of the exported names, when it has them, copied into /stats/NAME.
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
-                 const struct xshard_meta *m, struct ah_error *err);
-// 1 if dir/file is a finished shard matching m and s's names (shapes and checksum), 0 if absent or
-// not (then it is rewritten). Reads at most buf_bytes at a time.
+                 const struct xshard_meta *m, uint64_t *sum, struct ah_error *err);
+// 1 if dir/file is a finished shard matching m (split, shard, size, seed, source, export_id) and
+// s's names (shapes and checksum; its checksum in *sum), 0 if absent or not (then it is
+// rewritten). Reads at most buf_bytes at a time.
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
-                  const struct xshard_meta *m, size_t buf_bytes);
+                  const struct xshard_meta *m, size_t buf_bytes, uint64_t *sum);
 
 // ---- probe datasets (export_probe.c) ----
 // Writes dir/probe.h5 (through probe.h5.tmp, fsynced, renamed): for every prompt s->done holds,

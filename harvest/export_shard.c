@@ -88,6 +88,7 @@ static herr_t put_meta(hid_t f, const struct xshard_meta *m, uint64_t sum) {
         r = h5attr_put_num(f, "source_data_checksum", H5T_STD_U64LE, H5T_STD_U64LE,
                            &m->data_checksum);
     if (r >= 0) r = h5attr_put_num(f, "checksum", H5T_STD_U64LE, H5T_STD_U64LE, &sum);
+    if (r >= 0) r = h5attr_put_num(f, "export_id", H5T_STD_U64LE, H5T_STD_U64LE, &m->export_id);
     return r;
 }
 
@@ -155,14 +156,15 @@ static herr_t copy_stats(hid_t f, const struct xsrc *s, hid_t gcpl) {
 }
 
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
-                 const struct xshard_meta *m, struct ah_error *err) {
+                 const struct xshard_meta *m, uint64_t *sum, struct ah_error *err) {
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
     H5Pset_obj_track_times(gcpl, 0);
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
-    herr_t r = f < 0 ? -1 : put_meta(f, m, shard_checksum(b, s));
+    *sum = shard_checksum(b, s);
+    herr_t r = f < 0 ? -1 : put_meta(f, m, *sum);
     if (r >= 0) r = (g = H5Gcreate2(f, "activations", H5P_DEFAULT, gcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
     for (int i = 0; r >= 0 && i < s->n_names; i++)
         r = put_dset(g, s->names[i].name, &s->names[i], b->n_tokens, b->act[i]);
@@ -213,7 +215,7 @@ static int hash_dset(hid_t d, int64_t n, size_t row_bytes, void *buf, size_t buf
 }
 
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
-                  const struct xshard_meta *m, size_t buf_bytes) {
+                  const struct xshard_meta *m, size_t buf_bytes, uint64_t *sum_out) {
     char path[4200], name[300];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     if (access(path, R_OK) != 0) return 0;
@@ -226,8 +228,11 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
     void *buf = malloc(buf_bytes);
     hid_t f = buf ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
     int64_t n = -1, shard = -1, seed = -1;
-    uint64_t sum = 0, src = 0, h = FNV64_INIT;
-    int ok = f >= 0 && h5attr_get_num(f, "n_tokens", H5T_NATIVE_INT64, &n) == 0 &&
+    uint64_t sum = 0, src = 0, id = 0, h = FNV64_INIT;
+    char *split = f >= 0 ? h5attr_get_str(f, "split") : NULL;
+    int ok = f >= 0 && split && !strcmp(split, m->split) &&
+             h5attr_get_num(f, "export_id", H5T_NATIVE_UINT64, &id) == 0 && id == m->export_id &&
+             h5attr_get_num(f, "n_tokens", H5T_NATIVE_INT64, &n) == 0 &&
              h5attr_get_num(f, "shard", H5T_NATIVE_INT64, &shard) == 0 &&
              h5attr_get_num(f, "seed", H5T_NATIVE_INT64, &seed) == 0 &&
              h5attr_get_num(f, "checksum", H5T_NATIVE_UINT64, &sum) == 0 &&
@@ -248,6 +253,8 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
         if (ok && x) ok = has_stats(s->f, x->name) == has_stats(f, x->name);
     }
     if (f >= 0) H5Fclose(f);
+    free(split);
     free(buf);
+    *sum_out = sum;
     return ok && h == sum;
 }

@@ -3,6 +3,7 @@
 // no conversion; the virtual datasets map them onto the segment files).
 #define _POSIX_C_SOURCE 200809L // defines: strdup, strtok_r, access
 #include "harvest/export.h"
+#include "io/feistel.h"
 #include "io/h5attr.h"
 #include "io/halfconv.h"
 #include "model/tap.h"
@@ -323,6 +324,21 @@ static int open_selected(struct xsrc *s, struct ah_error *err) {
     return ok ? 0 : ah_fail(err, AH_EIO, "%s: cannot read /tokens/selected", s->path);
 }
 
+// FNV-1a of a string attribute's text, or of a JSON member of it (member NULL: the whole text);
+// 0 when absent
+static uint64_t text_sum(hid_t f, const char *attr, const char *member) {
+    char *text = H5Aexists(f, attr) > 0 ? h5attr_get_str(f, attr) : NULL, *part = NULL;
+    cJSON *o = text && member ? cJSON_Parse(text) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, member);
+    if (m) part = cJSON_PrintUnformatted(m);
+    const char *t = member ? part : text;
+    uint64_t h = t ? fnv64_words(FNV64_INIT, t, strlen(t)) : 0;
+    free(part);
+    cJSON_Delete(o);
+    free(text);
+    return h;
+}
+
 int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkind dst,
               int64_t block_bytes, struct ah_error *err) {
     memset(s, 0, sizeof *s);
@@ -340,6 +356,8 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
     if (h5attr_get_num(s->f, "data_checksum", H5T_NATIVE_INT64, &sum) < 0)
         return ah_fail(err, AH_EFORMAT, "%s: no data_checksum attribute", path);
     s->data_checksum = (uint64_t)sum;
+    s->weights_sum = text_sum(s->f, "provenance", "model_fingerprint");
+    s->job_sum = text_sum(s->f, "job", NULL);
     char *st = h5attr_get_str(s->f, "storage_dtype");
     snprintf(s->storage, sizeof s->storage, "%s", st ? st : "float32");
     free(st);
