@@ -594,6 +594,16 @@ static int export_finish(const struct xplan *pl, const struct xsrc *s, const str
     return rc;
 }
 
+// A shard whose HDF5 close failed (disk full) stays open inside HDF5, whose shutdown hook (at
+// MPI_Finalize or exit) would trip over it: nothing of it is listed, so leave at once.
+static void leave_if_stuck(int code, int size, struct outlock *lock) {
+    if (!xshard_stuck()) return;
+    outlock_release(lock);
+    fflush(NULL);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, code ? code : 2);
+    _exit(code ? code : 2);
+}
+
 // Every rank's exit code; a failing rank prints its own message unless rank 0 failed too (then
 // rank 0's message, the same on every rank for a bad input, is the one shown).
 static int agree(int rc, const struct ah_error *err, int rank, int size) {
@@ -627,6 +637,7 @@ int cmd_export(int argc, char **argv) {
     double t0 = now_seconds();
     if (o.probe) { // one file: rank 0 alone
         int code = agree(rank == 0 ? export_probe(&o, &err) : 0, &err, rank, size);
+        leave_if_stuck(code, size, &lock);
         MPI_Finalize();
         return code;
     }
@@ -642,6 +653,7 @@ int cmd_export(int argc, char **argv) {
                     o.dir);
         rc = write_shards(&s, &pl, &o, rank, size, &counts[0], &counts[1], sums, &err);
         code = agree(rc, &err, rank, size);
+        leave_if_stuck(code, size, &lock);
         MPI_Reduce(counts, total, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     }
     if (code == 0) code = agree(export_finish(&pl, &s, &o, rank, sums, &err), &err, rank, size);

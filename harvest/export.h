@@ -104,7 +104,9 @@ void xshard_free(struct xshard *b, int n_names);
 // Writes b to dir/file through dir/file.tmp (fsynced, then renamed): contiguous datasets
 // /activations/NAME and /tokens/{input_ids, prompt_index, position, source_index}, with
 // attributes (README "Training shards"), and the checksum of their bytes (*sum); the source's
-// /stats/NAME of the exported names, when it has them, copied into /stats/NAME.
+// /stats/NAME of the exported names, when it has them, copied into /stats/NAME. The file's
+// space is reserved first (a full disk fails before HDF5 writes); on failure the temporary is
+// removed.
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
                  const struct xshard_meta *m, uint64_t *sum, struct ah_error *err);
 // 1 if dir/file is a finished shard matching m (split, shard, size, seed, source, export_id) and
@@ -112,6 +114,10 @@ int xshard_write(const char *dir, const char *file, const struct xshard *b, cons
 // rewritten). Reads at most buf_bytes at a time.
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
                   const struct xshard_meta *m, size_t buf_bytes, uint64_t *sum);
+// true once an HDF5 file of the export failed to close (disk full): HDF5 still holds it, and
+// its shutdown would crash on it; the command then leaves without MPI_Finalize.
+bool xshard_stuck(void);
+void xshard_set_stuck(void);
 
 // ---- probe datasets (export_probe.c) ----
 // Writes dir/probe.h5 (through probe.h5.tmp, fsynced, renamed): for every prompt s->done holds,
