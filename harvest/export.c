@@ -584,14 +584,9 @@ static int export_plan(struct xsrc *s, struct xplan *pl, const struct xopts *o, 
 // Every shard's checksum to rank 0, which finishes the manifest with them.
 static int export_finish(const struct xplan *pl, const struct xsrc *s, const struct xopts *o,
                          int rank, uint64_t *sums, struct ah_error *err) {
-    int64_t G = pl->shards[0] + pl->shards[1];
-    uint64_t *all = rank == 0 ? calloc((size_t)G + 1, sizeof *all) : NULL;
-    MPI_Reduce(sums, all, (int)G, MPI_UINT64_T, MPI_BOR, 0, MPI_COMM_WORLD);
-    int rc = 0;
-    if (rank == 0)
-        rc = all ? finish_manifest(pl, s, o, all, err) : ah_fail(err, AH_ENOMEM, "out of memory");
-    free(all);
-    return rc;
+    int G = (int)(pl->shards[0] + pl->shards[1]); // each shard is one rank's: the others hold 0
+    MPI_Reduce(rank == 0 ? MPI_IN_PLACE : sums, sums, G, MPI_UINT64_T, MPI_BOR, 0, MPI_COMM_WORLD);
+    return rank == 0 ? finish_manifest(pl, s, o, sums, err) : 0;
 }
 
 // A shard whose HDF5 close failed (disk full) stays open inside HDF5, whose shutdown hook (at
@@ -645,8 +640,8 @@ int cmd_export(int argc, char **argv) {
     int code = agree(rc, &err, rank, size);
     int64_t counts[2] = {0, 0}, total[2] = {0, 0}; // shards kept, written
     uint64_t *sums = code == 0 ? calloc((size_t)(pl.shards[0] + pl.shards[1]) + 1, 8) : NULL;
-    if (code == 0 && !sums)
-        code = agree(ah_fail(&err, AH_ENOMEM, "out of memory"), &err, rank, size);
+    if (code == 0) // collective: every rank's allocation
+        code = agree(sums ? 0 : ah_fail(&err, AH_ENOMEM, "out of memory"), &err, rank, size);
     if (code == 0) {
         if (resumed && rank == 0 && !o.quiet)
             fprintf(stderr, "export: %s holds this export already: finished shards are kept\n",
