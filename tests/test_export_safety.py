@@ -161,6 +161,12 @@ try:
     check(False, "the reader reads a manifest marked unfinished")
 except ValueError as e:
     check("not finished" in str(e), f"unfinished: {e}")
+os.remove(f"{work}/a_v/train-00002.h5")
+try:
+    hd.Shards(f"{work}/a_v").rows("x")
+    check(False, "the reader reads an export with a shard missing")
+except ValueError as e:
+    check("train-00002.h5" in str(e) and "missing" in str(e), f"a shard missing: {e}")
 print("item 4: the reader refuses shards that are not the manifest's", flush=True)
 
 # ---- item 7: a prompt-layout output written with select --------------------------------------

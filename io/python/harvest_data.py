@@ -122,6 +122,9 @@ class Shards:
             elif "finished" in m:
                 raise ValueError(f"{mf}: no checksum for {e['file']}: the manifest is damaged; "
                                  f"export again into a fresh folder")
+            if not os.path.exists(fn):
+                raise ValueError(f"{fn}: missing (listed in {mf}): run the same `harvest export` "
+                                 f"command again to write it")
             with h5py.File(fn, "r") as f:
                 for key, v in want.items():
                     got = f.attrs.get(key)
