@@ -11,6 +11,8 @@
 #include "harvest/export.h"
 #include "harvest/harvest.h"
 #include "io/feistel.h"
+#include "io/fsutil.h"
+#include "io/outlock.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -44,6 +46,7 @@ struct xplan {
     int64_t shards[2]; // shards of train, val; shard g >= shards[0] is val shard g - shards[0]
     size_t row_bytes;  // a token's bytes in a shard: every name's row and the four columns
     struct feistel perm[2];
+    uint64_t export_id; // FNV-1a of the manifest (unfinished): every shard's attribute export_id
 };
 
 static const char *const split_name[2] = {"train", "val"};
@@ -171,7 +174,7 @@ static int plan_build(struct xplan *pl, const struct xsrc *s, const struct xopts
                 unit_hash((uint64_t)o->seed ^ VAL_KEY, (uint64_t)s->source_index[p]) < o->val;
         pl->val[p] = (uint8_t)v;
         pl->off[p] = s->done[p] ? pl->n[v] : -1;
-        if (s->done[p]) pl->n[v] += s->length[p], pl->prompts[v]++;
+        if (s->done[p]) pl->n[v] += s->rows[p], pl->prompts[v]++;
     }
     pl->row_bytes = 4 * sizeof(int64_t);
     for (int i = 0; i < s->n_names; i++)
@@ -199,22 +202,49 @@ static int plan_build(struct xplan *pl, const struct xsrc *s, const struct xopts
 // ----------------------------------------------------------------------------
 // manifest.json
 
-static cJSON *manifest(const struct xplan *pl, const struct xsrc *s, const struct xopts *o) {
-    cJSON *m = cJSON_CreateObject(), *src = cJSON_CreateObject(), *names = cJSON_CreateArray();
-    char hex[32], file[64];
+static void add_hex(cJSON *o, const char *key, uint64_t v) {
+    char hex[32];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)v);
+    cJSON_AddStringToObject(o, key, hex);
+}
+
+// where the exported rows come from: (prompt, source_index, token_offset, tokens taken) of every
+// exported prompt
+static uint64_t rows_checksum(const struct xplan *pl, const struct xsrc *s) {
+    uint64_t h = FNV64_INIT;
+    for (int64_t p = 0; p < s->n_prompts; p++) {
+        if (pl->off[p] < 0) continue;
+        int64_t w[4] = {p, s->source_index[p], s->token_offset[p], s->rows[p]};
+        h = fnv64_words(h, w, sizeof w);
+    }
+    return h;
+}
+
+// the source, by what decides the shards' content: the data, the weights, the job, the rows
+static cJSON *manifest_source(const struct xplan *pl, const struct xsrc *s, const struct xopts *o) {
+    cJSON *src = cJSON_CreateObject();
     const char *slash = strrchr(o->src, '/');
-    cJSON_AddStringToObject(m, "format", "harvest-shards");
-    cJSON_AddNumberToObject(m, "format_version", 1);
     cJSON_AddStringToObject(src, "file", slash ? slash + 1 : o->src);
-    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)s->data_checksum);
-    cJSON_AddStringToObject(src, "data_checksum", hex);
+    add_hex(src, "data_checksum", s->data_checksum);
+    add_hex(src, "weights_fingerprint", s->weights_sum);
+    add_hex(src, "job_checksum", s->job_sum);
+    add_hex(src, "rows_checksum", rows_checksum(pl, s));
     cJSON_AddNumberToObject(src, "complete", (double)s->complete);
     cJSON_AddNumberToObject(src, "prompts", (double)s->n_prompts);
     cJSON_AddNumberToObject(src, "tokens", (double)s->n_tokens);
     cJSON_AddNumberToObject(src, "prompts_exported", (double)(pl->prompts[0] + pl->prompts[1]));
     cJSON_AddStringToObject(src, "layout", s->token_layout ? "token" : "prompt");
     cJSON_AddStringToObject(src, "storage_dtype", s->storage);
-    cJSON_AddItemToObject(m, "source", src);
+    return src;
+}
+
+static cJSON *manifest(const struct xplan *pl, const struct xsrc *s, const struct xopts *o) {
+    cJSON *m = cJSON_CreateObject(), *names = cJSON_CreateArray();
+    char file[64];
+    cJSON_AddStringToObject(m, "format", "harvest-shards");
+    cJSON_AddNumberToObject(m, "format_version", 1);
+    cJSON_AddFalseToObject(m, "finished"); // true once every shard is there (with its checksum)
+    cJSON_AddItemToObject(m, "source", manifest_source(pl, s, o));
     cJSON_AddNumberToObject(m, "seed", (double)o->seed);
     cJSON_AddNumberToObject(m, "val_fraction", o->val);
     cJSON_AddStringToObject(m, "dtype", o->dtype == XK_I64 ? s->storage : xkind_name(o->dtype));
@@ -252,46 +282,136 @@ static cJSON *manifest(const struct xplan *pl, const struct xsrc *s, const struc
     return m;
 }
 
-// Rank 0: makes DIR, or checks that the export already there is this one; writes manifest.json
-// (through a temporary, fsynced and renamed) before any shard.
-static int prepare_dir(const char *dir, const cJSON *want, bool *resumed, struct ah_error *err) {
-    char path[4200], tmp[4210];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return ah_fail(err, AH_EIO, "%s: cannot create the folder: %s", dir, strerror(errno));
-    char *text = NULL;
-    *resumed = false;
-    if (access(path, F_OK) == 0) {
-        int rc = ah_read_file(path, &text, err);
-        if (rc < 0) return rc;
-        cJSON *have = cJSON_Parse(text);
-        free(text);
-        const cJSON *it;
-        const char *diff = have ? NULL : "(unreadable JSON)";
-        cJSON_ArrayForEach(it, want) {
-            if (!diff &&
-                !cJSON_Compare(it, cJSON_GetObjectItemCaseSensitive(have, it->string), true))
-                diff = it->string;
-        }
-        if (diff)
-            rc = ah_fail(err, AH_EEXIST,
-                         "%s: the folder holds a different export (\"%s\" differs); give another "
-                         "--shards folder or remove this one",
-                         path, diff);
-        cJSON_Delete(have);
-        *resumed = rc == 0;
-        return rc;
+// a copy of have's splits without the shards' checksums (added when the export finished)
+static cJSON *bare_splits(const cJSON *have) {
+    cJSON *c = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(have, "splits"), true), *sp, *e;
+    cJSON_ArrayForEach(sp, c) {
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(sp, "shards"))
+            cJSON_DeleteItemFromObjectCaseSensitive(e, "checksum");
     }
-    text = cJSON_Print(want);
+    return c;
+}
+
+// The first key of want that have holds otherwise ("source.KEY" inside the source) into buf, or
+// NULL when they agree ("finished" and the shards' checksums aside).
+static const char *manifest_diff(const cJSON *want, const cJSON *have, char *buf, size_t n) {
+    if (!cJSON_IsObject(have)) return "(unreadable JSON)";
+    const cJSON *it, *sub;
+    cJSON_ArrayForEach(it, want) {
+        if (!strcmp(it->string, "finished")) continue;
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(have, it->string);
+        cJSON *bare = !strcmp(it->string, "splits") ? bare_splits(have) : NULL;
+        bool same = cJSON_Compare(it, bare ? bare : h, true);
+        cJSON_Delete(bare);
+        if (same) continue;
+        snprintf(buf, n, "%s", it->string);
+        const cJSON *within = !strcmp(it->string, "source") && cJSON_IsObject(h) ? it : NULL;
+        cJSON_ArrayForEach(sub, within) {
+            if (!cJSON_Compare(sub, cJSON_GetObjectItemCaseSensitive(h, sub->string), true)) {
+                snprintf(buf, n, "source.%s", sub->string);
+                break;
+            }
+        }
+        return buf;
+    }
+    return NULL;
+}
+
+// what a differing key says about the folder's export
+static const char *diff_hint(const char *key, const cJSON *have) {
+    const cJSON *src = cJSON_GetObjectItemCaseSensitive(have, "source");
+    if (!strncmp(key, "source.", 7) && !cJSON_GetObjectItemCaseSensitive(src, key + 7))
+        return ": the folder's manifest has none (written by an earlier harvest)";
+    return !strcmp(key, "source.weights_fingerprint")
+               ? ": the output was written by other weights since that export"
+           : !strcmp(key, "source.job_checksum")
+               ? ": the output was written by another job since that export"
+           : !strcmp(key, "source.data_checksum") ? ": the output was written from other data"
+           : !strcmp(key, "source.rows_checksum")
+               ? ": the output's prompts are not those that export took"
+               : "";
+}
+
+// path written whole from m: through path.tmp, fsynced, renamed (and the folder fsynced)
+static int write_json(const char *path, const cJSON *m, struct ah_error *err) {
+    char tmp[4210];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char *text = cJSON_Print(m);
     FILE *f = text ? fopen(tmp, "w") : NULL;
     int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 &&
              fsync(fileno(f)) == 0;
     if (f && fclose(f) != 0) ok = 0;
     free(text);
-    if (!ok || rename(tmp, path) != 0)
-        return ah_fail(err, AH_EIO, "%s: cannot write: %s", path, strerror(errno));
-    return 0;
+    if (ok && fs_replace(tmp, path) == 0) return 0;
+    int e = errno;
+    unlink(tmp);
+    return ah_fail(err, AH_EIO, "%s: cannot write: %s", path, strerror(e));
+}
+
+// Rank 0, holding DIR's lock: checks that the export already in DIR (if any) is this one, or
+// writes manifest.json (unfinished: no checksums) before any shard.
+static int prepare_dir(const char *dir, const cJSON *want, bool *resumed, struct ah_error *err) {
+    char path[4200], key[128];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    *resumed = false;
+    if (access(path, F_OK) != 0) return write_json(path, want, err);
+    char *text = NULL;
+    int rc = ah_read_file(path, &text, err);
+    if (rc < 0) return rc;
+    cJSON *have = cJSON_Parse(text);
+    free(text);
+    const char *diff = manifest_diff(want, have, key, sizeof key);
+    if (diff)
+        rc = ah_fail(err, AH_EEXIST,
+                     "%s: the folder holds a different export (\"%s\" differs%s), and its shards "
+                     "are not this export's: give another --shards folder, or remove this one and "
+                     "export again",
+                     path, diff, diff_hint(diff, have));
+    cJSON_Delete(have);
+    *resumed = rc == 0;
+    return rc;
+}
+
+// Rank 0, once every shard is there: manifest.json again, finished, with each shard's checksum
+// (the reader compares it with the shard's own).
+static int finish_manifest(const struct xplan *pl, const struct xsrc *s, const struct xopts *o,
+                           const uint64_t *sums, struct ah_error *err) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/manifest.json", o->dir);
+    cJSON *m = manifest(pl, s, o);
+    if (!m) return ah_fail(err, AH_ENOMEM, "out of memory");
+    cJSON_ReplaceItemInObjectCaseSensitive(m, "finished", cJSON_CreateTrue());
+    const cJSON *splits = cJSON_GetObjectItemCaseSensitive(m, "splits");
+    for (int k = 0; k < 2; k++) {
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(splits, split_name[k]);
+        cJSON *e;
+        int64_t j = 0;
+        cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(sp, "shards"))
+            add_hex(e, "checksum", sums[(k ? pl->shards[0] : 0) + j++]);
+    }
+    int rc = write_json(path, m, err);
+    cJSON_Delete(m);
+    return rc;
+}
+
+// Rank 0: makes DIR and takes its lock (DIR/export.lock, as `run` locks its output), so that
+// two exports never write one folder at once.
+static int lock_dir(const char *dir, struct outlock *l, struct ah_error *err) {
+    char base[4200];
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return ah_fail(err, AH_EIO, "%s: cannot create the folder: %s", dir, strerror(errno));
+    snprintf(base, sizeof base, "%s/export", dir);
+    int rc = outlock_take(l, base, err);
+    if (rc != -AH_EEXIST) return rc;
+    struct ah_error e2 = {0};
+    char *who = NULL;
+    if (ah_read_file(l->path, &who, &e2) == 0) who[strcspn(who, "\n")] = 0;
+    rc = ah_fail(err, AH_EEXIST,
+                 "%s: the folder is in use by another harvest export (host and PID: %s; lock "
+                 "file %s); wait for it to end, or give another folder",
+                 dir, who && who[0] ? who : "unknown", l->path);
+    free(who);
+    return rc;
 }
 
 // ----------------------------------------------------------------------------
@@ -326,8 +446,10 @@ static int gather(struct xsrc *s, const struct xplan *pl, const int *slot_of, st
         for (p = p0; p < p1; p++) {
             if (pl->off[p] < 0) continue;
             int v = pl->val[p];
-            for (int64_t pos = 0; pos < s->length[p]; pos++) {
-                int64_t pi = (int64_t)feistel_map(&pl->perm[v], (uint64_t)(pl->off[p] + pos));
+            const uint8_t *sel = s->sel ? s->sel + s->token_offset[p] - s->t0 : NULL;
+            for (int64_t pos = 0, j = pl->off[p]; pos < s->length[p]; pos++) {
+                if (sel && !sel[pos]) continue; // "select", prompt layout: chosen tokens only
+                int64_t pi = (int64_t)feistel_map(&pl->perm[v], (uint64_t)j++);
                 int64_t sh = pi / pl->st, g = v ? pl->shards[0] + sh : sh;
                 if (slot_of[g] >= 0) place_token(&bufs[slot_of[g]], pi - sh * pl->st, s, p, pos);
             }
@@ -351,13 +473,15 @@ static struct xshard_meta shard_meta(const struct xplan *pl, const struct xopts 
                                 .first_position = k * pl->st,
                                 .seed = o->seed,
                                 .data_checksum = s->data_checksum,
+                                .export_id = pl->export_id,
                                 .val_fraction = o->val};
 }
 
 // This rank's shards (g % size == rank): those not already finished, in groups that fit the
-// memory budget, each group gathered in one pass and written.
+// memory budget, each group gathered in one pass and written; sums[g]: shard g's checksum.
 static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xopts *o, int rank,
-                        int size, int64_t *kept, int64_t *written, struct ah_error *err) {
+                        int size, int64_t *kept, int64_t *written, uint64_t *sums,
+                        struct ah_error *err) {
     int64_t G = pl->shards[0] + pl->shards[1], n_todo = 0;
     int64_t *todo = malloc((size_t)(G ? G : 1) * sizeof *todo);
     int *slot_of = malloc((size_t)(G ? G : 1) * sizeof *slot_of);
@@ -367,7 +491,7 @@ static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xop
     for (int64_t g = rank; rc == 0 && g < G; g += size) {
         struct xshard_meta m = shard_meta(pl, o, s, g);
         shard_file(file, sizeof file, g >= pl->shards[0], m.shard);
-        if (xshard_verify(o->dir, file, s, &m, 64 << 20))
+        if (xshard_verify(o->dir, file, s, &m, 64 << 20, &sums[g]))
             ++*kept;
         else
             todo[n_todo++] = g;
@@ -392,7 +516,7 @@ static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xop
         for (int64_t j = a; rc == 0 && j < b; j++) {
             struct xshard_meta m = shard_meta(pl, o, s, todo[j]);
             shard_file(file, sizeof file, todo[j] >= pl->shards[0], m.shard);
-            rc = xshard_write(o->dir, file, &bufs[j - a], s, &m, err);
+            rc = xshard_write(o->dir, file, &bufs[j - a], s, &m, &sums[todo[j]], err);
             if (rc == 0) ++*written;
             if (rc == 0 && !o->quiet && rank == 0)
                 fprintf(stderr, "export: %s written (%lld tokens; %lld of this rank's %lld)\n",
@@ -424,29 +548,55 @@ static int open_source(struct xsrc *s, const struct xopts *o, struct ah_error *e
     return rc;
 }
 
-// --probe DIR: rank 0 writes DIR/probe.h5 (export_probe.c)
+// --probe DIR: rank 0 writes DIR/probe.h5 (export_probe.c), holding DIR's lock
 static int export_probe(const struct xopts *o, struct ah_error *err) {
     struct xsrc s = {0};
+    struct outlock lock = {.fd = -1};
     int rc = open_source(&s, o, err);
+    if (rc == 0) rc = lock_dir(o->probe, &lock, err);
     unsigned pools = o->pools ? o->pools : rc == 0 ? xprobe_job_pools(s.f) : 0;
     if (rc == 0) rc = xprobe_write(&s, o->probe, pools ? pools : 3, o->names != NULL, err);
     if (rc == 0 && !o->quiet)
         fprintf(stderr, "export: %s/probe.h5: %lld prompts, %d names\n", o->probe,
                 (long long)xprobe_count(&s), s.n_names);
     xsrc_close(&s);
+    outlock_release(&lock);
     return rc;
 }
 
+// The plan on every rank (and the export's id: the manifest's checksum); rank 0 locks DIR and
+// writes or checks its manifest.
 static int export_plan(struct xsrc *s, struct xplan *pl, const struct xopts *o, int rank,
-                       bool *resumed, struct ah_error *err) {
+                       struct outlock *lock, bool *resumed, struct ah_error *err) {
     int rc = open_source(s, o, err);
     if (rc == 0) rc = plan_build(pl, s, o, err);
-    if (rc == 0 && rank == 0) {
-        cJSON *m = manifest(pl, s, o);
-        rc = m ? prepare_dir(o->dir, m, resumed, err) : ah_fail(err, AH_ENOMEM, "out of memory");
-        cJSON_Delete(m);
-    }
+    cJSON *m = rc == 0 ? manifest(pl, s, o) : NULL;
+    char *text = m ? cJSON_PrintUnformatted(m) : NULL;
+    if (rc == 0 && !text) rc = ah_fail(err, AH_ENOMEM, "out of memory");
+    if (rc == 0) pl->export_id = fnv64_words(FNV64_INIT, text, strlen(text));
+    if (rc == 0 && rank == 0) rc = lock_dir(o->dir, lock, err);
+    if (rc == 0 && rank == 0) rc = prepare_dir(o->dir, m, resumed, err);
+    free(text);
+    cJSON_Delete(m);
     return rc;
+}
+
+// Every shard's checksum to rank 0, which finishes the manifest with them.
+static int export_finish(const struct xplan *pl, const struct xsrc *s, const struct xopts *o,
+                         int rank, uint64_t *sums, struct ah_error *err) {
+    int G = (int)(pl->shards[0] + pl->shards[1]); // each shard is one rank's: the others hold 0
+    MPI_Reduce(rank == 0 ? MPI_IN_PLACE : sums, sums, G, MPI_UINT64_T, MPI_BOR, 0, MPI_COMM_WORLD);
+    return rank == 0 ? finish_manifest(pl, s, o, sums, err) : 0;
+}
+
+// A shard whose HDF5 close failed (disk full) stays open inside HDF5, whose shutdown hook (at
+// MPI_Finalize or exit) would trip over it: nothing of it is listed, so leave at once.
+static void leave_if_stuck(int code, int size, struct outlock *lock) {
+    if (!xshard_stuck()) return;
+    outlock_release(lock);
+    fflush(NULL);
+    if (size > 1) MPI_Abort(MPI_COMM_WORLD, code ? code : 2);
+    _exit(code ? code : 2);
 }
 
 // Every rank's exit code; a failing rank prints its own message unless rank 0 failed too (then
@@ -478,23 +628,31 @@ int cmd_export(int argc, char **argv) {
     struct xplan pl = {0};
     struct ah_error err = {0};
     bool resumed = false;
+    struct outlock lock = {.fd = -1};
     double t0 = now_seconds();
     if (o.probe) { // one file: rank 0 alone
         int code = agree(rank == 0 ? export_probe(&o, &err) : 0, &err, rank, size);
+        leave_if_stuck(code, size, &lock);
         MPI_Finalize();
         return code;
     }
-    int rc = export_plan(&s, &pl, &o, rank, &resumed, &err);
+    int rc = export_plan(&s, &pl, &o, rank, &lock, &resumed, &err);
     int code = agree(rc, &err, rank, size);
     int64_t counts[2] = {0, 0}, total[2] = {0, 0}; // shards kept, written
+    uint64_t *sums = code == 0 ? calloc((size_t)(pl.shards[0] + pl.shards[1]) + 1, 8) : NULL;
+    if (code == 0) // collective: every rank's allocation
+        code = agree(sums ? 0 : ah_fail(&err, AH_ENOMEM, "out of memory"), &err, rank, size);
     if (code == 0) {
         if (resumed && rank == 0 && !o.quiet)
             fprintf(stderr, "export: %s holds this export already: finished shards are kept\n",
                     o.dir);
-        rc = write_shards(&s, &pl, &o, rank, size, &counts[0], &counts[1], &err);
+        rc = write_shards(&s, &pl, &o, rank, size, &counts[0], &counts[1], sums, &err);
         code = agree(rc, &err, rank, size);
+        leave_if_stuck(code, size, &lock);
         MPI_Reduce(counts, total, 2, MPI_INT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
     }
+    if (code == 0) code = agree(export_finish(&pl, &s, &o, rank, sums, &err), &err, rank, size);
+    free(sums);
     if (code == 0 && rank == 0 && !o.quiet)
         fprintf(stderr,
                 "export: %s: %lld train shards (%lld tokens), %lld val shards (%lld tokens); %lld "
@@ -504,6 +662,7 @@ int cmd_export(int argc, char **argv) {
     free(pl.off);
     free(pl.val);
     xsrc_close(&s);
+    outlock_release(&lock);
     MPI_Finalize();
     return code;
 }

@@ -39,14 +39,19 @@ struct xsrc {
     const char *path; // borrowed
     hid_t f, ids_ds;  // the master, its /tokens/input_ids
     hid_t pos_ds;     // /tokens/position of a token layout written with "select", else -1
+    hid_t sel_ds;     // /tokens/selected of a prompt layout written with "select", else -1
     bool token_layout;
     int64_t n_prompts, n_tokens;
     int64_t *source_index; // (n_prompts) owned
     int64_t *length;       // (n_prompts) owned
     int64_t *token_offset; // (n_prompts) owned
+    int64_t *rows;         // (n_prompts) tokens the export takes of each prompt: its length, or
+                           // under sel_ds its selected ones; owned
     uint8_t *done;         // (n_prompts) 1 if every dataset of the output holds the prompt
     int64_t complete, prompts_done;
     uint64_t data_checksum; // the source's identification (root attribute data_checksum)
+    uint64_t weights_sum;   // FNV-1a of the provenance's model_fingerprint text (0: none)
+    uint64_t job_sum;       // FNV-1a of the root attribute job (0: none)
     char storage[32];       // root attribute storage_dtype
     struct xname *names;    // (n_names) owned
     int n_names;
@@ -55,6 +60,7 @@ struct xsrc {
     void **blk;          // (n_names) raw stored rows of the block; owned
     int64_t *ids;        // (t1 - t0) input ids of the block; owned
     int64_t *pos;        // (t1 - t0) their positions in the prompt (pos_ds), else NULL; owned
+    uint8_t *sel;        // (t1 - t0) their /tokens/selected (sel_ds), else NULL; owned
     int64_t blk_prompts; // capacity, prompt layout: prompts; token layout: tokens (in rows)
     void *row;           // one gathered token row (prompt layout); owned
 };
@@ -81,6 +87,7 @@ struct xshard_meta {
     const char *split; // "train" or "val"
     int64_t shard, n_tokens, first_position, seed;
     uint64_t data_checksum;
+    uint64_t export_id; // the manifest's checksum: which export the shard belongs to
     double val_fraction;
 };
 
@@ -96,14 +103,21 @@ int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens);
 void xshard_free(struct xshard *b, int n_names);
 // Writes b to dir/file through dir/file.tmp (fsynced, then renamed): contiguous datasets
 // /activations/NAME and /tokens/{input_ids, prompt_index, position, source_index}, with
-// attributes (README "Training shards"), and the checksum of their bytes; the source's
-// /stats/NAME of the exported names, when it has them, copied into /stats/NAME.
+// attributes (README "Training shards"), and the checksum of their bytes (*sum); the source's
+// /stats/NAME of the exported names, when it has them, copied into /stats/NAME. The file's
+// space is reserved first (a full disk fails before HDF5 writes); on failure the temporary is
+// removed.
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
-                 const struct xshard_meta *m, struct ah_error *err);
-// 1 if dir/file is a finished shard matching m and s's names (shapes and checksum), 0 if absent or
-// not (then it is rewritten). Reads at most buf_bytes at a time.
+                 const struct xshard_meta *m, uint64_t *sum, struct ah_error *err);
+// 1 if dir/file is a finished shard matching m (split, shard, size, seed, source, export_id) and
+// s's names (shapes and checksum; its checksum in *sum), 0 if absent or not (then it is
+// rewritten). Reads at most buf_bytes at a time.
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
-                  const struct xshard_meta *m, size_t buf_bytes);
+                  const struct xshard_meta *m, size_t buf_bytes, uint64_t *sum);
+// true once an HDF5 file of the export failed to close (disk full): HDF5 still holds it, and
+// its shutdown would crash on it; the command then leaves without MPI_Finalize.
+bool xshard_stuck(void);
+void xshard_set_stuck(void);
 
 // ---- probe datasets (export_probe.c) ----
 // Writes dir/probe.h5 (through probe.h5.tmp, fsynced, renamed): for every prompt s->done holds,

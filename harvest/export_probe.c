@@ -301,8 +301,10 @@ static int probe_finish(struct probe_out *o, int n_names, const char *path, cons
     if (o->prompts >= 0) H5Gclose(o->prompts);
     if (o->selected >= 0) H5Dclose(o->selected);
     free(o->sel);
-    if (o->f >= 0 && H5Fclose(o->f) < 0 && rc == 0)
-        rc = ah_fail(err, AH_EIO, "%s: cannot close (disk full?)", path);
+    if (o->f >= 0 && H5Fclose(o->f) < 0) {
+        xshard_set_stuck(); // HDF5 keeps the file open: see xshard_stuck
+        if (rc == 0) rc = ah_fail(err, AH_EIO, "%s: cannot close (disk full?)", path);
+    }
     int fd = rc == 0 ? open(path, O_RDONLY) : -1;
     if (rc == 0 && (fd < 0 || fsync(fd) != 0 || rename(path, final) != 0))
         rc = ah_fail(err, AH_EIO, "%s: cannot write: %s", final, strerror(errno));

@@ -1,15 +1,17 @@
 // export_shard.c - one training shard on disk: an HDF5 file of contiguous datasets (no chunks, no
 // filters), so a reader can take any run of rows straight from the dataset's file offset.
-#define _POSIX_C_SOURCE 200809L // defines: access
+#define _GNU_SOURCE // defines: access, fallocate
 #include "harvest/export.h"
 #include "io/feistel.h"
 #include "io/fsutil.h"
 #include "io/h5attr.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 const char *const xshard_cols[4] = {"input_ids", "prompt_index", "position", "source_index"};
@@ -88,6 +90,7 @@ static herr_t put_meta(hid_t f, const struct xshard_meta *m, uint64_t sum) {
         r = h5attr_put_num(f, "source_data_checksum", H5T_STD_U64LE, H5T_STD_U64LE,
                            &m->data_checksum);
     if (r >= 0) r = h5attr_put_num(f, "checksum", H5T_STD_U64LE, H5T_STD_U64LE, &sum);
+    if (r >= 0) r = h5attr_put_num(f, "export_id", H5T_STD_U64LE, H5T_STD_U64LE, &m->export_id);
     return r;
 }
 
@@ -154,15 +157,73 @@ static herr_t copy_stats(hid_t f, const struct xsrc *s, hid_t gcpl) {
     return r;
 }
 
+static bool stuck;
+bool xshard_stuck(void) {
+    return stuck;
+}
+void xshard_set_stuck(void) {
+    stuck = true;
+}
+
+// the bytes the shard's file takes at most: its rows, the copied statistics (a few float64 or
+// int64 values a feature), and room for the superblock, object headers and attributes
+static int64_t shard_bound(const struct xshard *b, const struct xsrc *s) {
+    int64_t n = (256 << 10) + (16 << 10) * (s->n_names + 4) + 4 * 8 * b->n_tokens;
+    for (int i = 0; i < s->n_names; i++) {
+        n += b->n_tokens * s->names[i].elems * (int64_t)xkind_size(s->names[i].dst);
+        if (has_stats(s->f, s->names[i].name)) n += 16 * 8 * s->names[i].elems + (64 << 10);
+    }
+    return n;
+}
+
+// Reserves n bytes of disk for path beyond its end (HDF5's writes then take those blocks), so a
+// full disk fails here and not inside HDF5: -1 (errno ENOSPC, EDQUOT) when the disk has not got
+// them; 0 too where the file system cannot reserve.
+static int reserve(const char *path, int64_t n) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int r = fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)n), e = errno;
+    close(fd);
+    errno = e;
+    return r == 0 || (e != ENOSPC && e != EDQUOT) ? 0 : -1;
+}
+
+// gives back what the file did not take of its reservation
+static void unreserve(const char *path, int64_t n) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0) return;
+    if (fstat(fd, &st) == 0 && st.st_size < n) {
+        if (fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, st.st_size,
+                      (off_t)n - st.st_size) != 0 ||
+            ftruncate(fd, st.st_size) != 0) {
+        } // a file system that cannot: the blocks come back when the file goes
+    }
+    close(fd);
+}
+
+// the shard's temporary whose writing failed: removed, with the reason
+static int write_failed(const char *tmp, hid_t f, bool closed, struct ah_error *err) {
+    int e = errno;
+    if (f >= 0 && !closed && H5Fclose(f) < 0) stuck = true; // HDF5 keeps it: see xshard_stuck
+    unlink(tmp);
+    return ah_fail(err, AH_EIO, "%s: cannot write the shard (disk full? %s)", tmp,
+                   strerror(e ? e : EIO));
+}
+
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
-                 const struct xshard_meta *m, struct ah_error *err) {
+                 const struct xshard_meta *m, uint64_t *sum, struct ah_error *err) {
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int64_t bound = shard_bound(b, s);
+    *sum = shard_checksum(b, s);
+    errno = 0;
+    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
+    if (f < 0 || reserve(tmp, bound) < 0) return write_failed(tmp, f, false, err);
     hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
     H5Pset_obj_track_times(gcpl, 0);
-    hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
-    herr_t r = f < 0 ? -1 : put_meta(f, m, shard_checksum(b, s));
+    herr_t r = put_meta(f, m, *sum);
     if (r >= 0) r = (g = H5Gcreate2(f, "activations", H5P_DEFAULT, gcpl, H5P_DEFAULT)) < 0 ? -1 : 0;
     for (int i = 0; r >= 0 && i < s->n_names; i++)
         r = put_dset(g, s->names[i].name, &s->names[i], b->n_tokens, b->act[i]);
@@ -172,11 +233,18 @@ int xshard_write(const char *dir, const char *file, const struct xshard *b, cons
         r = put_dset(g, xshard_cols[c], NULL, b->n_tokens, b->cols[c]);
     if (g >= 0) H5Gclose(g);
     if (r >= 0) r = copy_stats(f, s, gcpl);
-    if (f >= 0 && H5Fclose(f) < 0) r = -1;
     H5Pclose(gcpl);
-    if (r < 0) return ah_fail(err, AH_EIO, "%s: cannot write the shard (disk full?)", tmp);
-    if (fs_replace(tmp, path) != 0)
-        return ah_fail(err, AH_EIO, "%s: cannot finish the shard: %s", path, strerror(errno));
+    if (H5Fclose(f) < 0) {
+        stuck = true;
+        return write_failed(tmp, f, true, err);
+    }
+    if (r < 0) return write_failed(tmp, f, true, err);
+    unreserve(tmp, bound);
+    if (fs_replace(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return ah_fail(err, AH_EIO, "%s: cannot finish the shard: %s", path, strerror(e));
+    }
     return 0;
 }
 
@@ -213,7 +281,7 @@ static int hash_dset(hid_t d, int64_t n, size_t row_bytes, void *buf, size_t buf
 }
 
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
-                  const struct xshard_meta *m, size_t buf_bytes) {
+                  const struct xshard_meta *m, size_t buf_bytes, uint64_t *sum_out) {
     char path[4200], name[300];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     if (access(path, R_OK) != 0) return 0;
@@ -226,8 +294,11 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
     void *buf = malloc(buf_bytes);
     hid_t f = buf ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : H5I_INVALID_HID;
     int64_t n = -1, shard = -1, seed = -1;
-    uint64_t sum = 0, src = 0, h = FNV64_INIT;
-    int ok = f >= 0 && h5attr_get_num(f, "n_tokens", H5T_NATIVE_INT64, &n) == 0 &&
+    uint64_t sum = 0, src = 0, id = 0, h = FNV64_INIT;
+    char *split = f >= 0 ? h5attr_get_str(f, "split") : NULL;
+    int ok = f >= 0 && split && !strcmp(split, m->split) &&
+             h5attr_get_num(f, "export_id", H5T_NATIVE_UINT64, &id) == 0 && id == m->export_id &&
+             h5attr_get_num(f, "n_tokens", H5T_NATIVE_INT64, &n) == 0 &&
              h5attr_get_num(f, "shard", H5T_NATIVE_INT64, &shard) == 0 &&
              h5attr_get_num(f, "seed", H5T_NATIVE_INT64, &seed) == 0 &&
              h5attr_get_num(f, "checksum", H5T_NATIVE_UINT64, &sum) == 0 &&
@@ -248,6 +319,8 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
         if (ok && x) ok = has_stats(s->f, x->name) == has_stats(f, x->name);
     }
     if (f >= 0) H5Fclose(f);
+    free(split);
     free(buf);
+    *sum_out = sum;
     return ok && h == sum;
 }

@@ -3,6 +3,7 @@
 // no conversion; the virtual datasets map them onto the segment files).
 #define _POSIX_C_SOURCE 200809L // defines: strdup, strtok_r, access
 #include "harvest/export.h"
+#include "io/feistel.h"
 #include "io/h5attr.h"
 #include "io/halfconv.h"
 #include "model/tap.h"
@@ -270,6 +271,7 @@ static int alloc_blocks(struct xsrc *s, int64_t block_bytes) {
     s->blk = calloc((size_t)s->n_names, sizeof *s->blk);
     s->ids = malloc((size_t)tokens * sizeof *s->ids);
     if (s->pos_ds >= 0 && !(s->pos = malloc((size_t)tokens * sizeof *s->pos))) return -1;
+    if (s->sel_ds >= 0 && !(s->sel = malloc((size_t)tokens))) return -1;
     s->row = malloc(elems * 8);
     if (!s->blk || !s->ids || !s->row) return -1;
     for (int i = 0; i < s->n_names; i++)
@@ -287,11 +289,61 @@ static void stored_rows(struct xsrc *s) {
     }
 }
 
+static herr_t read_rows(hid_t d, hid_t mt, int64_t r0, int64_t r1, void *buf);
+
+// The prompt layout under "select" stores every token and marks the chosen ones in
+// /tokens/selected: the export takes only those (rows[p] of prompt p), as the statistics do.
+// Counted a piece of /tokens/selected at a time, so memory stays flat in the corpus.
+static int open_selected(struct xsrc *s, struct ah_error *err) {
+    memcpy(s->rows, s->length, (size_t)s->n_prompts * sizeof *s->rows);
+    if (s->token_layout || H5Lexists(s->f, "tokens/selected", H5P_DEFAULT) <= 0) return 0;
+    if ((s->sel_ds = H5Dopen2(s->f, "tokens/selected", H5P_DEFAULT)) < 0)
+        return ah_fail(err, AH_EFORMAT, "%s: cannot open /tokens/selected", s->path);
+    hid_t sp = H5Dget_space(s->sel_ds);
+    hsize_t n = 0;
+    int ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
+             H5Sget_simple_extent_dims(sp, &n, NULL) == 1 && (int64_t)n == s->n_tokens;
+    if (sp >= 0) H5Sclose(sp);
+    if (!ok)
+        return ah_fail(err, AH_EFORMAT, "%s: /tokens/selected: expected %lld entries", s->path,
+                       (long long)s->n_tokens);
+    enum { PIECE = 1 << 20 };
+    uint8_t *buf = malloc(PIECE);
+    int64_t c0 = 0, c1 = 0; // buf holds /tokens/selected [c0, c1)
+    for (int64_t p = 0; ok && p < s->n_prompts; p++) {
+        s->rows[p] = 0;
+        for (int64_t t = s->token_offset[p]; ok && t < s->token_offset[p] + s->length[p]; t++) {
+            if (t < c0 || t >= c1) {
+                c0 = t, c1 = t + PIECE < s->n_tokens ? t + PIECE : s->n_tokens;
+                ok = buf && read_rows(s->sel_ds, H5T_NATIVE_UINT8, c0, c1, buf) >= 0;
+            }
+            if (ok) s->rows[p] += buf[t - c0] != 0;
+        }
+    }
+    free(buf);
+    return ok ? 0 : ah_fail(err, AH_EIO, "%s: cannot read /tokens/selected", s->path);
+}
+
+// FNV-1a of a string attribute's text, or of a JSON member of it (member NULL: the whole text);
+// 0 when absent
+static uint64_t text_sum(hid_t f, const char *attr, const char *member) {
+    char *text = H5Aexists(f, attr) > 0 ? h5attr_get_str(f, attr) : NULL, *part = NULL;
+    cJSON *o = text && member ? cJSON_Parse(text) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, member);
+    if (m) part = cJSON_PrintUnformatted(m);
+    const char *t = member ? part : text;
+    uint64_t h = t ? fnv64_words(FNV64_INIT, t, strlen(t)) : 0;
+    free(part);
+    cJSON_Delete(o);
+    free(text);
+    return h;
+}
+
 int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkind dst,
               int64_t block_bytes, struct ah_error *err) {
     memset(s, 0, sizeof *s);
     s->path = path;
-    s->f = s->ids_ds = s->pos_ds = H5I_INVALID_HID;
+    s->f = s->ids_ds = s->pos_ds = s->sel_ds = H5I_INVALID_HID;
     if (access(path, R_OK) != 0) return ah_fail(err, AH_ENOENT, "%s: cannot open", path);
     s->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     int64_t fmt = 0, sum = 0, n_datasets = 0;
@@ -304,6 +356,8 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
     if (h5attr_get_num(s->f, "data_checksum", H5T_NATIVE_INT64, &sum) < 0)
         return ah_fail(err, AH_EFORMAT, "%s: no data_checksum attribute", path);
     s->data_checksum = (uint64_t)sum;
+    s->weights_sum = text_sum(s->f, "provenance", "model_fingerprint");
+    s->job_sum = text_sum(s->f, "job", NULL);
     char *st = h5attr_get_str(s->f, "storage_dtype");
     snprintf(s->storage, sizeof s->storage, "%s", st ? st : "float32");
     free(st);
@@ -334,8 +388,10 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
             s->token_offset[p] + s->length[p] > s->n_tokens)
             return ah_fail(err, AH_EFORMAT, "%s: /prompts/token_offset[%lld] out of range", path,
                            (long long)p);
-    if (!(s->done = malloc((size_t)s->n_prompts + 1)))
+    if (!(s->done = malloc((size_t)s->n_prompts + 1)) ||
+        !(s->rows = malloc(((size_t)s->n_prompts + 1) * sizeof *s->rows)))
         return ah_fail(err, AH_ENOMEM, "out of memory");
+    if ((rc = open_selected(s, err)) < 0) return rc;
     if ((rc = mark_done(s, (int)n_datasets, err)) < 0) return rc;
     if (alloc_blocks(s, block_bytes) < 0)
         return ah_fail(err, AH_ENOMEM, "out of memory for blocks of %lld bytes",
@@ -351,6 +407,9 @@ void xsrc_close(struct xsrc *s) {
     if (s->ids_ds > 0) H5Dclose(s->ids_ds);
     if (s->pos_ds > 0) H5Dclose(s->pos_ds);
     free(s->pos);
+    if (s->sel_ds > 0) H5Dclose(s->sel_ds);
+    free(s->sel);
+    free(s->rows);
     if (s->f > 0) H5Fclose(s->f);
     free(s->names);
     free(s->blk);
@@ -414,6 +473,9 @@ int xsrc_read(struct xsrc *s, int64_t p0, int64_t p1, struct ah_error *err) {
                        (long long)s->t0, (long long)s->t1);
     if (s->pos_ds >= 0 && read_rows(s->pos_ds, H5T_NATIVE_INT64, s->t0, s->t1, s->pos) < 0)
         return ah_fail(err, AH_EIO, "%s: /tokens/position: cannot read rows %lld..%lld", s->path,
+                       (long long)s->t0, (long long)s->t1);
+    if (s->sel_ds >= 0 && read_rows(s->sel_ds, H5T_NATIVE_UINT8, s->t0, s->t1, s->sel) < 0)
+        return ah_fail(err, AH_EIO, "%s: /tokens/selected: cannot read rows %lld..%lld", s->path,
                        (long long)s->t0, (long long)s->t1);
     return 0;
 }

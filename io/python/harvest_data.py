@@ -104,7 +104,47 @@ class Shards:
     def __len__(self):
         return self.n_tokens
 
+    def _check(self):
+        """Every shard of the split against the manifest, once, before a row is read: its split,
+        index, n_tokens, seed and checksum (the manifest records each shard's when the export
+        finishes), and its datasets' lengths. ValueError naming the file."""
+        if getattr(self, "_checked", False):
+            return
+        import h5py
+        m, mf = self.manifest, os.path.join(self.path, "manifest.json")
+        if m.get("finished") is False:
+            raise ValueError(f"{mf}: the export is not finished (\"finished\": false): run the "
+                             f"same `harvest export` command again to finish it")
+        entries = m["splits"][self.split]["shards"]
+        for k, (fn, e) in enumerate(zip(self.files, entries)):
+            want = {"split": self.split, "shard": k, "n_tokens": int(e["tokens"]),
+                    "seed": int(m["seed"])}
+            if "checksum" in e:
+                want["checksum"] = int(e["checksum"], 16)
+            elif "finished" in m:
+                raise ValueError(f"{mf}: no checksum for {e['file']}: the manifest is damaged; "
+                                 f"export again into a fresh folder")
+            if not os.path.exists(fn):
+                raise ValueError(f"{fn}: missing (listed in {mf}): run the same `harvest export` "
+                                 f"command again to write it")
+            with h5py.File(fn, "r") as f:
+                for key, v in want.items():
+                    got = f.attrs.get(key)
+                    got = got.decode() if isinstance(got, bytes) else got
+                    if got is None or (got if key == "split" else int(got)) != v:
+                        raise ValueError(
+                            f"{fn}: {key} is {got!r} where {mf} says {v!r}: not this export's "
+                            f"shard (a file of another export?); export again into a fresh "
+                            f"folder, or run the same `harvest export` command again")
+                for g in ("activations", "tokens"):
+                    for n, d in (f[g].items() if g in f else ()):
+                        if d.shape[:1] != (want["n_tokens"],):
+                            raise ValueError(f"{fn}: /{g}/{n} has {d.shape[:1]} rows where "
+                                             f"n_tokens is {want['n_tokens']}")
+        self._checked = True
+
     def _column(self, name):
+        self._check()
         if name not in self._cols:
             path = "activations/" + name if name in self.names else "tokens/" + name
             if name not in self.names and name not in self.manifest["columns"]:
