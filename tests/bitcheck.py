@@ -8,7 +8,9 @@ must keep every output bit for bit (a one-off tool, not a CTest test).
 Compares every dataset and root/dataset attribute but the bookkeeping ones (segments, runs,
 provenance), NaN == NaN. Cases: spec model (f32 single file; bf16 3 shards) prompt layout '*' and
 token layout, all four Laguna presets '*', each at np 1 and np 4 (2 stages x 2 replicas), plus
-expert shards; the Qwen3-MoE and Mixtral presets at np 1 and as 2 expert shards."""
+expert shards; the Qwen3-MoE and Mixtral presets at np 1 and as 2 expert shards; every other
+registry family's presets (Llama x2, Mistral, Qwen2, Qwen3, Gemma 2, Gemma 3, GPT-2, Pythia) at np 1
+and as 2 pipeline stages."""
 import json, os, shutil, subprocess, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import util
@@ -28,6 +30,12 @@ CASES += [("lg-M.1-ep2x2", "laguna", "M.1", 4, {"expert_parallel": 2}, {}, ["*"]
 for fam, pre in [("qwen3_moe", "Qwen3-MoE"), ("mixtral", "Mixtral-8x7B")]:  # the decoder's experts
     CASES += [(f"{fam}-np1", fam, pre, 1, {}, {}, ["*"]),
               (f"{fam}-ep2", fam, pre, 2, {"expert_parallel": 2}, {}, ["*"])]
+# every other registry family's presets: np 1 and 2 pipeline stages
+for fam, pre in [("llama", "Llama-3.2-1B"), ("llama", "Llama-3.1-8B"), ("mistral", "Mistral-7B-v0.1"),
+                 ("qwen2", "Qwen2.5-0.5B"), ("qwen3", "Qwen3-0.6B"), ("gemma2", "gemma-2-2b"),
+                 ("gemma3", "gemma-3"), ("gpt2", "gpt2"), ("gpt_neox", "pythia-160m")]:
+    CASES += [(f"{pre}-np1", fam, pre, 1, {}, {}, ["*"]),
+              (f"{pre}-s2", fam, pre, 2, {"pipeline_stages": 2}, {}, ["*"])]
 
 
 def model(harvest, root, fam, pre):
