@@ -108,8 +108,8 @@ int st_regular(const char *path, struct ah_error *err) {
                        "%.200s...: a path of %zu bytes, longer than the system allows", path,
                        strlen(path));
     if (stat(path, &sb) != 0)
-        return ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
-                       strerror(errno));
+        return ah_fail(err, errno == ENOENT || errno == ENOTDIR ? AH_ENOENT : AH_EIO,
+                       "%s: cannot open: %s", path, strerror(errno));
     return S_ISREG(sb.st_mode) ? 0 : not_regular(path, &sb, err);
 }
 
@@ -162,8 +162,8 @@ int st_open(struct st_file *f, const char *path, struct ah_error *err) {
     if (!f->path) return -AH_ENOMEM;
     f->fd = open(path, O_RDONLY | O_NONBLOCK); // a FIFO without a writer must not block
     if (f->fd < 0) {
-        rc = ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
-                     strerror(errno));
+        rc = ah_fail(err, errno == ENOENT || errno == ENOTDIR ? AH_ENOENT : AH_EIO,
+                     "%s: cannot open: %s", path, strerror(errno));
         goto fail;
     }
     struct stat sb;

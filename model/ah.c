@@ -52,8 +52,8 @@ static FILE *open_regular(const char *path, struct ah_error *err, int *rc) {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     struct stat sb;
     if (fd < 0 || fstat(fd, &sb) != 0) {
-        *rc = ah_fail(err, errno == ENOENT ? AH_ENOENT : AH_EIO, "%s: cannot open: %s", path,
-                      strerror(errno));
+        *rc = ah_fail(err, errno == ENOENT || errno == ENOTDIR ? AH_ENOENT : AH_EIO,
+                      "%s: cannot open: %s", path, strerror(errno));
     } else if (!S_ISREG(sb.st_mode)) {
         const char *kind = S_ISFIFO(sb.st_mode)  ? " (a FIFO)"
                            : S_ISDIR(sb.st_mode) ? " (a folder)"
