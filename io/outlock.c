@@ -109,25 +109,36 @@ int outlock_output_files(const char *out, char ***files, int *n) {
     return rc;
 }
 
+// the (device, inode) of each of inputs[n], stated once (ino 0: missing); NULL when out of memory
+static struct stat *input_ids(const char *const *inputs, int n) {
+    struct stat *ids = calloc((size_t)n + 1, sizeof *ids);
+    for (int k = 0; ids && k < n; k++)
+        if (!inputs[k] || stat(inputs[k], &ids[k]) != 0) ids[k].st_ino = 0;
+    return ids;
+}
+
 int outlock_check_folder(const char *cmd, const char *dir, const char *const *patterns, int n_pat,
                          const char *const *inputs, int n, struct ah_error *err) {
     DIR *d = opendir(dir);
-    int rc = 0;
+    struct stat *ids = d ? input_ids(inputs, n) : NULL, o;
+    int rc = d && !ids ? ah_fail(err, AH_ENOMEM, "%s: out of memory", dir) : 0;
     for (struct dirent *e; rc == 0 && d && (e = readdir(d));) {
         bool written = false;
         for (int k = 0; k < n_pat; k++)
             written |= fnmatch(patterns[k], e->d_name, 0) == 0;
         char *p = written ? with_suffix(dir, "/") : NULL, *q = p ? with_suffix(p, e->d_name) : NULL;
-        const char *hit = q ? outlock_input_at(q, false, inputs, n) : NULL;
         if (written && !q) rc = ah_fail(err, AH_ENOMEM, "%s: out of memory", dir);
-        if (hit)
-            rc = ah_fail(err, AH_EINVAL,
-                         "%s: %s would write this file, and it is %s, one of its inputs; choose "
-                         "another output folder",
-                         q, cmd, hit);
+        bool exists = q && stat(q, &o) == 0;
+        for (int k = 0; exists && rc == 0 && k < n; k++)
+            if (ids[k].st_ino && ids[k].st_dev == o.st_dev && ids[k].st_ino == o.st_ino)
+                rc = ah_fail(err, AH_EINVAL,
+                             "%s: %s would write this file, and it is %s, one of its inputs; "
+                             "choose another output folder",
+                             q, cmd, inputs[k]);
         free(p), free(q);
     }
     if (d) closedir(d);
+    free(ids);
     return rc;
 }
 
