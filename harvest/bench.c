@@ -8,6 +8,7 @@
 // bench_model).
 #define _DEFAULT_SOURCE        // defines: mkdtemp, sync, realpath
 #include "harvest/blascheck.h" // defines: blas_describe
+#include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 
 #include "model/encdec.h" // defines: encdec_spec_config, encdec_flops
@@ -241,33 +242,43 @@ struct bench_opts {
     const char *dir_arg, *model;
 };
 
+// one flag and its value (moved past); its bit in *seen. 0, or -1 after a message
+static int bench_flag(int argc, char **argv, int *i, struct bench_opts *o, unsigned *seen) {
+    static const char *const name[] = {"--prompts", "--io-prompts", "--T",   "--batch",
+                                       "--threads", "--runs",       "--dir", "--model"};
+    static const int lo[] = {1, 1, 1, 1, 0, 1},
+                     hi[] = {1 << 20, 1 << 20, 1 << 18, 1 << 12, 1024, 1000};
+    int *num[] = {&o->n_prompts, &o->io_prompts, &o->T, &o->batch, &o->threads, &o->runs};
+    const char *f = argv[*i], *v;
+    int k = 0;
+    while (k < 8 && strcmp(f, name[k]))
+        k++;
+    if (k == 8) {
+        fprintf(stderr, "harvest bench: unknown option \"%s\"\n", f);
+        return -1;
+    }
+    *seen |= 1u << k;
+    if (!(v = cli_value("bench", argc, argv, i))) return -1;
+    if (k < 6) return cli_int32("bench", f, v, lo[k], hi[k], num[k]);
+    *(k == 6 ? &o->dir_arg : &o->model) = v;
+    return 0;
+}
+
 // 0, or 1 after printing the usage
 static int bench_args(int argc, char **argv, struct bench_opts *o) {
     *o = (struct bench_opts){-1, 4, 512, 8, 0, 2, NULL, NULL};
-    for (int i = 0; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--prompts"))
-            o->n_prompts = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--io-prompts"))
-            o->io_prompts = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--T"))
-            o->T = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--batch"))
-            o->batch = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--dir"))
-            o->dir_arg = argv[i + 1];
-        else if (!strcmp(argv[i], "--model"))
-            o->model = argv[i + 1];
-        else if (!strcmp(argv[i], "--threads"))
-            o->threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--runs"))
-            o->runs = atoi(argv[i + 1]);
-        else
-            argc = -1;
-    }
+    unsigned seen = 0; // bit k: bench_flag's name[k] given
+    int rc = 0;
+    for (int i = 0; rc == 0 && i < argc; i++)
+        rc = bench_flag(argc, argv, &i, o, &seen);
     if (o->n_prompts == -1) o->n_prompts = o->model ? 8 : 32;
-    if (argc >= 0 && argc % 2 == 0 && o->n_prompts >= 1 && o->io_prompts >= 1 && o->T >= 1 &&
-        (o->T <= 512 || o->model) && o->batch >= 1 && o->threads >= 0)
-        return 0;
+    const char *bad = rc < 0       ? NULL
+                      : o->model   ? (seen & 2 ? "--io-prompts: not an option of --model" : NULL)
+                      : seen & 32  ? "--runs: an option of --model only"
+                      : o->T > 512 ? "--T: at most 512 for the spec model"
+                                   : NULL;
+    if (bad) fprintf(stderr, "harvest bench: %s\n", bad);
+    if (rc == 0 && !bad) return 0;
     fprintf(stderr, "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
                     "[--batch N] [--threads N] [--dir DIR]\n"
                     "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "

@@ -9,6 +9,7 @@
 // writes the same bytes for the rest.
 #define _POSIX_C_SOURCE 200809L // defines: strtok_r, fsync
 #include "harvest/export.h"
+#include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 #include "io/feistel.h"
 #include "io/fsutil.h"
@@ -61,92 +62,86 @@ static const char usage[] =
 // ----------------------------------------------------------------------------
 // options
 
-// "123", "64K", "512M", "1G" (powers of 1024)
-static int parse_size(const char *s, int64_t *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    double mul = *end == 'K' || *end == 'k'   ? 1024.0
-                 : *end == 'M' || *end == 'm' ? 1048576.0
-                 : *end == 'G' || *end == 'g' ? 1073741824.0
-                                              : 1.0;
-    if (mul > 1.0) end++;
-    if (errno || end == s || *end || v < 0 || v * mul > 9e18) return -1;
-    *out = (int64_t)(v * mul);
-    return 0;
+// the flags only one of --shards and --probe takes (bit k: shards_only[k])
+static const char *const shards_only[] = {"--dtype", "--shard-tokens", "--shard-size",
+                                          "--seed",  "--val",          "--memory"};
+#define N_SHARDS_ONLY 6
+static const char *const both_modes[] = {"--shards", "--probe", "--names", "--pool"};
+
+static int parse_dtype(const char *v, enum xkind *out) {
+    enum xkind k = !strcmp(v, "float32")    ? XK_F32
+                   : !strcmp(v, "float16")  ? XK_F16
+                   : !strcmp(v, "bfloat16") ? XK_BF16
+                                            : XK_I64;
+    if (k != XK_I64) return *out = k, 0;
+    fprintf(stderr, "harvest export: --dtype \"%s\": expected float32, float16 or bfloat16\n", v);
+    return -1;
+}
+
+// one flag with its value (argv[*i] on, moved past the value); 0, -1 after a message, 1 unknown
+static int parse_flag(struct xopts *o, int argc, char **argv, int *i) {
+    const char *a = argv[*i], *v;
+    if (!strcmp(a, "--allow-partial")) return o->allow_partial = true, 0;
+    if (!strcmp(a, "--quiet")) return o->quiet = true, 0;
+    bool known = false;
+    for (int k = 0; k < N_SHARDS_ONLY + 4; k++)
+        known |= !strcmp(a, k < 4 ? both_modes[k] : shards_only[k - 4]);
+    if (!known) return 1;
+    if (!(v = cli_value("export", argc, argv, i))) return -1;
+    if (!strcmp(a, "--shards")) return o->dir = v, 0;
+    if (!strcmp(a, "--probe")) return o->probe = v, 0;
+    if (!strcmp(a, "--names")) return o->names = v, 0;
+    if (!strcmp(a, "--pool")) {
+        if ((o->pools = xprobe_pools(v))) return 0;
+        fprintf(stderr, "harvest export: --pool \"%s\": expected last, mean or last,mean\n", v);
+        return -1;
+    }
+    if (!strcmp(a, "--dtype")) return parse_dtype(v, &o->dtype);
+    if (!strcmp(a, "--shard-tokens"))
+        return cli_int("export", a, v, 1, 1LL << 40, &o->shard_tokens);
+    if (!strcmp(a, "--seed")) return cli_int("export", a, v, 0, (1LL << 53) - 1, &o->seed);
+    if (!strcmp(a, "--shard-size")) return cli_size("export", a, v, 1, 1LL << 50, &o->shard_size);
+    if (!strcmp(a, "--memory")) return cli_size("export", a, v, 1, 1LL << 50, &o->memory);
+    return cli_fraction("export", a, v, 0.0, 1.0, &o->val); // --val
+}
+
+// a flag of the other mode given (a flag a mode does not take is an error): 0, or -1 after a
+// message
+static int check_mode(const struct xopts *o, unsigned seen) {
+    const char *flag = o->dir && o->pools ? "--pool" : NULL;
+    for (int k = 0; o->probe && k < N_SHARDS_ONLY; k++)
+        if (!flag && seen >> k & 1) flag = shards_only[k];
+    if (flag) {
+        fprintf(stderr, "harvest export: %s: an option of %s, not of %s\n%s", flag,
+                o->dir ? "--probe" : "--shards", o->dir ? "--shards" : "--probe", usage);
+        return -1;
+    }
+    if ((seen & 6) != 6) return 0; // bits 1, 2: --shard-tokens, --shard-size
+    fprintf(stderr, "harvest export: give one of --shard-tokens and --shard-size\n%s", usage);
+    return -1;
 }
 
 static int parse_opts(struct xopts *o, int argc, char **argv) {
     // dtype XK_I64: each name as the source stores it
     *o = (struct xopts){.dtype = XK_I64, .memory = 2LL << 30, .shard_size = 1LL << 30};
+    unsigned seen = 0;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end = NULL;
-        if (!strcmp(a, "--allow-partial")) {
-            o->allow_partial = true;
-        } else if (!strcmp(a, "--quiet")) {
-            o->quiet = true;
-        } else if (a[0] == '-' && a[1] == '-' && !v) {
-            fprintf(stderr, "harvest export: %s needs a value\n%s", a, usage);
-            return -1;
-        } else if (!strcmp(a, "--shards")) {
-            o->dir = argv[++i];
-        } else if (!strcmp(a, "--probe")) {
-            o->probe = argv[++i];
-        } else if (!strcmp(a, "--pool")) {
-            if (!(o->pools = xprobe_pools(argv[++i]))) {
-                fprintf(stderr, "harvest export: --pool \"%s\": expected last, mean or last,mean\n",
-                        v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--names")) {
-            o->names = argv[++i];
-        } else if (!strcmp(a, "--dtype")) {
-            i++;
-            if (!strcmp(v, "float32") || !strcmp(v, "float16") || !strcmp(v, "bfloat16")) {
-                o->dtype = !strcmp(v, "float32")   ? XK_F32
-                           : !strcmp(v, "float16") ? XK_F16
-                                                   : XK_BF16;
-            } else {
-                fprintf(stderr,
-                        "harvest export: --dtype \"%s\": expected float32, float16 or "
-                        "bfloat16\n",
-                        v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--shard-tokens") || !strcmp(a, "--seed")) {
-            long long n = strtoll(argv[++i], &end, 10);
-            bool seed = !strcmp(a, "--seed");
-            if (*end || end == v || n < 0 || (seed && n >= (1LL << 53)) || (!seed && n < 1)) {
-                fprintf(stderr, "harvest export: %s \"%s\": expected %s\n", a, v,
-                        seed ? "an integer in [0, 2^53)" : "a positive number of tokens");
-                return -1;
-            }
-            *(seed ? &o->seed : &o->shard_tokens) = n;
-        } else if (!strcmp(a, "--shard-size") || !strcmp(a, "--memory")) {
-            if (parse_size(argv[++i], !strcmp(a, "--memory") ? &o->memory : &o->shard_size) < 0) {
-                fprintf(stderr, "harvest export: %s \"%s\": expected bytes (e.g. 512M, 2G)\n", a,
-                        v);
-                return -1;
-            }
-        } else if (!strcmp(a, "--val")) {
-            o->val = strtod(argv[++i], &end);
-            if (*end || end == v || !(o->val >= 0 && o->val < 1)) {
-                fprintf(stderr, "harvest export: --val \"%s\": expected a fraction in [0, 1)\n", v);
-                return -1;
-            }
-        } else if (a[0] != '-' && !o->src) {
-            o->src = a;
-        } else {
-            fprintf(stderr, "harvest export: unexpected \"%s\"\n%s", a, usage);
+        for (int k = 0; k < N_SHARDS_ONLY; k++)
+            seen |= (unsigned)!strcmp(argv[i], shards_only[k]) << k;
+        int rc = parse_flag(o, argc, argv, &i);
+        if (rc < 0) return -1;
+        if (rc == 0) continue;
+        if (argv[i][0] == '-' || o->src) {
+            fprintf(stderr, "harvest export: unexpected \"%s\"\n%s", argv[i], usage);
             return -1;
         }
+        o->src = argv[i];
     }
     if (!o->src || !o->dir == !o->probe) {
         fprintf(stderr, "harvest export: give one of --shards DIR and --probe DIR\n%s", usage);
         return -1;
     }
-    return 0;
+    return check_mode(o, seen);
 }
 
 // ----------------------------------------------------------------------------
@@ -185,12 +180,17 @@ static int plan_build(struct xplan *pl, const struct xsrc *s, const struct xopts
                        "--shard-size %lld: smaller than one token row (%zu bytes: the names' rows "
                        "and 32 bytes of ids)",
                        (long long)o->shard_size, pl->row_bytes);
-    if ((int64_t)pl->row_bytes * pl->st + (int64_t)xsrc_block_bytes(s) > o->memory)
+    int64_t most = 0; // tokens of the largest shard written: below pl->st if a split is smaller
+    for (int k = 0; k < 2; k++) {
+        int64_t t = pl->n[k] < pl->st ? pl->n[k] : pl->st;
+        most = t > most ? t : most;
+    }
+    if ((int64_t)pl->row_bytes * most + (int64_t)xsrc_block_bytes(s) > o->memory)
         return ah_fail(err, AH_EINVAL,
                        "--memory %lld: holds no shard of %lld tokens (%lld bytes) and a read block "
                        "(%zu bytes); lower --shard-tokens or raise --memory",
-                       (long long)o->memory, (long long)pl->st,
-                       (long long)(pl->st * (int64_t)pl->row_bytes), xsrc_block_bytes(s));
+                       (long long)o->memory, (long long)most,
+                       (long long)(most * (int64_t)pl->row_bytes), xsrc_block_bytes(s));
     for (int k = 0; k < 2; k++) {
         pl->shards[k] = (pl->n[k] + pl->st - 1) / pl->st;
         feistel_init(&pl->perm[k], pl->n[k] ? (uint64_t)pl->n[k] : 1,
@@ -534,10 +534,35 @@ static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xop
 // ----------------------------------------------------------------------------
 // the command
 
+// No file the export writes is one of the source's (its master, .tokens, .parts/ files), nor is
+// the folder one of them: -AH_EINVAL naming both.
+static int check_inputs(const struct xopts *o, struct ah_error *err) {
+    static const char *const shards[] = {
+        "manifest.json", "manifest.json.tmp", "train-*.h5", "val-*.h5", "*.tmp", "*.lock"};
+    static const char *const probe[] = {"probe.h5", "probe.h5.tmp", "*.lock"};
+    const char *dir = o->dir ? o->dir : o->probe, *hit;
+    char **in = NULL;
+    int n = 0, rc = outlock_output_files(o->src, &in, &n);
+    const char *const *inputs = (const char *const *)in;
+    if (rc < 0) return ah_fail(err, AH_ENOMEM, "out of memory");
+    if ((hit = outlock_input_at(dir, false, inputs, n)))
+        rc = ah_fail(err, AH_EINVAL,
+                     "%s %s: the export folder is %s, one of the source's own files (%s, its "
+                     ".tokens and .parts); choose another folder",
+                     o->dir ? "--shards" : "--probe", dir, hit, o->src);
+    else if (o->dir)
+        rc = outlock_check_folder("export", dir, shards, 6, inputs, n, err);
+    else
+        rc = outlock_check_folder("export", dir, probe, 3, inputs, n, err);
+    outlock_files_free(in, n);
+    return rc;
+}
+
 // the source, refused when incomplete unless --allow-partial
 static int open_source(struct xsrc *s, const struct xopts *o, struct ah_error *err) {
     int64_t block = o->memory / 8 < (64 << 20) ? o->memory / 8 : (64 << 20);
-    int rc = xsrc_open(s, o->src, o->names, o->dtype, block, err);
+    int rc = check_inputs(o, err);
+    if (rc == 0) rc = xsrc_open(s, o->src, o->names, o->dtype, block, err);
     if (rc == 0 && s->complete != 1 && !o->allow_partial)
         rc = ah_fail(err, AH_EINVAL,
                      "%s: the output is incomplete (complete = %lld: %lld of %lld prompts done); "

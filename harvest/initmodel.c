@@ -1,10 +1,12 @@
 // initmodel.c - `harvest init-model`: a random-weight checkpoint (config.json + safetensors) for
 // demos, tests and benchmarks. Weights depend only on the seed and the tensor's name.
 #define _POSIX_C_SOURCE 200809L // defines: mkdir
+#include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 
 #include "io/config_json.h"
 #include "io/halfconv.h"
+#include "io/outlock.h"
 #include "io/safetensors.h"
 
 #include <cjson/cJSON.h>
@@ -335,46 +337,81 @@ static void family_names(char *out, size_t n) {
 }
 
 struct init_args {
-    const char *family, *preset, *dir, *dtype, *config;
-    unsigned long long seed;
-    int shards, layers; // layers -1: no --layers
+    const char *family, *preset, *dir, *dtype, *config; // dtype NULL: not given
+    int64_t seed;
+    int shards, layers; // shards 0: the family's default; layers -1: no --layers
 };
+
+// one flag and its value (moved past); 0, or 1 after a message
+static int parse_flag(int argc, char **argv, int *i, struct init_args *a) {
+    static const char *const cmd = "init-model";
+    const char *f = argv[*i], *v;
+    const char **text = !strcmp(f, "--family")   ? &a->family
+                        : !strcmp(f, "--preset") ? &a->preset
+                        : !strcmp(f, "--dtype")  ? &a->dtype
+                        : !strcmp(f, "--config") ? &a->config
+                                                 : NULL;
+    if (!text && strcmp(f, "--seed") && strcmp(f, "--shards") && strcmp(f, "--layers")) {
+        fprintf(stderr, "harvest init-model: unknown option \"%s\"\n", f);
+        return usage();
+    }
+    if (!(v = cli_value(cmd, argc, argv, i))) return 1;
+    if (text) return *text = v, 0;
+    if (!strcmp(f, "--seed")) return -cli_int(cmd, f, v, 0, INT64_MAX, &a->seed);
+    if (!strcmp(f, "--shards")) return -cli_int32(cmd, f, v, 1, INIT_MAX_SHARDS, &a->shards);
+    return -cli_int32(cmd, f, v, 1, 1 << 20, &a->layers); // --layers
+}
 
 // 0, or 1 after printing the usage
 static int parse_args(int argc, char **argv, struct init_args *a) {
-    *a = (struct init_args){.dtype = "f32", .layers = -1};
+    *a = (struct init_args){.layers = -1};
     for (int i = 0; i < argc; i++) {
-        bool more = i + 1 < argc;
-        if (!strcmp(argv[i], "--family") && more)
-            a->family = argv[++i];
-        else if (!strcmp(argv[i], "--preset") && more)
-            a->preset = argv[++i];
-        else if (!strcmp(argv[i], "--seed") && more)
-            a->seed = strtoull(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--dtype") && more)
-            a->dtype = argv[++i];
-        else if (!strcmp(argv[i], "--shards") && more)
-            a->shards = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--config") && more)
-            a->config = argv[++i];
-        else if (!strcmp(argv[i], "--layers") && more)
-            a->layers = atoi(argv[++i]);
-        else if (argv[i][0] == '-' || a->dir)
+        if (argv[i][0] == '-') {
+            if (parse_flag(argc, argv, &i, a)) return 1;
+        } else if (a->dir) {
             return usage();
-        else
+        } else {
             a->dir = argv[i];
+        }
     }
     return !a->family || !a->dir ? usage() : 0;
+}
+
+// The flags family f takes: --config with --layers only where it cuts a release's config (then
+// instead of --preset), --dtype only where the dtype is not the published one. 0, or 1 after a
+// message naming the flag.
+static int family_flags(const struct model_family *f, const struct init_args *a) {
+    const char *bad = NULL, *why = "";
+    if (!f->init_cut && (a->config || a->layers != -1))
+        bad = a->config ? "--config" : "--layers", why = " (it is written from a --preset)";
+    else if (f->init_dtype && a->dtype)
+        bad = "--dtype", why = " (its weights are written in the dtype it is published in)";
+    if (bad) {
+        fprintf(stderr, "harvest init-model: %s: not an option of family %s%s\n", bad, f->name,
+                why);
+        return usage();
+    }
+    if (f->init_cut && (!a->preset == !a->config || (a->config != NULL) != (a->layers != -1))) {
+        fprintf(stderr,
+                "harvest init-model: family %s takes --preset NAME, or --config CONFIG.json with "
+                "--layers N\n",
+                f->name);
+        return usage();
+    }
+    return 0;
+}
+
+// the files init-model writes into OUT_DIR are not the --config it reads: 0 or -AH_EINVAL
+static int check_output(const struct init_args *a, struct ah_error *err) {
+    static const char *const written[] = {"config.json", "model*.safetensors",
+                                          "model.safetensors.index.json"};
+    const char *in[1] = {a->config};
+    return a->config ? outlock_check_folder("init-model", a->dir, written, 3, in, 1, err) : 0;
 }
 
 int cmd_init_model(int argc, char **argv) {
     struct init_args a;
     if (parse_args(argc, argv, &a)) return 1;
-    if (a.shards < 0 || a.shards > INIT_MAX_SHARDS) {
-        fprintf(stderr, "harvest: init-model: --shards %d: expected 1 to %d\n", a.shards,
-                INIT_MAX_SHARDS);
-        return 1;
-    }
     const struct model_family *f = model_family_named(a.family);
     if (!f || !f->n_presets) {
         char names[256];
@@ -383,24 +420,26 @@ int cmd_init_model(int argc, char **argv) {
                 a.family, names);
         return 1;
     }
-    // a family that cuts a release's config takes --preset or --config --layers; the others
-    // --preset, by default their first
-    if (f->init_cut && (!a.preset == !a.config || (a.config != NULL) != (a.layers != -1)))
-        return usage();
-    if (!f->init_cut) a.config = NULL;
+    if (family_flags(f, &a)) return 1;
     if (!a.config && !a.preset) a.preset = f->presets[0].name;
+    if (!a.dtype) a.dtype = "f32";
     enum st_dtype dt = dtype_named(f->init_dtype ? f->init_dtype : a.dtype);
-    if (dt == ST_N_DTYPES) return usage();
+    if (dt == ST_N_DTYPES) {
+        fprintf(stderr, "harvest init-model: --dtype \"%s\": expected f32, f16 or bf16\n", a.dtype);
+        return 1;
+    }
     struct ah_error err = {0};
     cJSON *cfg = NULL;
-    int rc = a.config ? release_config_cut(a.config, a.layers, &cfg, &err)
+    int rc = check_output(&a, &err);
+    if (rc == 0)
+        rc = a.config ? release_config_cut(a.config, a.layers, &cfg, &err)
                       : preset_config(f, a.preset, &cfg, &err);
     if (rc == 0) rc = init_model(a.dir, f, cfg, a.seed, dt, a.shards, &err);
     if (rc == 0 && a.config)
         fprintf(stderr, "harvest: wrote %s %s cut to %d layers (seed %llu, %s) to %s\n", f->name,
-                a.config, a.layers, a.seed, st_dtype_name(dt), a.dir);
+                a.config, a.layers, (unsigned long long)a.seed, st_dtype_name(dt), a.dir);
     else if (rc == 0)
         fprintf(stderr, "harvest: wrote %s%s%s (seed %llu, %s) to %s\n", f->init_what[0], a.preset,
-                f->init_what[1], a.seed, st_dtype_name(dt), a.dir);
+                f->init_what[1], (unsigned long long)a.seed, st_dtype_name(dt), a.dir);
     return report(rc, &err);
 }

@@ -1,5 +1,6 @@
 // inspect.c - `harvest activations` (the catalogue of a model) and `harvest inspect` (an output).
 #define _POSIX_C_SOURCE 200809L // defines: access
+#include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 #include "io/h5stats.h"
 #include "model/aliases.h"
@@ -51,6 +52,8 @@ int cmd_activations(int argc, char **argv) {
             json = true;
         else if (!strcmp(argv[i], "--aliases"))
             aliases = true;
+        else if (argv[i][0] == '-') // an unknown flag, not a folder or glob
+            dir = NULL, i = argc;
         else if (!dir)
             dir = argv[i];
         else if (!glob)
@@ -160,18 +163,9 @@ int cmd_inspect(int argc, char **argv) {
                         "[--stats [NAME]]\n");
         return 1;
     }
-    if (text_arg) {
-        char *end = NULL;
-        errno = 0;
-        text = strtoll(text_arg, &end, 10);
-        if (errno || end == text_arg || *end || text < 0) {
-            fprintf(stderr,
-                    "harvest: --text %s: expected a prompt number, 0 or more (0-based, as in "
-                    "/prompts)\n",
-                    text_arg);
-            return 1;
-        }
-    }
+    int64_t t = -1; // --text: a prompt number, 0-based as in /prompts
+    if (text_arg && cli_int("inspect", "--text", text_arg, 0, INT64_MAX, &t) < 0) return 1;
+    text = (long long)t;
     struct ah_error err = {0};
     int rc = h5out_inspect(path, stdout, &err);
     if (rc == 0 && stats) rc = h5stats_print(path, stats_name, 5, stdout, &err);

@@ -2,6 +2,7 @@
 // `harvest plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] [--expert-parallel E] [--seq-len T]`:
 // what a model is and what it needs, from config.json alone: parameters, bytes as published, and
 // the weights each rank holds for a pipeline/expert split, the stages cut as `run` cuts them.
+#include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 
 #include <stdio.h>
@@ -139,20 +140,21 @@ static int split(const struct model *m, int S, int E, int T) {
 
 int cmd_plan(int argc, char **argv) {
     const char *path = NULL;
-    int S = 1, E = 1, T = 4096;
-    for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--pipeline-stages") && i + 1 < argc)
-            S = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--expert-parallel") && i + 1 < argc)
-            E = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--seq-len") && i + 1 < argc)
-            T = atoi(argv[++i]);
-        else if (argv[i][0] != '-' && !path)
-            path = argv[i];
+    int S = 1, E = 1, T = 4096, bad = 0;
+    for (int i = 0; i < argc && !bad; i++) {
+        const char *f = argv[i];
+        int *v = !strcmp(f, "--pipeline-stages")   ? &S
+                 : !strcmp(f, "--expert-parallel") ? &E
+                 : !strcmp(f, "--seq-len")         ? &T
+                                                   : NULL;
+        if (v) // checked against the model below; --seq-len: a prompt's tokens
+            bad = cli_int32("plan", f, i + 1 < argc ? argv[++i] : NULL, 1, 1 << 24, v) < 0;
+        else if (f[0] != '-' && !path)
+            path = f;
         else
-            path = NULL, i = argc;
+            bad = 1, fprintf(stderr, "harvest plan: unexpected \"%s\"\n", f);
     }
-    if (!path || S < 1 || E < 1 || T < 1) {
+    if (!path || bad) {
         fprintf(stderr, "usage: harvest plan MODEL_DIR_OR_CONFIG [--pipeline-stages S] "
                         "[--expert-parallel E] [--seq-len T]\n");
         return 1;

@@ -3,13 +3,17 @@
 #define _POSIX_C_SOURCE 200809L // defines: glob
 #include "harvest/harvest.h"
 
+#include "io/outlock.h"
 #include "io/textin.h"
 #include "io/tokenizer.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int usage(void) {
     fprintf(stderr,
@@ -107,6 +111,46 @@ static int emit_text(void *u, const char *line, size_t len, const char *where, l
     return 0;
 }
 
+// -o OUT is none of the files read: the tokenizer (the path, or the folder's tokenizer.json) and
+// every input (a glob's matches): -AH_EINVAL naming both. Made before the output is opened (it
+// would be emptied) and again after (a glob may match the new file).
+static int check_output(const char *out, const char *tokpath, const char **inputs, int n_in,
+                        struct ah_error *err) {
+    char tokjson[4200];
+    snprintf(tokjson, sizeof tokjson, "%s/tokenizer.json", tokpath);
+    const char *fixed[2] = {tokpath, tokjson}, *hit = outlock_input_at(out, false, fixed, 2);
+    for (int i = 0; !hit && i < n_in; i++) {
+        glob_t g;
+        if (glob(inputs[i], GLOB_NOCHECK, NULL, &g) != 0) continue;
+        hit = outlock_input_at(out, false, (const char *const *)g.gl_pathv, (int)g.gl_pathc);
+        hit = hit ? inputs[i] : NULL; // the pattern, which outlives g
+        globfree(&g);
+    }
+    if (!hit) return 0;
+    bool tok = hit == tokpath || hit == fixed[1], pattern = !tok && access(hit, F_OK) != 0;
+    return ah_fail(err, AH_EINVAL,
+                   "-o %s: the output is %s%s%s, one of the files tokenize reads; choose another "
+                   "output file",
+                   out, pattern ? "a match of the input pattern " : "", hit,
+                   tok ? " (the tokenizer)" : "");
+}
+
+// k->out: stdout, or -o OUT (made here; removed again if it turns out to be an input)
+static int open_output(struct tk *k, const char *out, const char *tokpath, const char **inputs,
+                       int n_in) {
+    k->out = stdout;
+    if (!out) return 0;
+    bool existed = access(out, F_OK) == 0;
+    int rc = check_output(out, tokpath, inputs, n_in, &k->err);
+    if (rc == 0 && !(k->out = fopen(out, "w")))
+        return ah_fail(&k->err, AH_EIO, "%s: cannot write: %s", out, strerror(errno));
+    if (rc == 0 && (rc = check_output(out, tokpath, inputs, n_in, &k->err)) < 0) {
+        fclose(k->out), k->out = NULL;
+        if (!existed) remove(out);
+    }
+    return rc;
+}
+
 int cmd_tokenize(int argc, char **argv) {
     const char *tokpath = NULL, *outpath = NULL, *field = "text";
     bool per_file = false, quiet = false;
@@ -138,10 +182,19 @@ int cmd_tokenize(int argc, char **argv) {
             inputs[n_in++] = argv[i];
     }
     if (!tokpath || n_in == 0) return free(inputs), usage();
+    // a flag of the other direction is an error, not ignored
+    const char *wrong = k.decode && strcmp(field, "text") ? "--field"
+                        : k.decode && !k.special          ? "--no-special"
+                        : !k.decode && k.skip_special     ? "--skip-special"
+                                                          : NULL;
+    if (wrong) {
+        fprintf(stderr, "harvest tokenize: %s: not an option %s --decode\n", wrong,
+                k.decode ? "with" : "without");
+        free(inputs);
+        return 1;
+    }
     int rc = tok_load(&k.tok, tokpath, &k.err);
-    k.out = stdout;
-    if (rc == 0 && outpath && !(k.out = fopen(outpath, "w")))
-        rc = ah_fail(&k.err, AH_EIO, "%s: cannot write", outpath);
+    if (rc == 0) rc = open_output(&k, outpath, tokpath, inputs, n_in);
     double t0 = now_seconds();
     struct text_source src = {
         .field = k.decode ? NULL : field,

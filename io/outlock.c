@@ -6,8 +6,10 @@
 
 #include "model/ah.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -49,6 +51,11 @@ static const char *inside(const char *dir, const char *const *inputs, int n) {
     return hit;
 }
 
+const char *outlock_input_at(const char *path, bool folder, const char *const *inputs, int n) {
+    const char *hit = same_file(path, inputs, n);
+    return hit || !folder ? hit : inside(path, inputs, n);
+}
+
 int outlock_check_inputs(const char *out, const char *const *inputs, int n, struct ah_error *err) {
     static const char *const suffix[] = {"", ".tmp", ".tokens", ".lock", ".parts"};
     static const char *const what[] = {"output file", "temporary master", "token spill file",
@@ -57,15 +64,81 @@ int outlock_check_inputs(const char *out, const char *const *inputs, int n, stru
     for (int s = 0; rc == 0 && s < 5; s++) {
         char *p = with_suffix(out, suffix[s]);
         if (!p) return ah_fail(err, AH_ENOMEM, "%s: out of memory", out);
-        const char *hit = same_file(p, inputs, n);
-        bool holds = !hit && s == 4 && (hit = inside(p, inputs, n)) != NULL;
+        const char *hit = outlock_input_at(p, s == 4, inputs, n);
         if (hit)
             rc = ah_fail(err, AH_EINVAL,
                          "%s: the %s of \"output.path\" %s %s, an input of this job; choose "
                          "another \"output.path\" (--overwrite would destroy the input)",
-                         p, what[s], holds ? "holds" : "is", hit);
+                         p, what[s], same_file(p, inputs, n) ? "is" : "holds", hit);
         free(p);
     }
+    return rc;
+}
+
+void outlock_files_free(char **files, int n) {
+    for (int i = 0; files && i < n; i++)
+        free(files[i]);
+    free(files);
+}
+
+// appends a malloc'd a + b to *files (capacity *cap); -1 when out of memory
+static int push_path(char ***files, int *n, int *cap, const char *a, const char *b) {
+    if (*n == *cap) {
+        char **t = realloc(*files, (size_t)(*cap = *cap * 2 + 8) * sizeof *t);
+        if (!t) return -1;
+        *files = t;
+    }
+    return ((*files)[*n] = with_suffix(a, b)) ? (++*n, 0) : -1;
+}
+
+int outlock_output_files(const char *out, char ***files, int *n) {
+    int cap = 0, rc = 0;
+    *files = NULL, *n = 0;
+    char *parts = with_suffix(out, ".parts/");
+    DIR *d = parts ? opendir(parts) : NULL;
+    if (!parts || push_path(files, n, &cap, out, "") || push_path(files, n, &cap, out, ".tokens") ||
+        push_path(files, n, &cap, out, ".parts"))
+        rc = -AH_ENOMEM;
+    for (struct dirent *e; rc == 0 && d && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
+            push_path(files, n, &cap, parts, e->d_name))
+            rc = -AH_ENOMEM;
+    if (d) closedir(d);
+    free(parts);
+    if (rc < 0) outlock_files_free(*files, *n), *files = NULL, *n = 0;
+    return rc;
+}
+
+// the (device, inode) of each of inputs[n], stated once (ino 0: missing); NULL when out of memory
+static struct stat *input_ids(const char *const *inputs, int n) {
+    struct stat *ids = calloc((size_t)n + 1, sizeof *ids);
+    for (int k = 0; ids && k < n; k++)
+        if (!inputs[k] || stat(inputs[k], &ids[k]) != 0) ids[k].st_ino = 0;
+    return ids;
+}
+
+int outlock_check_folder(const char *cmd, const char *dir, const char *const *patterns, int n_pat,
+                         const char *const *inputs, int n, struct ah_error *err) {
+    DIR *d = opendir(dir);
+    struct stat *ids = d ? input_ids(inputs, n) : NULL, o;
+    int rc = d && !ids ? ah_fail(err, AH_ENOMEM, "%s: out of memory", dir) : 0;
+    for (struct dirent *e; rc == 0 && d && (e = readdir(d));) {
+        bool written = false;
+        for (int k = 0; k < n_pat; k++)
+            written |= fnmatch(patterns[k], e->d_name, 0) == 0;
+        char *p = written ? with_suffix(dir, "/") : NULL, *q = p ? with_suffix(p, e->d_name) : NULL;
+        if (written && !q) rc = ah_fail(err, AH_ENOMEM, "%s: out of memory", dir);
+        bool exists = q && stat(q, &o) == 0;
+        for (int k = 0; exists && rc == 0 && k < n; k++)
+            if (ids[k].st_ino && ids[k].st_dev == o.st_dev && ids[k].st_ino == o.st_ino)
+                rc = ah_fail(err, AH_EINVAL,
+                             "%s: %s would write this file, and it is %s, one of its inputs; "
+                             "choose another output folder",
+                             q, cmd, inputs[k]);
+        free(p), free(q);
+    }
+    if (d) closedir(d);
+    free(ids);
     return rc;
 }
 

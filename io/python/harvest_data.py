@@ -90,7 +90,14 @@ class Shards:
         self.path = path
         with open(os.path.join(path, "manifest.json")) as f:
             self.manifest = json.load(f)
-        sp = self.manifest["splits"][split]
+        splits = self.manifest["splits"]
+        if split not in splits:
+            raise KeyError(f"{path}: no split {split!r} (an export has {sorted(splits)})")
+        sp = splits[split]
+        if not sp["shards"]:  # nothing to read: say why here, not at the first read
+            why = " (exported without --val)" if split == "val" and not self.manifest.get(
+                "val_fraction") else ""
+            raise ValueError(f"{path}: the export has no {split} split: no {split} shards{why}")
         self.split = split
         self.files = [os.path.join(path, s["file"]) for s in sp["shards"]]
         self.tokens = [int(s["tokens"]) for s in sp["shards"]]
