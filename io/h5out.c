@@ -1050,14 +1050,29 @@ static void check_prefix(struct health *h, const char *file, const char *own) {
     }
 }
 
+// one past the last source row mapping i reads (a source selection "all": as many rows as the
+// virtual selection has, from row 0)
+static hsize_t rows_read(hid_t dcpl, size_t i) {
+    hid_t ss = H5Pget_virtual_srcspace(dcpl, i), vs = H5Pget_virtual_vspace(dcpl, i);
+    bool all = ss >= 0 && H5Sget_select_type(ss) == H5S_SEL_ALL;
+    hid_t s = all ? vs : ss;
+    hsize_t a[TAP_MAX_DIMS + 1], b[TAP_MAX_DIMS + 1], n = 0;
+    int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+    if (nd > 0 && nd <= TAP_MAX_DIMS + 1 && H5Sget_select_npoints(s) > 0 &&
+        H5Sget_select_bounds(s, a, b) >= 0)
+        n = all ? b[0] - a[0] + 1 : b[0] + 1;
+    if (ss >= 0) H5Sclose(ss);
+    if (vs >= 0) H5Sclose(vs);
+    return n;
+}
+
 // the source dataset of mapping i of virtual dataset d: it must hold the rows the mapping
 // reads, with the master's row shape and element type
 static void check_source(char *why, hid_t src, hid_t d, hid_t dcpl, size_t i, const char *dname) {
-    hid_t sd = H5Dopen2(src, dname, H5P_DEFAULT), ss = H5Pget_virtual_srcspace(dcpl, i);
+    hid_t sd = H5Dopen2(src, dname, H5P_DEFAULT);
     hid_t sp = sd < 0 ? H5I_INVALID_HID : H5Dget_space(sd), vp = H5Dget_space(d);
     hid_t st = sd < 0 ? H5I_INVALID_HID : H5Dget_type(sd), vt = H5Dget_type(d);
-    hsize_t s0[TAP_MAX_DIMS + 1], s1[TAP_MAX_DIMS + 1], sdim[TAP_MAX_DIMS + 1],
-        vdim[TAP_MAX_DIMS + 1];
+    hsize_t sdim[TAP_MAX_DIMS + 1], vdim[TAP_MAX_DIMS + 1], rows = 0;
     int nd = H5Sget_simple_extent_ndims(vp);
     bool ok = sd >= 0 && nd > 0 && nd <= TAP_MAX_DIMS + 1 && H5Sget_simple_extent_ndims(sp) == nd &&
               H5Sget_simple_extent_dims(sp, sdim, NULL) == nd &&
@@ -1069,11 +1084,9 @@ static void check_source(char *why, hid_t src, hid_t d, hid_t dcpl, size_t i, co
         snprintf(why, WHY_MAX, "lacks the dataset %s", dname);
     else if (!ok)
         snprintf(why, WHY_MAX, "its dataset %s has another shape or type than the master's", dname);
-    else if (H5Sget_select_npoints(ss) > 0 && H5Sget_select_bounds(ss, s0, s1) >= 0 &&
-             s1[0] >= sdim[0])
+    else if ((rows = rows_read(dcpl, i)) > sdim[0])
         snprintf(why, WHY_MAX, "its dataset %s has %llu of the %llu rows the master reads", dname,
-                 (unsigned long long)sdim[0], (unsigned long long)s1[0] + 1);
-    if (ss >= 0) H5Sclose(ss);
+                 (unsigned long long)sdim[0], (unsigned long long)rows);
     if (sp >= 0) H5Sclose(sp);
     if (st >= 0) H5Tclose(st);
     if (sd >= 0) H5Dclose(sd);
