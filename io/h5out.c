@@ -1014,8 +1014,10 @@ struct health {
     char (*why)[WHY_MAX]; // (n_rec + 1): "" or what is wrong with a record's file; [n_rec]: index
     hid_t *fid;           // (n_rec + 1) the files, opened when a mapping first reads them
     char foreign[PATH_MAX_];      // a source named outside the master's own parts folder, or ""
-    char unlisted[PATH_MAX_];     // a source of its own parts folder that it does not list, or ""
+    char unlisted[PATH_MAX_ * 2]; // a damaged source that the master does not list, or ""
     char redirect[PATH_MAX_ * 5]; // a source HDF5_VDS_PREFIX finds elsewhere, or ""
+    bool index_always;            // index.h5 checked even if no mapping reads it (--resume)
+    bool index_read;              // a mapping reads index.h5
 };
 
 // the leaf of a mapped file name, and whether it is BASE.parts/LEAF for the master's own BASE
@@ -1095,23 +1097,54 @@ static void check_source(char *why, hid_t src, hid_t d, hid_t dcpl, size_t i, co
 }
 
 // mapping i of virtual dataset d: its file is the master's own and holds what it reads
+// a mapping onto a file of the master's folder that its segments attribute does not list (not a
+// master harvest writes): checked all the same; when damaged, h->unlisted says so
+static void unlisted_source(struct health *h, const char *own, const char *leaf, hid_t d,
+                            hid_t dcpl, size_t i, const char *dname) {
+    char why[WHY_MAX] = "";
+    hid_t f = H5Fopen(own, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        snprintf(why, sizeof why, "cannot be read as HDF5 (missing, truncated or damaged)");
+    else
+        check_source(why, f, d, dcpl, i, dname);
+    if (f >= 0) H5Fclose(f);
+    if (why[0])
+        snprintf(h->unlisted, sizeof h->unlisted,
+                 "%s %s (the master reads it, though its segments attribute does not list it)",
+                 leaf, why);
+}
+
+static bool same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
 static void check_mapping(struct health *h, hid_t d, hid_t dcpl, size_t i) {
-    char file[PATH_MAX_], dname[TAP_NAME_MAX + 64], own[PATH_MAX_ * 2];
+    char file[PATH_MAX_], dname[TAP_NAME_MAX + 64], own[PATH_MAX_ * 2], read[PATH_MAX_ * 2];
     bool mine = false;
     if (H5Pget_virtual_filename(dcpl, i, file, sizeof file) < 0 ||
         H5Pget_virtual_dsetname(dcpl, i, dname, sizeof dname) < 0)
         snprintf(file, sizeof file, "(an unreadable mapping)");
-    const char *leaf = own_leaf(h->path, file, &mine);
+    const char *leaf = own_leaf(h->path, file, &mine), *slash = strrchr(h->path, '/');
+    parts_path(h->path, leaf, own, sizeof own);
+    // another name is fine when it reaches the very files of the master's own folder (a parts
+    // folder linked to the one it names): what HDF5 opens, the master's folder and the name
+    snprintf(read, sizeof read, "%.*s%s%s",
+             file[0] == '/' ? 0
+             : slash        ? (int)(slash - h->path)
+                            : 1,
+             slash ? h->path : ".", file[0] == '/' ? "" : "/", file);
+    if (!mine) mine = same_file(read, own);
     if (!mine && !h->foreign[0]) snprintf(h->foreign, sizeof h->foreign, "%s", file);
     int k = 0;
     while (k < h->n_rec && strcmp(h->rec[k].file, leaf))
         k++;
     if (k == h->n_rec && strcmp(leaf, "index.h5")) { // a file the master does not list
-        if (mine && !h->unlisted[0]) snprintf(h->unlisted, sizeof h->unlisted, "%s", file);
+        if (!h->unlisted[0]) unlisted_source(h, own, leaf, d, dcpl, i, dname);
         return;
     }
+    if (k == h->n_rec) h->index_read = true;
     if (h->why[k][0]) return; // known to be damaged
-    parts_path(h->path, leaf, own, sizeof own);
     if (mine) check_prefix(h, file, own);
     if (h->fid[k] < 0 && (h->fid[k] = H5Fopen(own, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
         snprintf(h->why[k], WHY_MAX, "cannot be read as HDF5 (missing, truncated or damaged)");
@@ -1153,6 +1186,7 @@ static int health_check(struct health *h, hid_t f, token_major_fn tm, void *u, i
             seg_intact(h->path, r, tm, u, h->why[k], WHY_MAX);
     }
     H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, check_vds, h);
+    if (!h->index_always && !h->index_read) h->why[h->n_rec][0] = 0; // an output of plain datasets
     for (int k = 0; k <= h->n_rec; k++)
         if (h->fid[k] >= 0) H5Fclose(h->fid[k]);
     return 0;
@@ -1270,7 +1304,8 @@ static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
     if (m->p.model_fingerprint && (fp = provenance_fingerprint(prov)) &&
         (rc = fp_compare(fp, m->p.model_fingerprint, mp, err)) < 0)
         goto fail;
-    struct health h = {.path = mp, .rec = m->rec, .n_rec = m->n_rec, .n_dsets = m->n};
+    struct health h = {
+        .path = mp, .rec = m->rec, .n_rec = m->n_rec, .n_dsets = m->n, .index_always = true};
     if ((rc = health_check(&h, f, token_major_listed, m, m->p.n_prompts, m->p.n_tokens)) == 0 &&
         (rc = resume_parts(m, !h.why[m->n_rec][0], err)) == 0)
         drop_damaged(m, &h);
@@ -1439,11 +1474,6 @@ static int foreign_error(const struct health *h, struct ah_error *err) {
 static int health_say(const struct health *h, FILE *say, const char *lead, struct h5out_health *hl,
                       struct ah_error *err) {
     if (h->foreign[0]) return foreign_error(h, err);
-    if (h->unlisted[0])
-        return ah_fail(err, AH_EINVAL,
-                       "%s: its virtual datasets read %s, which its segments attribute does not "
-                       "list (a damaged master: `harvest run JOB --resume` writes it again)",
-                       h->path, h->unlisted);
     if (h->redirect[0])
         return ah_fail(err, AH_EINVAL,
                        "%s: HDF5_VDS_PREFIX makes HDF5 read %s through its virtual datasets: "
@@ -1461,6 +1491,11 @@ static int health_say(const struct health *h, FILE *say, const char *lead, struc
                 if (p >= 0 && p < hl->n_prompts) hl->done[p] = 0;
         if (hl->done && k == h->n_rec) memset(hl->done, 0, (size_t)hl->n_prompts);
     }
+    if (h->unlisted[0]) { // which prompts it holds is not known: none is taken as done
+        hl->n_bad++;
+        if (say) fprintf(say, "%s%s.parts/%s\n", lead, h->path, h->unlisted);
+        if (hl->done) memset(hl->done, 0, (size_t)hl->n_prompts);
+    }
     hl->n_done = 0;
     for (int64_t p = 0; hl->done && p < hl->n_prompts; p++)
         hl->n_done += hl->done[p] != 0;
@@ -1477,7 +1512,7 @@ static int check_master(const char *path, hid_t f, FILE *say, const char *lead,
     hid_t g = H5Gopen2(f, "activations", H5P_DEFAULT);
     H5G_info_t gi = {0};
     if (g >= 0) H5Gget_info(g, &gi), H5Gclose(g);
-    int rc = segs && records_parse(&m, segs) == 0
+    int rc = !segs || records_parse(&m, segs) == 0 // none: an output of plain datasets
                  ? 0
                  : ah_fail(err, AH_EFORMAT, "%s: unreadable \"segments\" attribute", path);
     free(segs);
