@@ -1043,9 +1043,9 @@ static void check_prefix(struct health *h, const char *file, const char *own) {
         snprintf(cand, sizeof cand, "%.*s%.*s/%s",
                  origin ? (slash ? (int)(slash - h->path) : 1) : 0, slash ? h->path : ".",
                  (int)(origin ? n - 9 : n), origin ? p + 9 : p, file);
-        if (n && stat(cand, &a) == 0 &&
-            (stat(own, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)) {
-            snprintf(h->redirect, sizeof h->redirect, "%s (not %s)", cand, own);
+        if (n && stat(cand, &a) == 0) { // HDF5 opens the first one found
+            if (stat(own, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+                snprintf(h->redirect, sizeof h->redirect, "%s (not %s)", cand, own);
             return;
         }
         p += n + (p[n] == ':');

@@ -10,6 +10,7 @@ damaged: harvest's tools read exactly the files the master's virtual datasets re
 - A listed segment missing, truncated, or replaced by another run's segment: inspect names it
   ("complete: no"); export (shards and probe) and stats exit 1 naming it, open_output raises;
   export --allow-partial exits 0 with only the intact segments' prompts and no NaN.
+- HDF5_VDS_PREFIX pointing at another output's parts folder (HDF5 looks there first): refused.
 """
 import glob
 import os
@@ -183,6 +184,27 @@ move_pair(ORIG, f"{work}/a/c.h5")
 refused(f"{work}/a/c.h5", "renamed (moved) in place", RENAMED)
 move_pair(f"{work}/a/c.h5", ORIG)
 reads_well(ORIG, "renamed back")
+
+# ---- HDF5_VDS_PREFIX: HDF5 looks there first ----
+ENV = {"HDF5_VDS_PREFIX": f"{work}/other"}  # holds another output's out.h5.parts/
+p = run(harvest, "inspect", ORIG, env=ENV)
+check(p.returncode == 1 and "HDF5_VDS_PREFIX" in p.stderr and "other/out.h5.parts" in p.stderr,
+      f"HDF5_VDS_PREFIX at another output: inspect exit 1 naming it ({p.stderr[-300:]})")
+p = run(harvest, "export", ORIG, "--shards", f"{work}/pre", "--quiet", env=ENV)
+# (export reads /prompts before its check: here the other output's tables fail it first)
+check(p.returncode == 1 and not glob.glob(f"{work}/pre/*.h5"),
+      f"HDF5_VDS_PREFIX at another output: export exit 1, no shards ({p.stderr[-300:]})")
+os.environ.update(ENV)
+try:
+    hd.open_output(ORIG).close()
+    msg = None
+except ValueError as e:
+    msg = str(e)
+del os.environ["HDF5_VDS_PREFIX"]
+check(msg and "HDF5_VDS_PREFIX" in msg, f"HDF5_VDS_PREFIX: open_output raises ({msg})")
+p = run(harvest, "inspect", ORIG, env={"HDF5_VDS_PREFIX": "${ORIGIN}"})
+check(p.returncode == 0 and "complete: yes" in p.stdout,
+      f"HDF5_VDS_PREFIX=${{ORIGIN}} (the master's own folder): complete: yes ({p.stderr[-300:]})")
 
 # ---- a listed segment missing, truncated or replaced ----
 SEG = "seg-000-00000-00001.h5"

@@ -395,8 +395,8 @@ def _prefix_redirect(path, fn, own):
     env, origin = os.environ.get("HDF5_VDS_PREFIX", ""), os.path.dirname(path) or "."
     for p in filter(None, env.split(":")):
         c = os.path.join(p.replace("${ORIGIN}", origin, 1), fn)
-        if os.path.exists(c) and not (os.path.exists(own) and os.path.samefile(c, own)):
-            return c
+        if os.path.exists(c):  # HDF5 opens the first one found
+            return None if os.path.exists(own) and os.path.samefile(c, own) else c
     return None
 
 
