@@ -5,6 +5,7 @@
 #include "harvest/export.h"
 #include "io/feistel.h"
 #include "io/h5attr.h"
+#include "io/h5out.h"
 #include "io/halfconv.h"
 #include "model/tap.h"
 
@@ -393,6 +394,9 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
         return ah_fail(err, AH_ENOMEM, "out of memory");
     if ((rc = open_selected(s, err)) < 0) return rc;
     if ((rc = mark_done(s, (int)n_datasets, err)) < 0) return rc;
+    struct h5out_health h = {.done = s->done, .n_prompts = s->n_prompts}; // the files it reads
+    if ((rc = h5out_check(path, stderr, "harvest: damaged: ", &h, err)) < 0) return rc;
+    if (h.n_bad) s->complete = 0, s->prompts_done = h.n_done; // what they hold is not complete
     if (alloc_blocks(s, block_bytes) < 0)
         return ah_fail(err, AH_ENOMEM, "out of memory for blocks of %lld bytes",
                        (long long)block_bytes);

@@ -916,7 +916,10 @@ static int trim_records(struct h5master *m, const uint8_t *done) {
 }
 
 // ----------------------------------------------------------------------------
-// listed files checked: a segment or the index deleted, truncated or replaced after listing
+// listed files checked: a segment or the index deleted, truncated or replaced after listing, and
+// the master's virtual datasets mapped onto exactly the files of its own parts folder
+
+#define WHY_MAX 300
 
 // rows the runs of r need in its prompt (tok false) or token datasets
 static int64_t rows_needed(const struct h5out_record *r, bool tok) {
@@ -931,8 +934,8 @@ static int64_t rows_needed(const struct h5out_record *r, bool tok) {
 
 static int64_t dset_len(hid_t file, const char *path);
 
-// whether dataset `name` of a segment is token-major: 1, 0, or -1 for a name it should not hold
-typedef int (*token_major_fn)(void *u, const char *name);
+// whether dataset `name` of r's segment is token-major: 1, 0, or -1 for a name it should not hold
+typedef int (*token_major_fn)(void *u, const struct h5out_record *r, const char *name);
 
 struct seg_check {
     const struct h5out_record *r;
@@ -946,7 +949,7 @@ struct seg_check {
 static herr_t check_dset(hid_t g, const char *name, const H5L_info_t *info, void *u) {
     (void)info;
     struct seg_check *c = u;
-    int tok = c->token_major(c->u, name);
+    int tok = c->token_major(c->u, c->r, name);
     if (tok < 0) {
         snprintf(c->why, c->cap, "holds a dataset it should not, %s", name);
         return 1;
@@ -1000,38 +1003,221 @@ static bool index_intact(const char *out_path, int64_t n_prompts, int64_t n_toke
     return ok;
 }
 
-// resume: a dataset of a record is token-major as the output's list says
-struct rec_names {
-    const struct h5master *m;
-    const struct h5out_record *r;
+// What is wrong with the files of an output: its listed segments and index.h5 (each checked as
+// above), and every mapping of the master's virtual datasets, which must name a file of the
+// master's own parts folder (BASE.parts/LEAF, BASE the master's own file name) whose dataset
+// holds the rows and shape the mapping reads.
+struct health {
+    const char *path;               // the master
+    const struct h5out_record *rec; // (n_rec) its listed segments
+    int n_rec, n_dsets;
+    char (*why)[WHY_MAX]; // (n_rec + 1): "" or what is wrong with a record's file; [n_rec]: index
+    hid_t *fid;           // (n_rec + 1) the files, opened when a mapping first reads them
+    char foreign[PATH_MAX_];      // a source named outside the master's own parts folder, or ""
+    char unlisted[PATH_MAX_ * 2]; // a damaged source that the master does not list, or ""
+    char redirect[PATH_MAX_ * 5]; // a source HDF5_VDS_PREFIX finds elsewhere, or ""
+    bool index_always;            // index.h5 checked even if no mapping reads it (--resume)
+    bool index_read;              // a mapping reads index.h5
 };
 
-static int token_major_listed(void *u, const char *name) {
-    const struct rec_names *x = u;
-    for (int i = x->r->i0; i < x->r->i1 && i < x->m->n; i++)
-        if (!strcmp(h5out_dset_name(&x->m->d[i]), name)) return by_token(&x->m->d[i]);
+// the leaf of a mapped file name, and whether it is BASE.parts/LEAF for the master's own BASE
+static const char *own_leaf(const char *master, const char *file, bool *own) {
+    const char *slash = strrchr(master, '/'), *base = slash ? slash + 1 : master;
+    const char *leaf = strrchr(file, '/');
+    size_t n = strlen(base);
+    *own =
+        leaf && !strncmp(file, base, n) && !strncmp(file + n, ".parts/", 7) && file + n + 6 == leaf;
+    return leaf ? leaf + 1 : file;
+}
+
+// HDF5 looks for a mapped file under each folder of HDF5_VDS_PREFIX before the master's folder:
+// the first one there that is not the master's own file (own) goes into h->redirect
+static void check_prefix(struct health *h, const char *file, const char *own) {
+    const char *env = getenv("HDF5_VDS_PREFIX"), *slash = strrchr(h->path, '/');
+    struct stat a, b;
+    if (!env || !*env || h->redirect[0]) return;
+    for (const char *p = env; *p;) {
+        size_t n = strcspn(p, ":");
+        char cand[PATH_MAX_ * 2];
+        bool origin = n >= 9 && !strncmp(p, "${ORIGIN}", 9);
+        snprintf(cand, sizeof cand, "%.*s%.*s/%s",
+                 origin ? (slash ? (int)(slash - h->path) : 1) : 0, slash ? h->path : ".",
+                 (int)(origin ? n - 9 : n), origin ? p + 9 : p, file);
+        if (n && stat(cand, &a) == 0) { // HDF5 opens the first one found
+            if (stat(own, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev)
+                snprintf(h->redirect, sizeof h->redirect, "%s (not %s)", cand, own);
+            return;
+        }
+        p += n + (p[n] == ':');
+    }
+}
+
+// one past the last source row mapping i reads (a source selection "all": as many rows as the
+// virtual selection has, from row 0)
+static hsize_t rows_read(hid_t dcpl, size_t i) {
+    hid_t ss = H5Pget_virtual_srcspace(dcpl, i), vs = H5Pget_virtual_vspace(dcpl, i);
+    bool all = ss >= 0 && H5Sget_select_type(ss) == H5S_SEL_ALL;
+    hid_t s = all ? vs : ss;
+    hsize_t a[TAP_MAX_DIMS + 1], b[TAP_MAX_DIMS + 1], n = 0;
+    int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+    if (nd > 0 && nd <= TAP_MAX_DIMS + 1 && H5Sget_select_npoints(s) > 0 &&
+        H5Sget_select_bounds(s, a, b) >= 0)
+        n = all ? b[0] - a[0] + 1 : b[0] + 1;
+    if (ss >= 0) H5Sclose(ss);
+    if (vs >= 0) H5Sclose(vs);
+    return n;
+}
+
+// the source dataset of mapping i of virtual dataset d: it must hold the rows the mapping
+// reads, with the master's row shape and element type
+static void check_source(char *why, hid_t src, hid_t d, hid_t dcpl, size_t i, const char *dname) {
+    hid_t sd = H5Dopen2(src, dname, H5P_DEFAULT);
+    hid_t sp = sd < 0 ? H5I_INVALID_HID : H5Dget_space(sd), vp = H5Dget_space(d);
+    hid_t st = sd < 0 ? H5I_INVALID_HID : H5Dget_type(sd), vt = H5Dget_type(d);
+    hsize_t sdim[TAP_MAX_DIMS + 1], vdim[TAP_MAX_DIMS + 1], rows = 0;
+    int nd = H5Sget_simple_extent_ndims(vp);
+    bool ok = sd >= 0 && nd > 0 && nd <= TAP_MAX_DIMS + 1 && H5Sget_simple_extent_ndims(sp) == nd &&
+              H5Sget_simple_extent_dims(sp, sdim, NULL) == nd &&
+              H5Sget_simple_extent_dims(vp, vdim, NULL) == nd &&
+              H5Tget_class(st) == H5Tget_class(vt) && H5Tget_size(st) == H5Tget_size(vt);
+    for (int k = 1; ok && k < nd; k++)
+        ok = sdim[k] == vdim[k];
+    if (sd < 0)
+        snprintf(why, WHY_MAX, "lacks the dataset %s", dname);
+    else if (!ok)
+        snprintf(why, WHY_MAX, "its dataset %s has another shape or type than the master's", dname);
+    else if ((rows = rows_read(dcpl, i)) > sdim[0])
+        snprintf(why, WHY_MAX, "its dataset %s has %llu of the %llu rows the master reads", dname,
+                 (unsigned long long)sdim[0], (unsigned long long)rows);
+    if (sp >= 0) H5Sclose(sp);
+    if (st >= 0) H5Tclose(st);
+    if (sd >= 0) H5Dclose(sd);
+    H5Sclose(vp);
+    H5Tclose(vt);
+}
+
+// mapping i of virtual dataset d: its file is the master's own and holds what it reads
+// a mapping onto a file of the master's folder that its segments attribute does not list (not a
+// master harvest writes): checked all the same; when damaged, h->unlisted says so
+static void unlisted_source(struct health *h, const char *own, const char *leaf, hid_t d,
+                            hid_t dcpl, size_t i, const char *dname) {
+    char why[WHY_MAX] = "";
+    hid_t f = H5Fopen(own, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        snprintf(why, sizeof why, "cannot be read as HDF5 (missing, truncated or damaged)");
+    else
+        check_source(why, f, d, dcpl, i, dname);
+    if (f >= 0) H5Fclose(f);
+    if (why[0])
+        snprintf(h->unlisted, sizeof h->unlisted,
+                 "%s %s (the master reads it, though its segments attribute does not list it)",
+                 leaf, why);
+}
+
+static bool same_file(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+static void check_mapping(struct health *h, hid_t d, hid_t dcpl, size_t i) {
+    char file[PATH_MAX_], dname[TAP_NAME_MAX + 64], own[PATH_MAX_ * 2], read[PATH_MAX_ * 2];
+    bool mine = false;
+    if (H5Pget_virtual_filename(dcpl, i, file, sizeof file) < 0 ||
+        H5Pget_virtual_dsetname(dcpl, i, dname, sizeof dname) < 0)
+        snprintf(file, sizeof file, "(an unreadable mapping)");
+    const char *leaf = own_leaf(h->path, file, &mine), *slash = strrchr(h->path, '/');
+    parts_path(h->path, leaf, own, sizeof own);
+    // another name is fine when it reaches the very files of the master's own folder (a parts
+    // folder linked to the one it names): what HDF5 opens, the master's folder and the name
+    snprintf(read, sizeof read, "%.*s%s%s",
+             file[0] == '/' ? 0
+             : slash        ? (int)(slash - h->path)
+                            : 1,
+             slash ? h->path : ".", file[0] == '/' ? "" : "/", file);
+    if (!mine) mine = same_file(read, own);
+    if (!mine && !h->foreign[0]) snprintf(h->foreign, sizeof h->foreign, "%s", file);
+    int k = 0;
+    while (k < h->n_rec && strcmp(h->rec[k].file, leaf))
+        k++;
+    if (k == h->n_rec && strcmp(leaf, "index.h5")) { // a file the master does not list
+        if (!h->unlisted[0]) unlisted_source(h, own, leaf, d, dcpl, i, dname);
+        return;
+    }
+    if (k == h->n_rec) h->index_read = true;
+    if (h->why[k][0]) return; // known to be damaged
+    if (mine) check_prefix(h, file, own);
+    if (h->fid[k] < 0 && (h->fid[k] = H5Fopen(own, H5F_ACC_RDONLY, H5P_DEFAULT)) < 0) {
+        snprintf(h->why[k], WHY_MAX, "cannot be read as HDF5 (missing, truncated or damaged)");
+        return;
+    }
+    check_source(h->why[k], h->fid[k], d, dcpl, i, dname);
+}
+
+static herr_t check_vds(hid_t g, const char *name, const H5L_info_t *info, void *u) {
+    (void)info;
+    hid_t d = H5Dopen2(g, name, H5P_DEFAULT); // fails (quietly) for a group
+    if (d < 0) return 0;
+    hid_t dcpl = H5Dget_create_plist(d);
+    size_t n = 0;
+    if (dcpl >= 0 && H5Pget_layout(dcpl) == H5D_VIRTUAL && H5Pget_virtual_count(dcpl, &n) >= 0)
+        for (size_t i = 0; i < n; i++)
+            check_mapping(u, d, dcpl, i);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    H5Dclose(d);
+    return 0;
+}
+
+// Fills h (h->why and h->fid allocated here for h->n_rec records; health_free frees them) for
+// the master f, whose records' datasets are token-major as tm says.
+static int health_check(struct health *h, hid_t f, token_major_fn tm, void *u, int64_t n_prompts,
+                        int64_t n_tokens) {
+    h->why = calloc((size_t)h->n_rec + 1, sizeof *h->why);
+    h->fid = malloc(((size_t)h->n_rec + 1) * sizeof *h->fid);
+    if (!h->why || !h->fid) return -AH_ENOMEM;
+    for (int k = 0; k <= h->n_rec; k++)
+        h->fid[k] = H5I_INVALID_HID;
+    if (!index_intact(h->path, n_prompts, n_tokens))
+        snprintf(h->why[h->n_rec], WHY_MAX, "is missing or damaged");
+    for (int k = 0; k < h->n_rec; k++) {
+        const struct h5out_record *r = &h->rec[k];
+        if (r->i0 < 0 || r->i1 > h->n_dsets || r->i0 >= r->i1)
+            snprintf(h->why[k], WHY_MAX, "lists datasets [%d, %d) of %d", r->i0, r->i1, h->n_dsets);
+        else
+            seg_intact(h->path, r, tm, u, h->why[k], WHY_MAX);
+    }
+    H5Lvisit(f, H5_INDEX_NAME, H5_ITER_INC, check_vds, h);
+    if (!h->index_always && !h->index_read) h->why[h->n_rec][0] = 0; // an output of plain datasets
+    for (int k = 0; k <= h->n_rec; k++)
+        if (h->fid[k] >= 0) H5Fclose(h->fid[k]);
+    return 0;
+}
+
+static void health_free(struct health *h) {
+    free(h->why);
+    free(h->fid);
+}
+
+// resume: a dataset of a record is token-major as the output's list says
+static int token_major_listed(void *u, const struct h5out_record *r, const char *name) {
+    const struct h5master *m = u;
+    for (int i = r->i0; i < r->i1 && i < m->n; i++)
+        if (!strcmp(h5out_dset_name(&m->d[i]), name)) return by_token(&m->d[i]);
     return -1;
 }
 
 // Drops every record whose segment is not intact (its batches are then computed again, and
 // remove_unlisted deletes what is left of the file), saying so on stderr.
-static void drop_damaged(struct h5master *m) {
+static void drop_damaged(struct h5master *m, const struct health *h) {
     int kept = 0;
     for (int k = 0; k < m->n_rec; k++) {
-        struct rec_names x = {m, &m->rec[k]};
-        char why[300];
-        if (m->rec[k].i0 >= 0 && m->rec[k].i1 <= m->n && m->rec[k].i0 < m->rec[k].i1 &&
-            seg_intact(m->p.path, &m->rec[k], token_major_listed, &x, why, sizeof why)) {
+        if (!h->why[k][0]) {
             m->rec[kept++] = m->rec[k];
             continue;
         }
-        if (m->rec[k].i0 < 0 || m->rec[k].i1 > m->n || m->rec[k].i0 >= m->rec[k].i1)
-            snprintf(why, sizeof why, "lists datasets [%d, %d) of %d", m->rec[k].i0, m->rec[k].i1,
-                     m->n);
         fprintf(stderr,
                 "harvest: %s.parts/%s %s (it is listed in the output): its rows are computed "
                 "again\n",
-                m->p.path, m->rec[k].file, why);
+                m->p.path, m->rec[k].file, h->why[k]);
         h5out_record_free(&m->rec[k]);
     }
     m->n_rec = kept;
@@ -1059,13 +1245,13 @@ static void remove_unlisted(const struct h5master *m) {
 
 // resume: the parts folder and index.h5 as a fresh start makes them, if they were deleted or
 // damaged (their content follows from the job and the data, which match)
-static int resume_parts(const struct h5master *m, struct ah_error *err) {
+static int resume_parts(const struct h5master *m, bool index_ok, struct ah_error *err) {
     char parts[PATH_MAX_];
     parts_path(m->p.path, NULL, parts, sizeof parts);
     if (mkdir(parts, 0777) != 0 && errno != EEXIST)
         return ah_fail(err, AH_EIO, "%s: cannot create the parts folder: %s", parts,
                        strerror(errno));
-    if (index_intact(m->p.path, m->p.n_prompts, m->p.n_tokens)) return 0;
+    if (index_ok) return 0;
     fprintf(stderr, "harvest: %s.parts/index.h5 is missing or damaged: written again\n", m->p.path);
     return write_index(&m->p, err);
 }
@@ -1118,8 +1304,13 @@ static int resume_state(struct h5master *m, uint8_t *batch_done, bool *complete,
     if (m->p.model_fingerprint && (fp = provenance_fingerprint(prov)) &&
         (rc = fp_compare(fp, m->p.model_fingerprint, mp, err)) < 0)
         goto fail;
-    if ((rc = resume_parts(m, err)) < 0) goto fail;
-    drop_damaged(m);
+    struct health h = {
+        .path = mp, .rec = m->rec, .n_rec = m->n_rec, .n_dsets = m->n, .index_always = true};
+    if ((rc = health_check(&h, f, token_major_listed, m, m->p.n_prompts, m->p.n_tokens)) == 0 &&
+        (rc = resume_parts(m, !h.why[m->n_rec][0], err)) == 0)
+        drop_damaged(m, &h);
+    health_free(&h);
+    if (rc < 0) goto fail;
     batches_done(m, batch_done);
     if ((rc = trim_records(m, batch_done)) < 0) goto fail;
     remove_unlisted(m);
@@ -1242,14 +1433,15 @@ static herr_t show_dset(hid_t g, const char *name, const H5L_info_t *info, void 
     return 0;
 }
 
-// inspect: a dataset is token-major when the master's has n_tokens rows (with as many tokens as
-// prompts, every prompt is one token long and both ways of counting agree)
+// inspect, stats, export: a dataset is token-major when the master's has n_tokens rows (with as
+// many tokens as prompts, every prompt is one token long and both ways of counting agree)
 struct master_names {
     hid_t f;
     int64_t n_tokens;
 };
 
-static int token_major_master(void *u, const char *name) {
+static int token_major_master(void *u, const struct h5out_record *r, const char *name) {
+    (void)r;
     const struct master_names *x = u;
     char p[TAP_NAME_MAX + 16];
     snprintf(p, sizeof p, "activations/%s", name);
@@ -1257,28 +1449,94 @@ static int token_major_master(void *u, const char *name) {
     return n < 0 ? -1 : n == x->n_tokens;
 }
 
-// Checks every file the master lists, printing a line for each one missing or damaged; returns
-// how many (-1: the segment list is unreadable).
-static int inspect_damage(const char *path, hid_t f, const char *segs, int64_t n, int64_t nt,
-                          FILE *out) {
+// a master read under another name than the one it was written as (h->foreign names a file
+// outside its own parts folder)
+static int foreign_error(const struct health *h, struct ah_error *err) {
+    const char *f = h->foreign, *p = strstr(f, ".parts/"), *slash = strrchr(h->path, '/');
+    const char *base = slash ? slash + 1 : h->path;
+    if (!p || strchr(f, '/') < p)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: its virtual datasets read %s, not a file of its own parts folder "
+                       "%s.parts/ (not an output harvest wrote?)",
+                       h->path, f, h->path);
+    int n = (int)(p - f);
+    return ah_fail(err, AH_EINVAL,
+                   "%s: written as %.*s, it has been renamed or copied under another name: its "
+                   "virtual datasets read %.*s.parts/ beside it (another output's rows, or NaN), "
+                   "not its own %s.parts/. An output moves or copies only as its two parts under "
+                   "the same name: rename it back to %.*s and %s.parts/ to %.*s.parts/ (in "
+                   "another folder, to keep a copy beside the original)",
+                   h->path, n, f, n, f, base, n, f, base, n, f);
+}
+
+// h said: an error for a master that reads files not its own; else each damaged file is a line
+// on say and hl is filled
+static int health_say(const struct health *h, FILE *say, const char *lead, struct h5out_health *hl,
+                      struct ah_error *err) {
+    if (h->foreign[0]) return foreign_error(h, err);
+    if (h->redirect[0])
+        return ah_fail(err, AH_EINVAL,
+                       "%s: HDF5_VDS_PREFIX makes HDF5 read %s through its virtual datasets: "
+                       "unset HDF5_VDS_PREFIX to read this output",
+                       h->path, h->redirect);
+    hl->n_bad = 0;
+    for (int k = 0; k <= h->n_rec; k++) {
+        if (!h->why[k][0]) continue;
+        hl->n_bad++;
+        if (say)
+            fprintf(say, "%s%s.parts/%s %s\n", lead, h->path,
+                    k < h->n_rec ? h->rec[k].file : "index.h5", h->why[k]);
+        for (int j = 0; hl->done && k < h->n_rec && j < h->rec[k].n_runs; j++)
+            for (int64_t p = h->rec[k].runs[j].p0; p < h->rec[k].runs[j].p1; p++)
+                if (p >= 0 && p < hl->n_prompts) hl->done[p] = 0;
+        if (hl->done && k == h->n_rec) memset(hl->done, 0, (size_t)hl->n_prompts);
+    }
+    if (h->unlisted[0]) { // which prompts it holds is not known: none is taken as done
+        hl->n_bad++;
+        if (say) fprintf(say, "%s%s.parts/%s\n", lead, h->path, h->unlisted);
+        if (hl->done) memset(hl->done, 0, (size_t)hl->n_prompts);
+    }
+    hl->n_done = 0;
+    for (int64_t p = 0; hl->done && p < hl->n_prompts; p++)
+        hl->n_done += hl->done[p] != 0;
+    return 0;
+}
+
+// h5out_check of the open master f
+static int check_master(const char *path, hid_t f, FILE *say, const char *lead,
+                        struct h5out_health *hl, struct ah_error *err) {
     struct h5master m = {.p = {.path = path}};
+    char *segs = h5attr_get_str(f, "segments");
+    int64_t n = dset_len(f, "prompts/length"), nt = dset_len(f, "tokens/input_ids");
     struct master_names x = {f, nt};
-    int bad = 0;
-    if (!segs || records_parse(&m, segs) < 0) bad = -1;
-    if (bad == 0 && !index_intact(path, n, nt)) {
-        fprintf(out, "damaged: %s.parts/index.h5 is missing or damaged\n", path);
-        bad++;
-    }
-    for (int k = 0; bad >= 0 && k < m.n_rec; k++) {
-        char why[300];
-        if (seg_intact(path, &m.rec[k], token_major_master, &x, why, sizeof why)) continue;
-        fprintf(out, "damaged: %s.parts/%s %s\n", path, m.rec[k].file, why);
-        bad++;
-    }
+    hid_t g = H5Gopen2(f, "activations", H5P_DEFAULT);
+    H5G_info_t gi = {0};
+    if (g >= 0) H5Gget_info(g, &gi), H5Gclose(g);
+    int rc = !segs || records_parse(&m, segs) == 0 // none: an output of plain datasets
+                 ? 0
+                 : ah_fail(err, AH_EFORMAT, "%s: unreadable \"segments\" attribute", path);
+    free(segs);
+    struct health h = {.path = path, .rec = m.rec, .n_rec = m.n_rec, .n_dsets = (int)gi.nlinks};
+    if (rc == 0) rc = health_check(&h, f, token_major_master, &x, n, nt);
+    if (rc == 0) rc = health_say(&h, say, lead, hl, err);
+    health_free(&h);
     for (int k = 0; k < m.n_rec; k++)
         h5out_record_free(&m.rec[k]);
     free(m.rec);
-    return bad;
+    return rc;
+}
+
+int h5out_check(const char *path, FILE *say, const char *lead, struct h5out_health *hl,
+                struct ah_error *err) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: cannot open as HDF5 (missing, not HDF5, or left open by a killed job)",
+                       path);
+    int rc = check_master(path, f, say, lead, hl, err);
+    H5Fclose(f);
+    return rc;
 }
 
 int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
@@ -1310,7 +1568,14 @@ int h5out_inspect(const char *path, FILE *out, struct ah_error *err) {
             family ? family : "?", store ? store : "?");
     free(family);
     free(store);
-    int bad = inspect_damage(path, f, segs, n, nt, out);
+    struct h5out_health hl = {0};
+    int rc = check_master(path, f, out, "damaged: ", &hl, err), bad = hl.n_bad;
+    if (rc == -AH_EFORMAT) bad = -1; // an unreadable segment list: said below
+    if (rc < 0 && bad >= 0) {
+        free(segs);
+        H5Fclose(f);
+        return rc;
+    }
     free(segs);
     if (bad != 0)
         fprintf(out,

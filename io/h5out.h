@@ -133,11 +133,12 @@ struct h5out_params {
 
 // Creates a new output (the caller has removed any old one), or with resume takes over the one at
 // p->path: its job, data checksum and model fingerprint must match. Resume checks every listed
-// file: a segment that is missing, does not open or lacks listed rows is dropped from the listing
-// (its batches are computed again), and a missing or damaged index.h5 is written again; each is
-// said on stderr. batch_done (n_batches entries) receives 1 for
-// every batch whose rows of every dataset are in listed segments; segments' rows of other batches
-// are dropped from the listing. *run is the number of this run (0 for a new output).
+// file as h5out_check does (in the output's own parts folder): a segment that is missing, does not
+// open or lacks listed rows is dropped from the listing (its batches are computed again), and a
+// missing or damaged index.h5 is written again; each is said on stderr. batch_done (n_batches
+// entries) receives 1 for every batch whose rows of every dataset are in listed segments; segments'
+// rows of other batches are dropped from the listing. *run is the number of this run (0 for a new
+// output).
 int h5m_open(struct h5master **m, const struct h5out_params *p, const struct h5out_dset *d, int n,
              bool resume, uint8_t *batch_done, int *run, bool *complete, struct ah_error *err);
 // Replaces the provenance JSON text written from the next h5m_write on (borrowed).
@@ -154,10 +155,28 @@ void h5m_close(struct h5master *m); // frees m; the master on disk stays as writ
 // Removes an output: the master, its temporary and its parts folder (only files harvest names).
 int h5out_remove(const char *path, struct ah_error *err);
 
+// What h5out_check found, and which prompts a reader may take (for an export).
+struct h5out_health {
+    int n_bad;         // out: the listed files missing or damaged
+    uint8_t *done;     // in: NULL, or one flag a prompt (n_prompts of them), cleared here for each
+    int64_t n_prompts; //     prompt a damaged segment holds (every prompt for a damaged index.h5)
+    int64_t n_done;    // out: the flags of done still set
+};
+// Checks exactly the files an output's virtual datasets read (inspect, stats, export and --resume
+// check them alike). Every mapping of the master must name a file of its own parts folder: a
+// relative BASE.parts/FILE, BASE the master's own file name (HDF5 looks for it beside the master);
+// a master renamed or copied under another name reads another output's folder, and is refused
+// (-AH_EINVAL, saying what to do), as is one HDF5_VDS_PREFIX points at files elsewhere. index.h5
+// must hold /prompts and /tokens, and each listed segment must exist, open and hold its datasets
+// with the rows it lists and the rows, row shape and type the master maps from it; each one that
+// does not is a line "LEAD OUT.h5.parts/FILE WHY" on say (if not NULL) and counts in hl->n_bad.
+int h5out_check(const char *path, FILE *say, const char *lead, struct h5out_health *hl,
+                struct ah_error *err);
+
 // Prints a summary of an output (read-only): completeness, prompts, tokens, segments, each dataset
-// with shape, activation dtype and storage dtype. Every listed file is checked as --resume checks
-// it: an output with one missing or damaged is "complete: no", naming each. -AH_EINVAL if path
-// is not a harvest output.
+// with shape, activation dtype and storage dtype. Every listed file is checked (h5out_check): an
+// output with one missing or damaged is "complete: no", naming each. -AH_EINVAL if path is not a
+// harvest output, or is one read under another name than it was written as.
 int h5out_inspect(const char *path, FILE *out, struct ah_error *err);
 // The token ids of one prompt of an output (*ids malloc'd, *len of them) and its job attribute
 // (*job malloc'd, NULL if absent).

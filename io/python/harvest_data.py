@@ -18,7 +18,7 @@ import numpy as np
 
 __version__ = "0.18.0"  # harvest's version (the file VERSION at the top of the repository)
 
-__all__ = ["Shards", "open_output", "stats", "widen_bf16", "Probe"]
+__all__ = ["Shards", "open_output", "check_output", "stats", "widen_bf16", "Probe"]
 
 
 def widen_bf16(u16):
@@ -307,6 +307,11 @@ class Output:
         import h5py
         self.path = path
         self.f = h5py.File(path, "r")
+        try:
+            check_output(self.f, path)
+        except Exception:
+            self.f.close()
+            raise
         self.attrs = dict(self.f.attrs)
         self.length = self.f["prompts/length"][:]
         self.token_offset = self.f["prompts/token_offset"][:]
@@ -412,6 +417,98 @@ class Output:
         for f in self._files.values():
             f.close()
         self.f.close()
+
+
+def _source_damage(src, m, vds):
+    """what is wrong with mapping m's source dataset in the open file src, or None"""
+    from h5py import h5s
+    if m.dset_name not in src:
+        return f"lacks the dataset {m.dset_name}"
+    sd = src[m.dset_name]
+    st, vt = sd.id.get_type(), vds.id.get_type()
+    if (sd.ndim != vds.ndim or sd.shape[1:] != vds.shape[1:] or st.get_class() != vt.get_class()
+            or st.get_size() != vt.get_size()):
+        return f"its dataset {m.dset_name} has another shape or type than the master's"
+    sp, vs = m.src_space, m.vspace
+    if vs.get_select_npoints() > 0:
+        (v0, *_), (v1, *_) = vs.get_select_bounds()  # a source "all": rows from 0 on
+        end = v1 - v0 if sp.get_select_type() == h5s.SEL_ALL else sp.get_select_bounds()[1][0]
+        if end >= sd.shape[0]:
+            return (f"its dataset {m.dset_name} has {sd.shape[0]} of the {end + 1} rows the "
+                    "master reads")
+    return None
+
+
+def _prefix_redirect(path, fn, own):
+    """a file HDF5_VDS_PREFIX makes HDF5 read for mapped name fn instead of own, or None"""
+    env, origin = os.environ.get("HDF5_VDS_PREFIX", ""), os.path.dirname(path) or "."
+    for p in filter(None, env.split(":")):
+        c = os.path.join(p.replace("${ORIGIN}", origin, 1), fn)
+        if os.path.exists(c):  # HDF5 opens the first one found
+            return None if os.path.exists(own) and os.path.samefile(c, own) else c
+    return None
+
+
+def check_output(f, path):
+    """Checks exactly the files the virtual datasets of the open master f (at path) read, as
+    harvest's tools do (io/h5out.h, h5out_check): each must be in the master's own parts folder,
+    named BASE.parts/FILE for its own file name BASE (a master renamed or copied under another
+    name reads another output's folder, or NaN), index.h5 or a listed segment, and hold the rows,
+    row shape and type the master maps from it. Raises ValueError saying what is wrong."""
+    import h5py
+    base = os.path.basename(path)
+    listed = {s["file"] for s in json.loads(f.attrs.get("segments", "[]"))}  # none: plain
+    files, bad = {}, {}
+
+    def visit(name, d):
+        if not isinstance(d, h5py.Dataset) or not d.is_virtual:
+            return
+        for m in d.virtual_sources():
+            folder, leaf = os.path.split(m.file_name)
+            own = os.path.join(path + ".parts", leaf)
+            read = os.path.join(os.path.dirname(path), m.file_name)  # what HDF5 opens
+            if folder != base + ".parts" and not (
+                    os.path.exists(read) and os.path.exists(own) and os.path.samefile(read, own)):
+                orig = folder[:-6] if folder.endswith(".parts") and "/" not in folder else None
+                if orig is None:
+                    raise ValueError(f"{path}: its virtual datasets read {m.file_name}, not a "
+                                     f"file of its own parts folder {path}.parts/")
+                raise ValueError(
+                    f"{path}: written as {orig}, it has been renamed or copied under another "
+                    f"name: its virtual datasets read {orig}.parts/ beside it (another output's "
+                    f"rows, or NaN), not its own {base}.parts/. An output moves or copies only "
+                    f"as its two parts under the same name: rename it back to {orig} and "
+                    f"{base}.parts/ to {orig}.parts/ (in another folder, to keep a copy beside "
+                    "the original)")
+            if leaf != "index.h5" and leaf not in listed:
+                raise ValueError(f"{path}: its virtual datasets read {m.file_name}, which its "
+                                 "segments attribute does not list (a damaged master)")
+            hit = _prefix_redirect(path, m.file_name, own)
+            if hit:
+                raise ValueError(f"{path}: HDF5_VDS_PREFIX makes HDF5 read {hit} (not {own}) "
+                                 "through its virtual datasets: unset HDF5_VDS_PREFIX")
+            if leaf in bad:
+                continue
+            if leaf not in files:
+                try:
+                    files[leaf] = h5py.File(own, "r")
+                except OSError:
+                    bad[leaf] = ("is missing" if not os.path.exists(own)
+                                 else "cannot be read as HDF5 (truncated or damaged)")
+                    continue
+            why = _source_damage(files[leaf], m, d)
+            if why:
+                bad[leaf] = why
+
+    try:
+        f.visititems(visit)
+    finally:
+        for x in files.values():
+            x.close()
+    if bad:
+        raise ValueError(f"{path}: the output is damaged: " + "; ".join(
+            f"{path}.parts/{k} {v}" for k, v in sorted(bad.items())) +
+            " (`harvest run JOB --resume` computes their rows again)")
 
 
 def open_output(path):
