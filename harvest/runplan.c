@@ -507,6 +507,18 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
     return plan_place(pl, err);
 }
 
+// "select" keeps no token of the corpus: an output without rows (and statistics of nothing)
+static int none_kept(const struct plan *pl, struct ah_error *err) {
+    const struct select_counts *c = &pl->sc;
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"select\" keeps none of the corpus's %lld tokens (\"select.skip_first\" "
+                   "leaves out %lld, \"select.skip_token_ids\" %lld, "
+                   "\"select.tokens_per_context\" %lld, the norm guard "
+                   "\"select.max_norm_multiple\" %lld): nothing to store, nothing written",
+                   pl->j.path, (long long)pl->ds.n_tokens, (long long)c->skipped_first,
+                   (long long)c->skipped_id, (long long)c->not_chosen, (long long)c->dropped_norm);
+}
+
 int plan_place(struct plan *pl, struct ah_error *err) {
     const struct job *j = &pl->j;
     const struct model *m = &pl->m;
@@ -515,6 +527,7 @@ int plan_place(struct plan *pl, struct ah_error *err) {
     if (pl->selecting) {
         int rc = plan_selection(pl, err);
         if (rc < 0) return rc;
+        if (pl->sc.kept == 0 && ds->n_tokens > 0) return none_kept(pl, err);
     }
     bool stored = pl->selecting && j->layout == JOB_LAYOUT_TOKEN; // rows: the chosen tokens
     build_dsets(m, pl->want, pl->alias_of_id, j->layout, pl->S, ds->n, pl->n_stored, pl->dsets,
