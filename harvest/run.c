@@ -325,6 +325,8 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
     int rc = plan_load(pl, o->job_path, size, lock, err);
     if (rc == 0) rc = plan_data(pl, rank, err);
     if (rc == 0) rc = run_agree(plan_finish(pl, err), err);
+    if (rc == 0 && o->resume)
+        rc = run_agree(rank == 0 ? plan_resume_job(pl, o->quiet, err) : 0, err);
     if (rc == 0 && pl->guarding)
         rc = normguard_run(pl, o, stop_seen, err); // select.max_norm_multiple
     if (rc == 0 && pl->guarding && rank == 0 && !o->quiet)

@@ -82,6 +82,11 @@ int plan_finish(struct plan *pl, struct ah_error *err);
 int plan_place(struct plan *pl, struct ah_error *err);
 // The norm guard's pass: harvest/normguard.h.
 void plan_free(struct plan *pl);
+// Rank 0, --resume: the job against the one the output was made with (its "job" attribute). The
+// grid may change (parallel.expert_parallel: the rows do not depend on it; pl->j.text becomes
+// the output's); another parallel.pipeline_stages, or any other key, is -AH_EINVAL naming the key.
+// 0 also when there is no readable output (the writer says what is wrong with it).
+int plan_resume_job(struct plan *pl, bool quiet, struct ah_error *err);
 // JSON text of the fingerprint of the model's files (io/fingerprint.h); caller frees.
 int plan_fingerprint(const struct plan *pl, char **json, struct ah_error *err);
 // FNV-1a over what the output is built from: source lines, lengths and token ids
