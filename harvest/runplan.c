@@ -213,8 +213,8 @@ static int job_differs(const struct plan *pl, const cJSON *then, const cJSON *no
         a = cJSON_GetObjectItemCaseSensitive(a, k2), b = cJSON_GetObjectItemCaseSensitive(b, k2);
     char *ta = a ? cJSON_PrintUnformatted(a) : NULL, *tb = b ? cJSON_PrintUnformatted(b) : NULL;
     int rc = ah_fail(err, AH_EINVAL,
-                     "%s: --resume: the job is not the one this output was made with: \"%s%s%s\" "
-                     "is %.60s now, %.60s then (use that job, or --overwrite to start again)",
+                     "%s: was made by a different job: \"%s%s%s\" is %.60s now, %.60s then; "
+                     "--resume needs the same job (or use --overwrite to start again)",
                      pl->j.out_path, k, k2 ? "." : "", k2 ? k2 : "", tb ? tb : "absent",
                      ta ? ta : "absent");
     free(ta), free(tb);
@@ -241,9 +241,10 @@ int plan_resume_job(struct plan *pl, bool quiet, struct ah_error *err) {
             rc = job_differs(pl, then, now, k, err);
         } else if (s0 != s1) {
             rc = ah_fail(err, AH_EINVAL,
-                         "%s: --resume: \"parallel.pipeline_stages\" is %d now, %d when the "
-                         "output was made: its segments hold the datasets of %d stages (resume "
-                         "with \"pipeline_stages\": %d, or --overwrite to start again)",
+                         "%s: was made by a different job: \"parallel.pipeline_stages\" is %d "
+                         "now, %d then; its segments hold the datasets of %d stages, so "
+                         "--resume needs \"pipeline_stages\": %d (replicas and "
+                         "\"expert_parallel\" may change; or use --overwrite to start again)",
                          pl->j.out_path, s1, s0, s0, s0);
         } else { // the same job but for expert shards: the output keeps its job text
             if (!quiet && e0 != e1)
