@@ -5,16 +5,25 @@
 // forward pass through blocks [0, its block] of the run's own batches (prompts [kB, kB + B),
 // harvest/rounds.h), batch k on world rank k % size, each rank running every block of it alone
 // (no stages, no expert shards: a batch's numbers do not depend on the grid, README "Output").
-// The norm is the one io/stats.c takes (float64 squares of the float32 values, summed in feature
-// order). The median is an order statistic of the first max_norm_sample chosen tokens' finite
-// norms (a set: the ranks' shares are gathered in any order), and every chosen token whose norm
-// is above max_norm_multiple x median (or NaN) is dropped. Every rank gets the same sorted drop
-// list, and a --resume recomputes it alike. Cost: one more forward through those blocks.
-#include "harvest/run.h"
+// The ranks go in rounds of one batch each, agreeing after every round on a stop signal. The
+// norm is the one io/stats.c takes (float64 squares of the float32 values, summed in feature
+// order). The median is an order statistic of the finite norms among the first max_norm_sample
+// chosen tokens (a set: the ranks' shares are gathered in any order), and every chosen token
+// whose norm is above max_norm_multiple x median (or NaN) is dropped. Every rank gets the same
+// sorted drop list. Rank 0 keeps it with the output (OUT.parts/normguard.bin: a header naming
+// the job, data and model it was found for, the drops, an FNV-1a checksum), and a --resume reads
+// it back instead of running the pass again. Cost: one more forward through those blocks.
+#define _POSIX_C_SOURCE 200809L // defines: fileno, isatty
+#include "harvest/normguard.h"
 
+#include "io/fsutil.h"
+
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 struct ng_pass {
     struct plan *pl;
@@ -28,6 +37,10 @@ struct ng_pass {
     double *norm;   // (n_mine) this rank's chosen tokens' norms, batch after batch
     double *sample; // (n_sample) those among the first max_norm_sample chosen tokens
     int64_t n_mine, n_sample, cap_sample;
+    int64_t bad[2]; // this rank's chosen tokens with a non-finite norm: in all, in the sample
+    bool quiet, tty;
+    bool (*stopped)(void); // run.c's: a stop signal on this rank
+    double t0, last;       // progress: start, last line
     struct model_state st;
 };
 
@@ -96,25 +109,67 @@ static int ng_setup(struct ng_pass *g) {
     return model_state_init(&pl->m, &g->st, (int)pl->S, max_tokens, g->want, NULL);
 }
 
-// this rank's batches through blocks [0, b1): the norms of their chosen tokens, in order
-static int ng_forward(struct ng_pass *g) {
+// rank 0, unless --quiet: the batches of the rounds done, their tokens, the rate and the ETA
+static void ng_progress(struct ng_pass *g, int64_t done, int64_t K, int64_t tokens, bool final) {
+    if (g->quiet || g->rank != 0) return;
+    double t = now_seconds();
+    if (!final && t - g->last < (g->tty ? 0.5 : 10.0)) return;
+    g->last = t;
+    int64_t total = g->pl->ds.n_tokens;
+    double rate = t > g->t0 ? (double)tokens / (t - g->t0) : 0.0;
+    int eta = rate > 0 ? (int)((double)(total - tokens) / rate + 0.5) : 0;
+    fprintf(stderr,
+            "%s[harvest] norm guard: %lld/%lld batches  %lld/%lld tokens  %.0f tok/s  ETA "
+            "%d:%02d:%02d%s",
+            g->tty ? "\r" : "", (long long)done, (long long)K, (long long)tokens, (long long)total,
+            rate, eta / 3600, eta / 60 % 60, eta % 60, g->tty && !final ? "   " : "\n");
+    fflush(stderr);
+}
+
+// batch k through blocks [0, b1): the norms of its chosen tokens at norm[*at...]
+static int ng_one(struct ng_pass *g, int64_t k, const struct tap *tp, int64_t *at) {
     const struct plan *pl = g->pl;
-    struct tap tp = {g->want, ng_take, g};
-    int64_t K = place_batches(&g->pc), at = 0;
-    for (int64_t k = g->rank; k < K; k += g->size) {
-        struct h5out_run r;
-        int64_t n = ng_batch(g, k, &r);
-        if (n < 0) return (int)n;
-        if (n == 0) continue; // nothing of it is judged
-        struct mbatch bt = {(int)(r.p1 - r.p0), r.t1 - r.t0, pl->ds.ids + r.t0, g->lens, g->boff};
-        model_forward(&pl->m, &g->st, &bt, &tp, 0, g->b1);
-        int64_t c = pl->st_off[r.p0]; // the first chosen token's index in the corpus's choice
-        for (int64_t t = 0; t < bt.n_tokens; t++) {
-            if (!g->keep[t]) continue;
-            if (c++ < pl->j.sel.max_norm_sample) g->sample[g->n_sample++] = g->bnorm[t];
-            g->norm[at++] = g->bnorm[t];
-        }
+    struct h5out_run r;
+    int64_t n = ng_batch(g, k, &r);
+    if (n <= 0) return (int)n; // 0: nothing of it is judged
+    struct mbatch bt = {(int)(r.p1 - r.p0), r.t1 - r.t0, pl->ds.ids + r.t0, g->lens, g->boff};
+    model_forward(&pl->m, &g->st, &bt, tp, 0, g->b1);
+    int64_t c = pl->st_off[r.p0]; // the first chosen token's index in the corpus's choice
+    for (int64_t t = 0; t < bt.n_tokens; t++) {
+        if (!g->keep[t]) continue;
+        bool in_sample = c++ < pl->j.sel.max_norm_sample, bad = !isfinite(g->bnorm[t]);
+        if (in_sample) g->sample[g->n_sample++] = g->bnorm[t];
+        g->bad[0] += bad;
+        g->bad[1] += bad && in_sample;
+        g->norm[(*at)++] = g->bnorm[t];
     }
+    return 0;
+}
+
+// This rank's batches, in rounds of one batch a rank; after each round the ranks agree on a
+// failure and on a stop signal (any rank's: every rank stops, -AH_ESTOP).
+static int ng_forward(struct ng_pass *g, struct ah_error *err) {
+    struct tap tp = {g->want, ng_take, g};
+    int64_t K = place_batches(&g->pc), at = 0, tokens = 0;
+    int rc = 0;
+    g->t0 = g->last = now_seconds();
+    for (int64_t k0 = 0; k0 < K; k0 += g->size) {
+        if (k0 + g->rank < K && (rc = ng_one(g, k0 + g->rank, &tp, &at)) < 0)
+            rc = ah_fail(err, AH_ENOMEM, "out of memory: the norm guard's pass");
+        int flags[2] = {rc < 0, g->stopped()};
+        CHECK_MPI(MPI_Allreduce(MPI_IN_PLACE, flags, 2, MPI_INT, MPI_MAX, MPI_COMM_WORLD));
+        int64_t k1 = k0 + g->size < K ? k0 + g->size : K;
+        tokens = place_batch(&g->pc, k1 - 1).t1;
+        if (flags[0]) return rc; // run_agree gives every rank the failing rank's message
+        if (flags[1])
+            return ah_fail(err, AH_ESTOP,
+                           "stopped by a signal during the norm guard's pass "
+                           "(select.max_norm_multiple), after %lld of %lld batches, before the "
+                           "output was touched; run the same command with --resume to go on",
+                           (long long)k1, (long long)K);
+        ng_progress(g, k1, K, tokens, false);
+    }
+    ng_progress(g, K, K, tokens, true);
     AH_ASSERT(at == g->n_mine);
     return 0;
 }
@@ -154,20 +209,38 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// the median of the gathered sample, then this rank's drops (corpus token indices) gathered
-static int ng_drops(struct ng_pass *g, struct ah_error *err) {
+// The median of the gathered sample (its finite norms; the non-finite ones counted), the same
+// bits on every rank; -AH_EINVAL naming the key when the sample has no finite norm.
+static int ng_median(struct ng_pass *g, struct ah_error *err) {
     struct plan *pl = g->pl;
     void *all = NULL;
-    int64_t n_all = 0, at = 0, n_mine = 0;
+    int64_t n_all = 0;
     int rc = gather_all(g->sample, g->n_sample, MPI_DOUBLE, sizeof(double), &all, &n_all, err);
     struct norm_median md = {0};
     if (rc == 0) rc = run_agree(norm_median_init(&md, n_all + 1), err);
     if (rc < 0) return free(all), rc;
     for (int64_t i = 0; i < n_all; i++)
-        norm_median_push(&md, ((double *)all)[i]);
-    pl->ng_median = norm_median_value(&md); // the same set on every rank: the same bits
+        norm_median_push(&md, ((double *)all)[i]); // a non-finite norm is no sample
+    pl->ng_median = norm_median_value(&md);        // the same set on every rank: the same bits
     norm_median_free(&md);
     free(all);
+    CHECK_MPI(MPI_Allreduce(g->bad, pl->ng_bad, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    if (!isnan(pl->ng_median)) return 0;
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"select.max_norm_multiple\": none of the %lld tokens of the median's "
+                   "sample (the first \"select.max_norm_sample\" = %lld chosen tokens) has a "
+                   "finite norm of \"%s\" (%lld are NaN or infinite): there is no median to "
+                   "judge by; the model's values overflow (check its weights)",
+                   pl->j.path, (long long)n_all, (long long)pl->j.sel.max_norm_sample,
+                   pl->j.sel.max_norm_activation, (long long)pl->ng_bad[1]);
+}
+
+// this rank's drops (corpus token indices), gathered and sorted on every rank
+static int ng_drops(struct ng_pass *g, struct ah_error *err) {
+    struct plan *pl = g->pl;
+    void *all = NULL;
+    int64_t at = 0, n_mine = 0;
+    int rc = 0;
     int64_t *mine = (int64_t *)(void *)g->norm; // the drops overwrite the norms they follow
     for (int64_t k = g->rank, K = place_batches(&g->pc); k < K; k += g->size) {
         struct h5out_run r;
@@ -184,19 +257,173 @@ static int ng_drops(struct ng_pass *g, struct ah_error *err) {
     return rc;
 }
 
-int normguard_run(struct plan *pl, struct ah_error *err) {
-    struct ng_pass g = {.pl = pl, .id = pl->ng_id};
+// the pass: every chosen token's norm, the median, the drops
+static int ng_pass(struct plan *pl, bool quiet, bool (*stopped)(void), struct ah_error *err) {
+    struct ng_pass g = {.pl = pl, .id = pl->ng_id, .quiet = quiet, .stopped = stopped};
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g.rank));
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g.size));
+    g.tty = isatty(fileno(stderr));
     g.pc = (struct placement){pl->ds.n, pl->ds.n_tokens, pl->ds.off, pl->B};
     int block = pl->m.cat[pl->ng_id].block; // -1: the embeddings (stage 0 computes them)
     g.b1 = block + 1 < pl->m.n_blocks ? block + 1 : pl->m.n_blocks;
+    char blocks[64] = "the embeddings";
+    if (g.b1 > 0) snprintf(blocks, sizeof blocks, "blocks 0-%d", g.b1 - 1);
+    if (!quiet && g.rank == 0)
+        fprintf(stderr,
+                "harvest: norm guard: a pass through %s over %lld batches, every rank running "
+                "whole batches, before the run\n",
+                blocks, (long long)place_batches(&g.pc));
     int rc = ng_setup(&g);
     if (rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: the norm guard's pass");
-    if ((rc = run_agree(rc, err)) == 0) rc = ng_forward(&g);
-    if (rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: the norm guard's pass");
+    if ((rc = run_agree(rc, err)) == 0) rc = ng_forward(&g, err);
+    if ((rc = run_agree(rc, err)) == 0) rc = ng_median(&g, err);
     if ((rc = run_agree(rc, err)) == 0) rc = ng_drops(&g, err);
     ng_free(&g);
+    return rc;
+}
+
+// ----------------------------------------------------------------------------
+// the pass's record: OUT.parts/normguard.bin
+
+#define NG_MAGIC "AHNGRD01"
+
+// the record's header: what it was found for (FNV-1a of the job's text and of the model's
+// fingerprint, the data's plan_checksum) and what was found; then n_drop int64 drops, then the
+// FNV-1a of all that
+struct ng_head {
+    char magic[8];
+    uint64_t job, data, model;
+    double median;
+    int64_t n_drop, bad[2];
+};
+
+static uint64_t fnv(uint64_t h, const void *p, size_t n) {
+    const unsigned char *c = p;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+#define FNV0 1469598103934665603ull
+
+static void record_path(const struct plan *pl, char *buf, size_t n, const char *ext) {
+    snprintf(buf, n, "%s.parts/normguard.bin%s", pl->j.out_path, ext);
+}
+
+// the header this plan's record has (drops and counts as the plan holds them)
+static int head_of(const struct plan *pl, struct ng_head *h, struct ah_error *err) {
+    char *fp = NULL;
+    int rc = plan_fingerprint(pl, &fp, err);
+    if (rc < 0) return rc;
+    memset(h, 0, sizeof *h);
+    memcpy(h->magic, NG_MAGIC, sizeof h->magic);
+    h->job = fnv(FNV0, pl->j.text, strlen(pl->j.text));
+    h->data = plan_checksum(pl);
+    h->model = fnv(FNV0, fp, strlen(fp));
+    free(fp);
+    h->median = pl->ng_median;
+    h->n_drop = pl->n_ng_drop;
+    memcpy(h->bad, pl->ng_bad, sizeof h->bad);
+    return 0;
+}
+
+void normguard_save(const struct plan *pl) {
+    char path[4200], tmp[4300];
+    record_path(pl, path, sizeof path, "");
+    if (!pl->guarding) { // a record of an earlier job's output would only be in the way
+        unlink(path);
+        return;
+    }
+    if (pl->ng_reused) return;
+    record_path(pl, tmp, sizeof tmp, ".tmp");
+    struct ng_head h;
+    struct ah_error e = {0};
+    int rc = head_of(pl, &h, &e);
+    FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
+    size_t n = (size_t)h.n_drop;
+    uint64_t sum = f ? fnv(fnv(FNV0, &h, sizeof h), pl->ng_drop, n * sizeof *pl->ng_drop) : 0;
+    bool ok = f && fwrite(&h, sizeof h, 1, f) == 1 &&
+              (n == 0 || fwrite(pl->ng_drop, sizeof *pl->ng_drop, n, f) == n) &&
+              fwrite(&sum, sizeof sum, 1, f) == 1;
+    if (f && fclose(f) != 0) ok = false;
+    if (ok && fs_replace(tmp, path) == 0) return;
+    unlink(tmp);
+    fprintf(stderr,
+            "harvest: warning: %s: cannot write the norm guard's record (%s): a --resume will "
+            "run the pass again\n",
+            path, e.msg[0] ? e.msg : strerror(errno));
+}
+
+// rank 0: the record, if it is whole and was made for this job, data and model (*drops malloc'd)
+static bool record_read(const struct plan *pl, struct ng_head *h, int64_t **drops) {
+    char path[4200];
+    record_path(pl, path, sizeof path, "");
+    struct ng_head want;
+    struct ah_error e = {0};
+    FILE *f = fopen(path, "rb");
+    bool ok = f && head_of(pl, &want, &e) == 0 && fread(h, sizeof *h, 1, f) == 1 &&
+              !memcmp(h->magic, want.magic, sizeof h->magic) && h->job == want.job &&
+              h->data == want.data && h->model == want.model && h->n_drop >= 0 &&
+              h->n_drop <= pl->ds.n_tokens;
+    size_t n = ok ? (size_t)h->n_drop : 0;
+    uint64_t sum = 0;
+    ok = ok && (*drops = malloc((n + 1) * sizeof **drops)) &&
+         (n == 0 || fread(*drops, sizeof **drops, n, f) == n) &&
+         fread(&sum, sizeof sum, 1, f) == 1 && fgetc(f) == EOF &&
+         sum == fnv(fnv(FNV0, h, sizeof *h), *drops, n * sizeof **drops);
+    for (size_t i = 0; ok && i < n; i++) // sorted corpus token indices
+        ok = (*drops)[i] >= 0 && (*drops)[i] < pl->ds.n_tokens &&
+             (!i || (*drops)[i - 1] < (*drops)[i]);
+    if (f) fclose(f);
+    if (!ok) free(*drops), *drops = NULL;
+    return ok;
+}
+
+// Collective: rank 0 reads the record; every rank gets it (pl->ng_reused) or nothing.
+static int ng_reuse(struct plan *pl, bool quiet, struct ah_error *err) {
+    int rank = 0;
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    struct ng_head h = {0};
+    int64_t *drops = NULL;
+    int found = rank == 0 && record_read(pl, &h, &drops);
+    CHECK_MPI(MPI_Bcast(&found, 1, MPI_INT, 0, MPI_COMM_WORLD));
+    if (!found) return 0;
+    CHECK_MPI(MPI_Bcast(&h, (int)sizeof h, MPI_BYTE, 0, MPI_COMM_WORLD));
+    if (rank != 0 && !(drops = malloc(((size_t)h.n_drop + 1) * sizeof *drops)))
+        return run_agree(ah_fail(err, AH_ENOMEM, "out of memory: %lld drops of the norm guard",
+                                 (long long)h.n_drop),
+                         err);
+    int rc = run_agree(0, err);
+    if (rc < 0) return free(drops), rc;
+    for (int64_t at = 0; at < h.n_drop; at += 1 << 26) { // MPI counts are ints
+        int cnt = (int)(h.n_drop - at < (1 << 26) ? h.n_drop - at : 1 << 26);
+        CHECK_MPI(MPI_Bcast(drops + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD));
+    }
+    pl->ng_median = h.median;
+    pl->ng_drop = drops;
+    pl->n_ng_drop = h.n_drop;
+    memcpy(pl->ng_bad, h.bad, sizeof h.bad);
+    pl->ng_reused = true;
+    if (!quiet && rank == 0)
+        fprintf(stderr,
+                "harvest: norm guard: the pass's record %s.parts/normguard.bin (same job, data "
+                "and model) is reused: no pass\n",
+                pl->j.out_path);
+    return 0;
+}
+
+int normguard_run(struct plan *pl, const struct run_opts *o, bool (*stopped)(void),
+                  struct ah_error *err) {
+    int rank = 0;
+    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    int rc = o->resume ? ng_reuse(pl, o->quiet, err) : 0;
+    if (rc == 0 && !pl->ng_reused) rc = ng_pass(pl, o->quiet, stopped, err);
+    if (rc == 0 && rank == 0 && pl->ng_bad[0]) // even with --quiet
+        fprintf(stderr,
+                "harvest: warning: norm guard (select.max_norm_multiple): %lld chosen tokens "
+                "have a NaN or infinite norm of \"%s\" (the model's values overflow there): "
+                "they are dropped (the %lld of them among the median's sample are left out of "
+                "it)\n",
+                (long long)pl->ng_bad[0], pl->j.sel.max_norm_activation, (long long)pl->ng_bad[1]);
     if (rc == 0) rc = run_agree(plan_place(pl, err), err); // the drops folded in
     return rc;
 }

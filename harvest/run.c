@@ -20,6 +20,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: sigaction
 #include "harvest/blascheck.h"  // blas_describe
 #include "harvest/export.h"     // xprobe_pool_output (the job key "pool")
+#include "harvest/normguard.h"
 #include "harvest/pipe.h"
 #include "harvest/writer.h"
 
@@ -326,7 +327,10 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
     int rc = plan_load(pl, o->job_path, size, lock, err);
     if (rc == 0) rc = plan_data(pl, rank, err);
     if (rc == 0) rc = run_agree(plan_finish(pl, err), err);
-    if (rc == 0 && pl->guarding) rc = normguard_run(pl, err); // select.max_norm_multiple
+    if (rc == 0 && o->resume)
+        rc = run_agree(rank == 0 ? plan_resume_job(pl, o->quiet, err) : 0, err);
+    if (rc == 0 && pl->guarding)
+        rc = normguard_run(pl, o, stop_seen, err); // select.max_norm_multiple
     if (rc == 0 && pl->guarding && rank == 0 && !o->quiet)
         fprintf(stderr, "harvest: norm guard: median norm %.6g, %lld tokens dropped\n",
                 pl->ng_median, (long long)pl->n_ng_drop);
@@ -339,7 +343,9 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
         *done ? 0 : ah_fail(err, AH_ENOMEM, "out of memory: %lld batches", (long long)pl->K), err);
     rr->pl = pl;
     rr->g = g;
-    return rc < 0 ? rc : writer_open(&rr->w, pl, g, o, *prov, *done, complete, err);
+    if (rc == 0) rc = writer_open(&rr->w, pl, g, o, *prov, *done, complete, err);
+    if (rc == 0 && rank == 0) normguard_save(pl); // the pass's record for a --resume
+    return rc;
 }
 
 // The provenance with every rank's busy and loop seconds, on rank 0 (caller frees). Collective.

@@ -53,6 +53,8 @@ struct plan {
     double ng_median;    // the median norm of its sample
     int64_t *ng_drop;    // (n_ng_drop) corpus token indices (ds.off) of the dropped tokens, sorted
     int64_t n_ng_drop;   // NULL/0 until the pass: plan_keep is then the choice without the guard
+    int64_t ng_bad[2];   // chosen tokens with a NaN or infinite norm: in all, in the sample
+    bool ng_reused;      // the pass's record (normguard.h) was read, not written, by this run
     uint8_t *stats_want; // (n_cat) names with write-time statistics (harvest/wstats.c)
     int n_stats;         // how many
 };
@@ -78,11 +80,13 @@ int plan_finish(struct plan *pl, struct ah_error *err);
 // The selection's offsets and counts, the datasets' shapes and the placement (plan_finish's end;
 // again after the norm guard's pass has set pl->ng_drop).
 int plan_place(struct plan *pl, struct ah_error *err);
-// Collective (normguard.c), after plan_finish, when pl->guarding: the norm guard's pass (README
-// "Statistics"): every chosen token's norm of the guarded activation, the median of the first
-// max_norm_sample, the drops, and plan_place again. Returns a code every rank agrees on.
-int normguard_run(struct plan *pl, struct ah_error *err);
+// The norm guard's pass: harvest/normguard.h.
 void plan_free(struct plan *pl);
+// Rank 0, --resume: the job against the one the output was made with (its "job" attribute). The
+// grid may change (parallel.expert_parallel: the rows do not depend on it; pl->j.text becomes
+// the output's); another parallel.pipeline_stages, or any other key, is -AH_EINVAL naming the key.
+// 0 also when there is no readable output (the writer says what is wrong with it).
+int plan_resume_job(struct plan *pl, bool quiet, struct ah_error *err);
 // JSON text of the fingerprint of the model's files (io/fingerprint.h); caller frees.
 int plan_fingerprint(const struct plan *pl, char **json, struct ah_error *err);
 // FNV-1a over what the output is built from: source lines, lengths and token ids

@@ -6,10 +6,13 @@
 #include "harvest/run.h"
 
 #include "io/fingerprint.h"
+#include "io/h5attr.h"
 #include "model/aliases.h"
 
+#include <cjson/cJSON.h>
 #include <errno.h>
 #include <glob.h>
+#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -175,6 +178,89 @@ static int output_guard(const struct plan *pl, struct outlock *lk, struct ah_err
     if (rc == 0) rc = outlock_check_inputs(pl->j.out_path, (const char *const *)in.v, in.n, err);
     paths_free(&in);
     return rc == 0 ? outlock_take(lk, pl->j.out_path, err) : rc;
+}
+
+// ----------------------------------------------------------------------------
+// --resume: the job the output was made with
+
+// parallel.KEY of a job's tree (1 when absent, as job.c defaults it)
+static int par_value(const cJSON *root, const char *key) {
+    const cJSON *par = cJSON_GetObjectItemCaseSensitive(root, "parallel");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(par, key);
+    return cJSON_IsNumber(v) ? v->valueint : 1;
+}
+
+// the first member of object a or of object b whose value the other lacks or differs from
+static const char *diff_key(const cJSON *a, const cJSON *b) {
+    const cJSON *x;
+    cJSON_ArrayForEach(x, a) {
+        const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+        if (!y || !cJSON_Compare(x, y, true)) return x->string;
+    }
+    cJSON_ArrayForEach(x, b) {
+        if (!cJSON_GetObjectItemCaseSensitive(a, x->string)) return x->string;
+    }
+    return NULL;
+}
+
+// a job key that differs between then (the output's job) and now: -AH_EINVAL naming it
+static int job_differs(const struct plan *pl, const cJSON *then, const cJSON *now, const char *k,
+                       struct ah_error *err) {
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(then, k);
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(now, k);
+    const char *k2 = cJSON_IsObject(a) && cJSON_IsObject(b) ? diff_key(a, b) : NULL;
+    if (k2)
+        a = cJSON_GetObjectItemCaseSensitive(a, k2), b = cJSON_GetObjectItemCaseSensitive(b, k2);
+    char *ta = a ? cJSON_PrintUnformatted(a) : NULL, *tb = b ? cJSON_PrintUnformatted(b) : NULL;
+    int rc = ah_fail(err, AH_EINVAL,
+                     "%s: was made by a different job: \"%s%s%s\" is %.60s now, %.60s then; "
+                     "--resume needs the same job (or use --overwrite to start again)",
+                     pl->j.out_path, k, k2 ? "." : "", k2 ? k2 : "", tb ? tb : "absent",
+                     ta ? ta : "absent");
+    free(ta), free(tb);
+    return rc;
+}
+
+int plan_resume_job(struct plan *pl, bool quiet, struct ah_error *err) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // no output, or not HDF5: h5m_open says so
+    hid_t f = access(pl->j.out_path, F_OK) == 0
+                  ? H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT)
+                  : -1;
+    char *old = f >= 0 ? h5attr_get_str(f, "job") : NULL;
+    if (f >= 0) H5Fclose(f);
+    cJSON *then = old && strcmp(old, pl->j.text) ? cJSON_Parse(old) : NULL;
+    cJSON *now = then ? cJSON_Parse(pl->j.text) : NULL;
+    int rc = 0;
+    if (cJSON_IsObject(then) && cJSON_IsObject(now)) {
+        int s0 = par_value(then, "pipeline_stages"), s1 = par_value(now, "pipeline_stages");
+        int e0 = par_value(then, "expert_parallel"), e1 = par_value(now, "expert_parallel");
+        cJSON_DeleteItemFromObjectCaseSensitive(then, "parallel");
+        cJSON_DeleteItemFromObjectCaseSensitive(now, "parallel");
+        const char *k = diff_key(then, now);
+        if (k) {
+            rc = job_differs(pl, then, now, k, err);
+        } else if (s0 != s1) {
+            rc = ah_fail(err, AH_EINVAL,
+                         "%s: was made by a different job: \"parallel.pipeline_stages\" is %d "
+                         "now, %d then; its segments hold the datasets of %d stages, so "
+                         "--resume needs \"pipeline_stages\": %d (replicas and "
+                         "\"expert_parallel\" may change; or use --overwrite to start again)",
+                         pl->j.out_path, s1, s0, s0, s0);
+        } else { // the same job but for expert shards: the output keeps its job text
+            if (!quiet && e0 != e1)
+                fprintf(stderr,
+                        "harvest: --resume with \"parallel.expert_parallel\" %d (the output was "
+                        "started with %d): the rows do not depend on it\n",
+                        e1, e0);
+            free(pl->j.text);
+            pl->j.text = old;
+            old = NULL;
+        }
+    }
+    cJSON_Delete(then);
+    cJSON_Delete(now);
+    free(old);
+    return rc;
 }
 
 // JSON text of the model's fingerprint (caller frees)
@@ -507,6 +593,18 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
     return plan_place(pl, err);
 }
 
+// "select" keeps no token of the corpus: an output without rows (and statistics of nothing)
+static int none_kept(const struct plan *pl, struct ah_error *err) {
+    const struct select_counts *c = &pl->sc;
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"select\" keeps none of the corpus's %lld tokens (\"select.skip_first\" "
+                   "leaves out %lld, \"select.skip_token_ids\" %lld, "
+                   "\"select.tokens_per_context\" %lld, the norm guard "
+                   "\"select.max_norm_multiple\" %lld): nothing to store, nothing written",
+                   pl->j.path, (long long)pl->ds.n_tokens, (long long)c->skipped_first,
+                   (long long)c->skipped_id, (long long)c->not_chosen, (long long)c->dropped_norm);
+}
+
 int plan_place(struct plan *pl, struct ah_error *err) {
     const struct job *j = &pl->j;
     const struct model *m = &pl->m;
@@ -515,6 +613,7 @@ int plan_place(struct plan *pl, struct ah_error *err) {
     if (pl->selecting) {
         int rc = plan_selection(pl, err);
         if (rc < 0) return rc;
+        if (pl->sc.kept == 0 && ds->n_tokens > 0) return none_kept(pl, err);
     }
     bool stored = pl->selecting && j->layout == JOB_LAYOUT_TOKEN; // rows: the chosen tokens
     build_dsets(m, pl->want, pl->alias_of_id, j->layout, pl->S, ds->n, pl->n_stored, pl->dsets,

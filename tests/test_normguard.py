@@ -9,11 +9,20 @@ those of the run without the guard, records n_tokens_dropped_norm and norm_guard
 /stats are those of the stored rows (dropped tokens excluded); the prompt layout marks the same
 tokens in /tokens/selected; np 2 replicas, 2 stages, batch size 5 and a SIGTERM + --resume give
 the same output; on the Laguna M.1 preset (mixture blocks) the same drops, and 2 expert shards
-and 2 stages equal np 1; an unknown or unfit max_norm_activation is an error naming the key."""
+and 2 stages equal np 1; an unknown or unfit max_norm_activation is an error naming the key.
+Non-finite norms (a model whose values overflow in some contexts) are left out of the median,
+dropped and warned of even with --quiet; a sample without a finite norm, and a selection that
+keeps no token, are exit 1 naming the keys, with no output made. The pass's record
+(OUT.parts/normguard.bin) is reused by --resume (no pass; a damaged record: the pass again, the
+same output); the pass shows progress unless --quiet and stops within a batch on SIGTERM (exit 3,
+then --resume gives the uninterrupted run's output)."""
 import json
 import os
 import shutil
+import signal
+import struct
 import subprocess
+import time
 
 import h5py
 import numpy as np
@@ -142,18 +151,63 @@ with h5py.File(harvest_job(0, job("g_b5", "docs.jsonl", sel, batch=5), "batch 5"
         h5py.File(g1, "r") as g:
     check(pairs(b) == pairs(g), "batch 5: the same tokens dropped")
 
-# ---- SIGTERM mid-run, --resume: the same output ----
+# ---- SIGTERM mid-run, --resume: the same output, the pass's record reused ----
+check(os.path.isfile(f"{g1}.parts/normguard.bin"), "the pass's record is kept with the output")
 corpus(f"{work}/long.jsonl", 160, seed=12)
-long_ref = harvest_job(0, job("long_ref", "long.jsonl", sel, batch=2), "long np 1")
+jr = job("long_ref", "long.jsonl", sel, batch=2)
+p = run(harvest, "run", jr)  # not quiet: the pass shows its progress
+check(p.returncode == 0 and "[harvest] norm guard: " in p.stderr and "batches" in p.stderr,
+      f"the pass's progress on stderr: exit {p.returncode}, {p.stderr[-600:]}")
+long_ref = f"{work}/long_ref.h5"
 jl = job("long_stop", "long.jsonl", sel, batch=2)
-rc = stop_mid_run(harvest, jl, f"{work}/long_stop.h5")
-check(rc == 3, f"SIGTERM: exit {rc}, expected 3")
-run(harvest, "run", jl, "--resume", "--quiet", check=0)
-d = output_diff(long_ref, f"{work}/long_stop.h5", BOOKKEEPING | {"job"})
-check(d is None, f"SIGTERM + --resume: differs from np 1 in {d}")
+p = run(harvest, "run", jl, "--quiet")
+check(p.returncode == 0 and "norm guard" not in p.stderr, f"--quiet: no progress ({p.stderr})")
+for damage in (False, True):
+    rc = stop_mid_run(harvest, jl, f"{work}/long_stop.h5")
+    check(rc == 3, f"SIGTERM: exit {rc}, expected 3")
+    rec = f"{work}/long_stop.h5.parts/normguard.bin"
+    if damage and check(os.path.isfile(rec), "the pass's record, to damage"):
+        with open(rec, "r+b") as f:  # one byte of a drop changed: the checksum refuses it
+            f.seek(64)
+            b = f.read(1)
+            f.seek(64)
+            f.write(bytes([b[0] ^ 1]))
+    p = run(harvest, "run", jl, "--resume")
+    reused = "is reused: no pass" in p.stderr and "[harvest] norm guard: " not in p.stderr
+    check(p.returncode == 0 and reused != damage,
+          f"--resume{' (damaged record)' if damage else ''}: exit {p.returncode}, the pass "
+          f"{'not ' if reused else ''}run again: {p.stderr[-600:]}")
+    d = output_diff(long_ref, f"{work}/long_stop.h5", BOOKKEEPING | {"job"})
+    check(d is None, f"SIGTERM + --resume: differs from np 1 in {d}")
 with h5py.File(long_ref, "r") as f:
     check(f.attrs["n_tokens_dropped_norm"] > 0, "the long corpus drops tokens too")
-print("SIGTERM + --resume == np 1", flush=True)
+print("SIGTERM + --resume == np 1: the pass's record reused (a damaged one: the pass again)",
+      flush=True)
+
+# ---- SIGTERM during the pass: exit 3 within a batch, then --resume == np 1 ----
+for tries in range(3):
+    shutil.rmtree(f"{work}/long_stop.h5.parts", ignore_errors=True)
+    if os.path.exists(f"{work}/long_stop.h5"):
+        os.remove(f"{work}/long_stop.h5")
+    p = subprocess.Popen([harvest, "run", jl], stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    for line in p.stderr:  # the pass's first line, then the signal
+        if "norm guard: a pass" in line:
+            break
+    time.sleep(0.3)
+    p.send_signal(signal.SIGTERM)
+    t_sig = time.time()
+    err = p.communicate(timeout=120)[1]
+    t_stop = time.time() - t_sig
+    if "norm guard: median" not in err:
+        break  # stopped in the pass (else it ended first: try again)
+check(p.returncode == 3 and "during the norm guard's pass" in err and t_stop < 20 and
+      not os.path.exists(f"{work}/long_stop.h5"),
+      f"SIGTERM in the pass: exit {p.returncode} after {t_stop:.1f} s: {err[-600:]}")
+run(harvest, "run", jl, "--resume", "--quiet", check=0)
+d = output_diff(long_ref, f"{work}/long_stop.h5", BOOKKEEPING | {"job"})
+check(d is None, f"SIGTERM in the pass + --resume: differs from np 1 in {d}")
+print(f"SIGTERM in the pass: exit 3 after {t_stop:.1f} s; --resume == np 1", flush=True)
 with h5py.File(f"{work}/long_stop.h5", "a") as f:  # as if the pass had found another median
     f.attrs["norm_guard_median"] = f.attrs["norm_guard_median"] * 1.5
 p = run(harvest, "run", jl, "--resume", "--quiet")
@@ -180,6 +234,68 @@ if MPIRUN:
         d = output_diff(lg1, out, BOOKKEEPING | {"job"})
         check(d is None, f"laguna {name}: differs from np 1 in {d}")
         print(f"laguna {name}: {stages} stage(s) x {ep} shard(s) == np 1", flush=True)
+
+# ---- non-finite norms: left out of the median, dropped, warned of even with --quiet ----
+def edit_model(src, dst, edits):
+    """a copy of model src with float32 elements {(tensor, flat index): value} changed"""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    with open(f"{dst}/model.safetensors", "r+b") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        head = json.loads(f.read(n))
+        for (t, i), v in edits.items():
+            f.seek(8 + n + head[t]["data_offsets"][0] + 4 * i)
+            f.write(struct.pack("<f", v))
+
+
+BAD_ID = 100
+edit_model(f"{work}/model", f"{work}/nanmodel",  # overflow in the contexts holding BAD_ID
+           {("embed_tokens.weight", BAD_ID * 384): 1000.0,
+            ("encoder.layers.0.norm2.weight", 0): 1e19})
+edit_model(f"{work}/model", f"{work}/allnan", {("encoder.layers.0.norm2.weight", 0): 1e22})
+rng = np.random.default_rng(14)
+with open(f"{work}/nan.jsonl", "w") as f:
+    for i in range(40):
+        ids = rng.integers(3, 8192, int(rng.integers(3, 40))).tolist()
+        if i in (0, 9, 23):
+            ids[1] = BAD_ID
+        f.write(json.dumps({"input_ids": ids}) + "\n")
+nref = harvest_job(0, job("nan_ref", "nan.jsonl", {"skip_token_ids": [SEP]}, model="nanmodel"),
+                   "non-finite model without the guard")
+N = 40
+with h5py.File(nref, "r") as f:
+    nr = norms(f["activations"][GUARD][:])
+    npairs = pairs(f)
+bad = ~np.isfinite(nr)
+check(0 < bad.sum() < len(nr) // 2 and bad[:N].any() and not bad[:N].all(),
+      f"the edited model: {bad.sum()} of {len(nr)} norms non-finite, {bad[:N].sum()} in the sample")
+fin = np.sort(nr[:N][~bad[:N]])
+nmed = fin[(len(fin) - 1) // 2]
+nsel = {"skip_token_ids": [SEP], "max_norm_multiple": 1e6, "max_norm_activation": GUARD,
+        "max_norm_sample": N}
+jn = job("nan_g", "nan.jsonl", nsel, model="nanmodel")
+p = run(harvest, "run", jn, "--quiet")
+check(p.returncode == 0 and "warning" in p.stderr and "select.max_norm_multiple" in p.stderr and
+      f"{bad.sum()} chosen tokens" in p.stderr and f"{bad[:N].sum()} of them" in p.stderr,
+      f"non-finite norms: exit {p.returncode}, a warning under --quiet: {p.stderr.strip()}")
+with h5py.File(f"{work}/nan_g.h5", "r") as g:
+    check(g.attrs["n_tokens_dropped_norm"] == bad.sum() and
+          abs(g.attrs["norm_guard_median"] - nmed) <= 1e-12 * nmed and
+          pairs(g) == [q for q, b in zip(npairs, bad) if not b],
+          f"non-finite norms: dropped {g.attrs['n_tokens_dropped_norm']} (expected {bad.sum()}), "
+          f"median {g.attrs['norm_guard_median']!r} (the finite sample's {nmed!r})")
+print(f"non-finite norms: {bad.sum()} dropped and warned of, the median of the finite ones",
+      flush=True)
+for i, (label, model, s2) in enumerate((
+        ("no finite norm in the sample", "allnan", nsel),
+        ("a selection keeping no token", "model", {"skip_first": 16}),
+        ("the same with the guard", "model", dict(nsel, skip_first=16)))):
+    p = run(harvest, "run", job(f"none{i}", "nan.jsonl", s2, model=model), "--quiet")
+    key = "select.max_norm_sample" if model == "allnan" else "select.skip_first"
+    check(p.returncode == 1 and key in p.stderr and "select.max_norm_multiple" in p.stderr and
+          not os.path.exists(f"{work}/none{i}.h5"),
+          f"{label}: exit {p.returncode} naming {key}, no output: {p.stderr.strip()}")
+print("no median, no token kept: exit 1 naming the keys, no output", flush=True)
 
 # ---- bad values: exit 1 naming the key ----
 for label, act in (("an unknown name", "encoder_9_nothing"), ("a key axis", "encoder_0_global_mask")):
