@@ -361,6 +361,17 @@ static int fold_entries(const struct plan *pl, const struct h5out_record *rec,
     return rc;
 }
 
+// Rows with a NaN or an infinity (a model whose values overflow) are left out of the statistics
+// and counted (n_rows_nonfinite); say so even with --quiet, which silences progress only.
+static void warn_nonfinite(const char *out, const struct h5stats_item *it, int n) {
+    for (int k = 0; k < n; k++)
+        if (it[k].s.nonfinite)
+            fprintf(stderr,
+                    "harvest: warning: %s: %s: %lld rows hold a NaN or an infinity (the model's "
+                    "values overflow?) and are left out of its statistics (n_rows_nonfinite)\n",
+                    out, it[k].name, (long long)it[k].s.nonfinite);
+}
+
 int wstats_final(const struct plan *pl, const struct h5out_record *rec, int n_rec,
                  struct ah_error *err) {
     struct h5stats_item *items = calloc((size_t)pl->n_stats + 1, sizeof *items);
@@ -384,6 +395,7 @@ int wstats_final(const struct plan *pl, const struct h5out_record *rec, int n_re
             memcpy(it->fdims, set[k].fdims, sizeof it->fdims);
         }
         if (rc == 0) rc = fold_entries(pl, rec, e, n, set, n_sets, items + n_items, err);
+        if (rc == 0) warn_nonfinite(pl->j.out_path, items + n_items, n_sets);
         n_items += n_sets;
         free(e);
     }

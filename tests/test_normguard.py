@@ -260,8 +260,14 @@ with open(f"{work}/nan.jsonl", "w") as f:
         if i in (0, 9, 23):
             ids[1] = BAD_ID
         f.write(json.dumps({"input_ids": ids}) + "\n")
-nref = harvest_job(0, job("nan_ref", "nan.jsonl", {"skip_token_ids": [SEP]}, model="nanmodel"),
-                   "non-finite model without the guard")
+jref = job("nan_ref", "nan.jsonl", {"skip_token_ids": [SEP]}, model="nanmodel")
+p = run(harvest, "run", jref, "--quiet")
+nref = jref[:-5] + ".h5"
+# the write-time statistics leave the non-finite rows out, and say so even under --quiet
+check(p.returncode == 0 and f"{GUARD}: " in p.stderr and "rows hold a NaN or an infinity" in
+      p.stderr and "n_rows_nonfinite" in p.stderr,
+      f"non-finite rows without the guard: exit {p.returncode}, a warning under --quiet: "
+      f"{p.stderr.strip()}")
 N = 40
 with h5py.File(nref, "r") as f:
     nr = norms(f["activations"][GUARD][:])
