@@ -1,9 +1,10 @@
-// blocks.c - the tensor list and the arena of blocks.h
+// blocks.c - the tensor list, the arena and the activation parser of blocks.h
 #include "model/blocks.h"
 
 #include "model/ah.h"
 #include "model/ops.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,4 +86,16 @@ void *arena_alloc_ones(const struct arena_piece *f, size_t nf, int64_t **ones, i
     for (int64_t t = 0; arena && t < T; t++)
         (*ones)[t] = 1;
     return arena;
+}
+
+int block_cfg_act(const char *path, const char *key, const char *s, enum op_act_kind *out,
+                  struct ah_error *err) {
+    int act = op_act_parse(s);
+    if (act >= 0) {
+        *out = (enum op_act_kind)act;
+        return 0;
+    }
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"%s\": %s%s%s is not supported (expected " OP_ACT_NAMES ")", path, key,
+                   s ? "\"" : "", s ? s : "that value", s ? "\"" : "");
 }

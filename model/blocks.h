@@ -1,14 +1,16 @@
 // blocks.h - pieces every family builds from: the list of checkpoint tensors it binds, its run
-// state's arena, and the activation functions (float32, as torch computes them).
+// state's arena, the activation a config names (the functions themselves: model/ops.h).
 #ifndef AH_BLOCKS_H
 #define AH_BLOCKS_H
 
 #include "model/batch.h"
+#include "model/ops.h"
 #include "model/tap.h"
 
-#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+
+struct ah_error;
 
 // A checkpoint tensor a family expects, and where its view goes: a BF16 matrix borrowed from
 // the mapping (bf16), or any float dtype widened to float32 (dst).
@@ -74,23 +76,9 @@ void emit_ids_mask(const struct tap *tp, const struct mbatch *bt, const int64_t 
 void head_emit(const struct tap *tp, int b, float *logits, int T, int64_t V, int id_h, int id_l,
                int id_p, float cap);
 
-// ---- activations ----
-static inline float act_silu(float x) {
-    return x / (1.0f + expf(-x));
-}
-static inline float act_sigmoid(float x) {
-    return 1.0f / (1.0f + expf(-x));
-}
-// torch.nn.functional.softplus (beta 1, threshold 20): log1p(exp(x)), x itself above 20
-static inline float act_softplus(float x) {
-    return x > 20.0f ? x : log1pf(expf(x));
-}
-// GELU, exact (erf) and the tanh approximation (gelu_new, gelu_pytorch_tanh)
-static inline float act_gelu(float x) {
-    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
-}
-static inline float act_gelu_tanh(float x) {
-    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
-}
+// A config's MLP activation string s (NULL: not a string) as the enum of model/ops.h, else the
+// error "PATH: "KEY": "s" is not a supported activation (expected ...)".
+int block_cfg_act(const char *path, const char *key, const char *s, enum op_act_kind *out,
+                  struct ah_error *err);
 
 #endif

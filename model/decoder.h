@@ -32,7 +32,6 @@ enum dec_kind {
     DEC_GEMMA2,
     DEC_GEMMA3
 };
-enum dec_act { DEC_SILU, DEC_GELU_TANH, DEC_GELU, DEC_RELU };
 enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
 
 // modeling_rope_utils.py's parameters of one layer type
@@ -53,7 +52,7 @@ struct dec_config {
     double eps;
     bool qkv_bias, o_bias, mlp_bias, qk_norm, tied;
     bool gemma; // RMSNorm (1 + w), sandwich norms, embeddings times sqrt(D)
-    enum dec_act act;
+    enum op_act_kind act;
     float scale;         // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
     float attn_cap;      // Gemma 2 attn_logit_softcapping (0: none)
     float final_cap;     // Gemma 2 final_logit_softcapping (0: none)

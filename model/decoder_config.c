@@ -140,25 +140,7 @@ static int read_act(const struct config *cf, struct dec_config *c, struct ah_err
     }
     const char *s = cfg_kind(cf, v) <= CFG_NULL ? (is_gemma(c->kind) ? "gelu_pytorch_tanh" : "silu")
                                                 : cfg_string(cf, v);
-    static const struct {
-        const char *name;
-        enum dec_act act;
-    } acts[] = {{"silu", DEC_SILU},
-                {"swish", DEC_SILU},
-                {"gelu_pytorch_tanh", DEC_GELU_TANH},
-                {"gelu_new", DEC_GELU_TANH},
-                {"gelu_fast", DEC_GELU_TANH},
-                {"gelu", DEC_GELU},
-                {"relu", DEC_RELU}};
-    for (size_t i = 0; s && i < sizeof acts / sizeof acts[0]; i++)
-        if (!strcmp(s, acts[i].name)) {
-            c->act = acts[i].act;
-            return 0;
-        }
-    return ah_fail(err, AH_EINVAL,
-                   "%s: \"%s\": %s%s%s is not supported (expected silu, swish, gelu, "
-                   "gelu_pytorch_tanh, gelu_new, gelu_fast or relu)",
-                   cf->path, key, s ? "\"" : "", s ? s : "that value", s ? "\"" : "");
+    return block_cfg_act(cf->path, key, s, &c->act, err);
 }
 
 // The scaling dict sc (at `where`) of one layer type: rope_type (or the older "type") linear,

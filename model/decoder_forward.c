@@ -132,21 +132,10 @@ void dec_state_free(struct dec_state *s) {
 // RMSNorm of rows of C: LlamaRMSNorm (times w), Gemma's (times 1 + w); out may equal in
 static void norm(const struct dec_config *c, float *out, const float *in, const float *w,
                  int64_t rows, int C) {
-    if (!c->gemma) {
+    if (c->gemma)
+        op_rmsnorm_1p(out, in, w, (int)rows, C, c->eps);
+    else
         op_rmsnorm(out, in, w, (int)rows, C, (float)c->eps);
-        return;
-    }
-#pragma omp parallel for num_threads(op_threads()) if (rows * C >= OP_PAR_MIN) schedule(static)
-    for (int64_t t = 0; t < rows; t++) {
-        const float *x = in + t * C;
-        float *o = out + t * C;
-        double ss = 0.0;
-        for (int i = 0; i < C; i++)
-            ss += (double)x[i] * (double)x[i];
-        float r = (float)(1.0 / sqrt(ss / C + c->eps));
-        for (int i = 0; i < C; i++)
-            o[i] = x[i] * r * (1.0f + w[i]);
-    }
 }
 
 // out (M, N) = in (M, K) . w^T: a float32 view, or BF16 a panel at a time
@@ -168,19 +157,6 @@ static void linear(struct dec_state *s, float *out, const float *in, const struc
                    const float *bias, int64_t M, int64_t K, int64_t N) {
     mm(s, out, in, w, M, K, N);
     if (bias) op_add_bias(out, bias, M, N);
-}
-
-static float act(const struct dec_config *c, float x) {
-    switch (c->act) {
-        case DEC_GELU_TANH:
-            return act_gelu_tanh(x);
-        case DEC_GELU:
-            return act_gelu(x);
-        case DEC_RELU:
-            return x > 0.0f ? x : 0.0f;
-        default:
-            return act_silu(x);
-    }
 }
 
 // (1, T, H, hd) view of each prompt's rows of a token-major (N, H hd) buffer
@@ -301,7 +277,7 @@ static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, flo
     mat(ge, xe, &x->w->eg[e], n, D, Ie, panel);
     mat(ue, xe, &x->w->eu[e], n, D, Ie, panel);
     for (int64_t i = 0; i < n * Ie; i++)
-        ue[i] *= act(c, ge[i]);
+        ue[i] *= op_act1(c->act, ge[i]);
     mat(ye, ue, &x->w->ed[e], n, Ie, D, panel);
 }
 
@@ -349,9 +325,7 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
     }
     linear(s, s->fg, s->xn, &w->gate, w->bg, N, D, I);
     linear(s, s->fu, s->xn, &w->up, w->bu, N, D, I);
-#pragma omp parallel for num_threads(op_threads()) if (N * I >= OP_PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < N * I; i++)
-        s->fg[i] = act(c, s->fg[i]);
+    op_act(s->fg, N * I, c->act);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_ACTIVATION), bt, s->fg, (int)I);
     op_mul(s->fu, s->fg, N * I, 1);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NEURONS), bt, s->fu, (int)I);

@@ -647,7 +647,7 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
 
     // the softplus gate, one a head or one a channel, then the output projection
     mm(s, s->g, s->xn, w->wg, N, D, G);
-    op_act(s->g, N * G, OP_SOFTPLUS);
+    op_act(s->g, N * G, OP_ACT_SOFTPLUS);
     op_mul(s->o, s->g, N * HD, G == HD ? 1 : Dh);
     emit_token_heads(tp, ID(m, l, LG_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
     mm(s, s->a, s->o, w->wo, N, HD, D);
@@ -662,7 +662,7 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
         int64_t Id = c->dense_ffn;
         mm(s, s->f_gate, s->xn, w->gate, N, D, Id);
         mm(s, s->f_up, s->xn, w->up, N, D, Id);
-        op_act(s->f_gate, N * Id, OP_SILU);
+        op_act(s->f_gate, N * Id, OP_ACT_SILU);
         tap_emit_rows(tp, ID(m, l, LG_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
         op_mul(s->f_up, s->f_gate, N * Id, 1);
         tap_emit_rows(tp, ID(m, l, LG_MLP_NEURONS), bt, s->f_up, (int)Id);

@@ -255,26 +255,10 @@ int lnb_cfg_bool(const struct config *cf, const char *key, bool dflt, bool *out,
     return 0;
 }
 
-int lnb_cfg_act(const struct config *cf, const char *key, const char *dflt, enum lnb_act *out,
+int lnb_cfg_act(const struct config *cf, const char *key, const char *dflt, enum op_act_kind *out,
                 struct ah_error *err) {
-    static const struct {
-        const char *name;
-        enum lnb_act act;
-    } known[] = {{"gelu_new", LNB_GELU_TANH},  {"gelu_pytorch_tanh", LNB_GELU_TANH},
-                 {"gelu_fast", LNB_GELU_TANH}, {"gelu", LNB_GELU_ERF},
-                 {"relu", LNB_RELU},           {"silu", LNB_SILU},
-                 {"swish", LNB_SILU}};
     const struct cfg_value *v = cfg_get(cf, NULL, key);
-    const char *s = v ? cfg_string(cf, v) : dflt;
-    for (size_t i = 0; s && i < sizeof known / sizeof known[0]; i++)
-        if (!strcmp(s, known[i].name)) {
-            *out = known[i].act;
-            return 0;
-        }
-    return ah_fail(err, AH_EINVAL,
-                   "%s: \"%s\": activation %s%s%s is not implemented (known: gelu_new, "
-                   "gelu_pytorch_tanh, gelu_fast, gelu, relu, silu, swish)",
-                   cf->path, key, s ? "\"" : "", s ? s : "of that type", s ? "\"" : "");
+    return block_cfg_act(cf->path, key, v ? cfg_string(cf, v) : dflt, out, err);
 }
 
 int lnb_cfg_dim(const struct config *cf, const char *key, int dflt, int *out,

@@ -13,11 +13,10 @@
 #define AH_LNBLOCK_H
 
 #include "model/family.h"
+#include "model/ops.h"
 
 #include <stdbool.h>
 #include <stdint.h>
-
-enum lnb_act { LNB_GELU_TANH, LNB_GELU_ERF, LNB_RELU, LNB_SILU };
 
 struct lnb_config {
     const char *arch; // "GPT2LMHeadModel": plan's line
@@ -25,7 +24,7 @@ struct lnb_config {
     int max_pos; // longest prompt
     int n_pos;   // rows of the learned position table (GPT-2 wpe), 0: none
     double eps;  // the LayerNorms' epsilon
-    enum lnb_act act;
+    enum op_act_kind act;
     double attn_scale;        // multiplies q . k
     bool inverse_layer_scale; // GPT-2 scale_attn_by_inverse_layer_idx: block i scales by 1/(i+1)
     bool conv1d;              // weights [in, out] and c_attn's columns q | k | v (GPT-2); else
@@ -119,7 +118,7 @@ int64_t lnb_params(const struct lnb_config *c);
 // references' list, tests/ref/hf/common.py ACT). Errors name config.json and the key.
 int lnb_cfg_bool(const struct config *cf, const char *key, bool dflt, bool *out,
                  struct ah_error *err);
-int lnb_cfg_act(const struct config *cf, const char *key, const char *dflt, enum lnb_act *out,
+int lnb_cfg_act(const struct config *cf, const char *key, const char *dflt, enum op_act_kind *out,
                 struct ah_error *err);
 // the positive integer `key`, or the error "KEY: V is out of range"
 int lnb_cfg_dim(const struct config *cf, const char *key, int dflt, int *out, struct ah_error *err);

@@ -98,25 +98,6 @@ int lnb_handoff(void *fs, float **arrays) {
 
 // ---- kernels
 
-// torch.nn.LayerNorm: (x - mean) / sqrt(biased variance + eps) * w + b over each row of C
-static void layernorm(float *out, const float *in, const float *w, const float *b, int64_t rows,
-                      int C, float eps) {
-#pragma omp parallel for num_threads(op_threads()) if (rows * C >= (1 << 14)) schedule(static)
-    for (int64_t t = 0; t < rows; t++) {
-        const float *x = in + t * C;
-        float *o = out + t * C;
-        double mu = 0.0, var = 0.0;
-        for (int c = 0; c < C; c++)
-            mu += (double)x[c];
-        mu /= C;
-        for (int c = 0; c < C; c++)
-            var += ((double)x[c] - mu) * ((double)x[c] - mu);
-        float r = (float)(1.0 / sqrt(var / C + (double)eps));
-        for (int c = 0; c < C; c++)
-            o[c] = (float)((double)x[c] - mu) * r * w[c] + b[c];
-    }
-}
-
 // out (M, N) = in (M, K) . W + b: W is Conv1D's (K, N) or Linear's (N, K); b (N) may be NULL
 static void project(const struct lnb_config *c, float *out, const float *in, const float *w,
                     const float *b, int64_t M, int K, int N) {
@@ -126,17 +107,6 @@ static void project(const struct lnb_config *c, float *out, const float *in, con
     else
         op_matmul(out, in, w, (int)M, K, N);
     if (b) op_add_bias(out, b, M, N);
-}
-
-static void activate(enum lnb_act act, float *x, int64_t n) {
-#pragma omp parallel for num_threads(op_threads()) if (n >= (1 << 14)) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        x[i] = act == LNB_GELU_TANH  ? act_gelu_tanh(v)
-               : act == LNB_GELU_ERF ? act_gelu(v)
-               : act == LNB_SILU     ? act_silu(v)
-                                     : (v > 0.0f ? v : 0.0f);
-    }
 }
 
 // The fused projection's rows (N, 3D) into q, k, v (N, D) each. GPT-2's c_attn: columns
@@ -226,7 +196,7 @@ static void block_forward(const struct lnb_model *m, struct lnb_state *s, const 
     float eps = (float)c->eps;
 #define EMIT(kind, buf, width) tap_emit_rows(tp, LNB_ID(m, l, kind), bt, buf, (int)(width))
     EMIT(LNB_LAYER_INPUT, s->x, D);
-    layernorm(s->xn, s->x, w[LNB_LN1_W], w[LNB_LN1_B], N, (int)D, eps);
+    op_layernorm(s->xn, s->x, w[LNB_LN1_W], w[LNB_LN1_B], (int)N, (int)D, eps);
     EMIT(LNB_ATTENTION_NORM_OUTPUT, s->xn, D);
     qkv(m, s, bt, tp, l);
     attend(m, s, bt, tp, l);
@@ -235,11 +205,11 @@ static void block_forward(const struct lnb_model *m, struct lnb_state *s, const 
     EMIT(LNB_LAYER_MID, s->h, D);
 
     // the MLP reads the block's input in a parallel block, the stream after the attention else
-    layernorm(s->xn, c->parallel ? s->x : s->h, w[LNB_LN2_W], w[LNB_LN2_B], N, (int)D, eps);
+    op_layernorm(s->xn, c->parallel ? s->x : s->h, w[LNB_LN2_W], w[LNB_LN2_B], (int)N, (int)D, eps);
     EMIT(LNB_MLP_NORM_OUTPUT, s->xn, D);
     EMIT(LNB_MLP_INPUT, s->xn, D);
     project(c, s->f, s->xn, w[LNB_FC_W], w[LNB_FC_B], N, (int)D, (int)F);
-    activate(c->act, s->f, N * F);
+    op_act(s->f, N * F, c->act);
     EMIT(LNB_MLP_ACTIVATION, s->f, F);
     EMIT(LNB_MLP_NEURONS, s->f, F);
     project(c, s->m, s->f, w[LNB_PROJ_W], w[LNB_PROJ_B], N, (int)F, (int)D);
@@ -272,7 +242,7 @@ static void head(const struct lnb_model *m, struct lnb_state *s, const struct mb
     int id_l = LNB_ID(m, L, LNB_LOGITS), id_p = LNB_ID(m, L, LNB_NEXT_TOKEN_PROBS);
     bool logits = tap_wants(tp, id_h) || tap_wants(tp, id_l) || tap_wants(tp, id_p);
     if (!logits && !tap_wants(tp, id_n)) return;
-    layernorm(s->xn, s->x, m->lnf_w, m->lnf_b, bt->n_tokens, (int)D, (float)c->eps);
+    op_layernorm(s->xn, s->x, m->lnf_w, m->lnf_b, (int)bt->n_tokens, (int)D, (float)c->eps);
     tap_emit_rows(tp, id_n, bt, s->xn, (int)D);
     const float *w = c->tied ? m->embed : m->head;
     for (int b = 0; logits && b < bt->n; b++) {

@@ -2,10 +2,10 @@
 #include "model/ops.h"
 
 #include "model/ah.h"
-#include "model/blocks.h"
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -170,6 +170,70 @@ void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, f
     }
 }
 
+void op_rmsnorm_1p(float *out, const float *in, const float *w, int T, int C, double eps) {
+#pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * C >= PAR_MIN) schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *x = in + (int64_t)t * C;
+        float *o = out + (int64_t)t * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++)
+            ss += (double)x[c] * (double)x[c];
+        float r = (float)(1.0 / sqrt(ss / C + eps));
+        for (int c = 0; c < C; c++)
+            o[c] = x[c] * r * (1.0f + w[c]);
+    }
+}
+
+void op_rmsnorm_1p_ref(float *out, const float *in, const float *w, int T, int C, double eps) {
+    for (int t = 0; t < T; t++) {
+        const float *x = in + (int64_t)t * C;
+        double ss = 0.0;
+        for (int c = 0; c < C; c++)
+            ss += (double)x[c] * (double)x[c];
+        double r = 1.0 / sqrt(ss / C + eps);
+        for (int c = 0; c < C; c++)
+            out[(int64_t)t * C + c] = (float)((double)x[c] * r * (1.0 + (double)w[c]));
+    }
+}
+
+// ----------------------------------------------------------------------------
+// layernorm
+
+void op_layernorm(float *out, const float *in, const float *w, const float *b, int T, int C,
+                  float eps) {
+#pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * C >= PAR_MIN) schedule(static)
+    for (int t = 0; t < T; t++) {
+        const float *x = in + (int64_t)t * C;
+        float *o = out + (int64_t)t * C;
+        double mu = 0.0, var = 0.0;
+        for (int c = 0; c < C; c++)
+            mu += (double)x[c];
+        mu /= C;
+        for (int c = 0; c < C; c++)
+            var += ((double)x[c] - mu) * ((double)x[c] - mu);
+        float r = (float)(1.0 / sqrt(var / C + (double)eps));
+        for (int c = 0; c < C; c++)
+            o[c] = (float)((double)x[c] - mu) * r * w[c] + b[c];
+    }
+}
+
+void op_layernorm_ref(float *out, const float *in, const float *w, const float *b, int T, int C,
+                      float eps) {
+    for (int t = 0; t < T; t++) {
+        const float *x = in + (int64_t)t * C;
+        double mu = 0.0, var = 0.0;
+        for (int c = 0; c < C; c++)
+            mu += (double)x[c];
+        mu /= C;
+        for (int c = 0; c < C; c++)
+            var += ((double)x[c] - mu) * ((double)x[c] - mu);
+        double r = 1.0 / sqrt(var / C + (double)eps);
+        for (int c = 0; c < C; c++)
+            out[(int64_t)t * C + c] =
+                (float)(((double)x[c] - mu) * r * (double)w[c] + (double)b[c]);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // rope (rotate-half)
 
@@ -314,12 +378,6 @@ void op_add_bias(float *x, const float *b, int64_t rows, int64_t n) {
             x[r * n + j] += b[j];
 }
 
-void op_act(float *x, int64_t n, enum op_act act) {
-#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++)
-        x[i] = act == OP_SILU ? act_silu(x[i]) : act_softplus(x[i]);
-}
-
 void op_mul(float *x, const float *s, int64_t n, int64_t group) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
@@ -330,4 +388,52 @@ void op_scale(float *x, float s, int64_t n) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         x[i] *= s;
+}
+
+// ----------------------------------------------------------------------------
+// activations
+
+int op_act_parse(const char *name) {
+    static const struct {
+        const char *name;
+        enum op_act_kind act;
+    } known[] = {{"silu", OP_ACT_SILU},
+                 {"swish", OP_ACT_SILU},
+                 {"gelu_pytorch_tanh", OP_ACT_GELU_TANH},
+                 {"gelu_new", OP_ACT_GELU_TANH},
+                 {"gelu_fast", OP_ACT_GELU_TANH},
+                 {"gelu", OP_ACT_GELU},
+                 {"relu", OP_ACT_RELU}};
+    for (size_t i = 0; name && i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(name, known[i].name)) return (int)known[i].act;
+    return -1;
+}
+
+void op_act(float *x, int64_t n, enum op_act_kind act) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        x[i] = op_act1(act, x[i]);
+}
+
+static double act_ref(enum op_act_kind act, double x) {
+    switch (act) {
+        case OP_ACT_GELU_TANH:
+            return 0.5 * x *
+                   (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (x + 0.044715 * x * x * x)));
+        case OP_ACT_GELU:
+            return 0.5 * x * (1.0 + erf(x / sqrt(2.0)));
+        case OP_ACT_RELU:
+            return x > 0.0 ? x : 0.0;
+        case OP_ACT_SOFTPLUS:
+            return x > 20.0 ? x : log1p(exp(x));
+        case OP_ACT_SIGMOID:
+            return 1.0 / (1.0 + exp(-x));
+        default:
+            return x / (1.0 + exp(-x));
+    }
+}
+
+void op_act_ref(float *x, int64_t n, enum op_act_kind act) {
+    for (int64_t i = 0; i < n; i++)
+        x[i] = (float)act_ref(act, (double)x[i]);
 }

@@ -11,6 +11,7 @@
 #ifndef AH_OPS_H
 #define AH_OPS_H
 
+#include <math.h>
 #include <stdint.h>
 
 // out[M,N] = in[M,K] . w[N,K]^T (cblas_sgemm); the rows split over op_threads() threads in parts
@@ -44,9 +45,19 @@ static inline float op_bf16(uint16_t h) {
     return v.f;
 }
 
-// out[t,:] = in[t,:] / sqrt(mean(in[t,:]^2) + eps) * w; out may equal in
+// out[t,:] = in[t,:] / sqrt(mean(in[t,:]^2) + eps) * w; out may equal in (LlamaRMSNorm)
 void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float eps);
 void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, float eps);
+// Gemma's RMSNorm: the same times (1 + w) (1.0f + w[c] in float32, as GemmaRMSNorm), eps a
+// double as the config gives it (not rounded to float); out may equal in
+void op_rmsnorm_1p(float *out, const float *in, const float *w, int T, int C, double eps);
+void op_rmsnorm_1p_ref(float *out, const float *in, const float *w, int T, int C, double eps);
+// torch.nn.LayerNorm over each row of C: (x - mean) / sqrt(biased variance + eps) * w + b, the
+// mean and variance in double; out may equal in
+void op_layernorm(float *out, const float *in, const float *w, const float *b, int T, int C,
+                  float eps);
+void op_layernorm_ref(float *out, const float *in, const float *w, const float *b, int T, int C,
+                      float eps);
 
 // RoPE tables for positions 0..T-1 and rotated pairs j < n_rot/2:
 // cos_t[t * n_rot/2 + j] = cos(t * theta^(-2j/head_dim)), likewise sin_t.
@@ -83,9 +94,61 @@ void op_add(float *out, const float *a, const float *b, int64_t n);
 // x[r, j] += b[j] for each of the rows rows of n (a Linear's bias)
 void op_add_bias(float *x, const float *b, int64_t rows, int64_t n);
 
-// x[i] = act(x[i]), act one of model/blocks.h's act_* functions
-enum op_act { OP_SILU, OP_SOFTPLUS };
-void op_act(float *x, int64_t n, enum op_act act);
+// ---- activations (float32, as torch computes them) ----
+static inline float act_silu(float x) {
+    return x / (1.0f + expf(-x));
+}
+static inline float act_sigmoid(float x) {
+    return 1.0f / (1.0f + expf(-x));
+}
+// torch.nn.functional.softplus (beta 1, threshold 20): log1p(exp(x)), x itself above 20
+static inline float act_softplus(float x) {
+    return x > 20.0f ? x : log1pf(expf(x));
+}
+// GELU, exact (erf) and the tanh approximation (gelu_new, gelu_pytorch_tanh)
+static inline float act_gelu(float x) {
+    return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+}
+static inline float act_gelu_tanh(float x) {
+    return 0.5f * x * (1.0f + tanhf(0.79788456080286536f * (x + 0.044715f * x * x * x)));
+}
+static inline float act_relu(float x) {
+    return x > 0.0f ? x : 0.0f;
+}
+
+// The one activation enum of every family: the MLP's (named as transformers' ACT2FN keys) and
+// Laguna's softplus gate and sigmoid router.
+enum op_act_kind {
+    OP_ACT_SILU,      // "silu", "swish"
+    OP_ACT_GELU,      // "gelu": exact, with erf
+    OP_ACT_GELU_TANH, // "gelu_new", "gelu_pytorch_tanh", "gelu_fast": the tanh approximation
+    OP_ACT_RELU,      // "relu"
+    OP_ACT_SOFTPLUS,  // torch.nn.functional.softplus (no config name)
+    OP_ACT_SIGMOID    // "sigmoid" (not accepted as an MLP's activation)
+};
+// The MLP activation a config string names, or -1 (an unknown name or NULL); the accepted names:
+#define OP_ACT_NAMES "silu, swish, gelu, gelu_pytorch_tanh, gelu_new, gelu_fast or relu"
+int op_act_parse(const char *name);
+// act(x), one of the act_* above
+static inline float op_act1(enum op_act_kind act, float x) {
+    switch (act) {
+        case OP_ACT_GELU_TANH:
+            return act_gelu_tanh(x);
+        case OP_ACT_GELU:
+            return act_gelu(x);
+        case OP_ACT_RELU:
+            return act_relu(x);
+        case OP_ACT_SOFTPLUS:
+            return act_softplus(x);
+        case OP_ACT_SIGMOID:
+            return act_sigmoid(x);
+        default:
+            return act_silu(x);
+    }
+}
+// x[i] = act(x[i]); the twin in double
+void op_act(float *x, int64_t n, enum op_act_kind act);
+void op_act_ref(float *x, int64_t n, enum op_act_kind act);
 // x[i] *= s[i / group] (group 1: elementwise; group D: one factor a head of D values)
 void op_mul(float *x, const float *s, int64_t n, int64_t group);
 // x[i] *= s

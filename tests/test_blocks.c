@@ -1,5 +1,6 @@
 // test_blocks.c - the shared pieces of model/blocks.h: the activations against float64 formulas
 // of their torch definitions, the tensor list's names and shapes, the arena's aligned pieces.
+#include "model/ah.h"
 #include "model/blocks.h"
 #include "tests/check.h"
 
@@ -59,9 +60,25 @@ static void test_arena(void) {
     free(arena);
 }
 
+// the one parser of the MLP activation names (model/ops.h), its error naming the file, the key
+// and the value
+static void test_cfg_act(void) {
+    struct ah_error err = {0};
+    enum op_act_kind a = OP_ACT_RELU;
+    CHECK(block_cfg_act("c.json", "hidden_act", "gelu_pytorch_tanh", &a, &err) == 0);
+    CHECK(a == OP_ACT_GELU_TANH && err.code == 0);
+    CHECK(block_cfg_act("c.json", "hidden_act", "swish", &a, &err) == 0 && a == OP_ACT_SILU);
+    CHECK(block_cfg_act("c.json", "hidden_activation", "gelu_10", &a, &err) == -AH_EINVAL);
+    CHECK(strstr(err.msg, "c.json") && strstr(err.msg, "\"hidden_activation\"") &&
+          strstr(err.msg, "\"gelu_10\"") && strstr(err.msg, "gelu_new") && a == OP_ACT_SILU);
+    CHECK(block_cfg_act("c.json", "activation_function", NULL, &a, &err) == -AH_EINVAL);
+    CHECK(strstr(err.msg, "\"activation_function\": that value is not supported"));
+}
+
 int main(void) {
     test_activations();
     test_tensor_list();
     test_arena();
+    test_cfg_act();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -152,6 +152,101 @@ static void test_rmsnorm_matches_naive(void) {
     }
 }
 
+// Gemma's (1 + w) RMSNorm and LayerNorm against their float64 twins, out of place and in place,
+// on rows of odd widths; LayerNorm's inputs offset by 3 so that the mean matters
+static void test_norms_match_naive(void) {
+    static float x[70 * 385], w[385], bias[385], a[70 * 385], b[70 * 385];
+    const int widths[] = {1, 7, 385};
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++)
+        for (int T = 7; T <= 70; T += 63) {
+            int C = widths[k], n = T * C;
+            check_fill(x, n, 12);
+            check_fill(w, C, 13);
+            check_fill(bias, C, 14);
+            op_rmsnorm_1p(a, x, w, T, C, 1e-6);
+            op_rmsnorm_1p_ref(b, x, w, T, C, 1e-6);
+            check_close("rmsnorm_1p", a, b, n, 1e-6f, 1e-5f);
+            memcpy(a, x, sizeof(float) * (size_t)n);
+            op_rmsnorm_1p(a, a, w, T, C, 1e-6);
+            check_close("rmsnorm_1p in place", a, b, n, 1e-6f, 1e-5f);
+            for (int i = 0; i < n; i++)
+                x[i] += 3.0f;
+            op_layernorm(a, x, w, bias, T, C, 1e-5f);
+            op_layernorm_ref(b, x, w, bias, T, C, 1e-5f);
+            check_close("layernorm", a, b, n, 1e-6f, 1e-5f);
+            memcpy(a, x, sizeof(float) * (size_t)n);
+            op_layernorm(a, a, w, bias, T, C, 1e-5f);
+            check_close("layernorm in place", a, b, n, 1e-6f, 1e-5f);
+        }
+}
+
+// The norms' float32 arithmetic exactly (the forward passes' outputs depend on its every bit):
+// sums of squares and moments in double, one float factor r, then x r (1 + w) and
+// (float)(x - mean) r w + b in float; on one thread and on two (T C above OP_PAR_MIN), the same
+// bits
+static void test_norms_exact_threads(void) {
+    enum { T = 70, C = 385 };
+    static float x[T * C], w[C], bias[C], a[T * C], b[T * C], want[T * C], want_ln[T * C];
+    check_fill(x, T * C, 15);
+    check_fill(w, C, 16);
+    check_fill(bias, C, 17);
+    for (int t = 0; t < T; t++) {
+        const float *v = x + t * C;
+        double ss = 0.0, mu = 0.0, var = 0.0;
+        for (int c = 0; c < C; c++)
+            ss += (double)v[c] * (double)v[c], mu += (double)v[c];
+        mu /= C;
+        for (int c = 0; c < C; c++)
+            var += ((double)v[c] - mu) * ((double)v[c] - mu);
+        float r = (float)(1.0 / sqrt(ss / C + 1e-6)),
+              q = (float)(1.0 / sqrt(var / C + (double)1e-5f));
+        for (int c = 0; c < C; c++) {
+            want[t * C + c] = v[c] * r * (1.0f + w[c]);
+            want_ln[t * C + c] = (float)((double)v[c] - mu) * q * w[c] + bias[c];
+        }
+    }
+    int was = op_threads();
+    for (int nt = 1; nt <= 2; nt++) {
+        op_set_threads(nt);
+        op_rmsnorm_1p(a, x, w, T, C, 1e-6);
+        CHECK(!memcmp(a, want, sizeof a));
+        op_layernorm(b, x, w, bias, T, C, 1e-5f);
+        CHECK(!memcmp(b, want_ln, sizeof b));
+    }
+    op_set_threads(was);
+}
+
+// every activation of the enum against the float64 twin, both sides of softplus' threshold
+static void test_act_matches_naive(void) {
+    enum { N = 801 };
+    float x[N], a[N], b[N];
+    for (int k = OP_ACT_SILU; k <= OP_ACT_SIGMOID; k++) {
+        for (int i = 0; i < N; i++)
+            x[i] = (float)(i - 400) / 16.0f; // -25 .. 25
+        memcpy(a, x, sizeof x);
+        memcpy(b, x, sizeof x);
+        op_act(a, N, (enum op_act_kind)k);
+        op_act_ref(b, N, (enum op_act_kind)k);
+        check_close("act", a, b, N, 1e-6f, 2e-6f);
+    }
+}
+
+// the config names of transformers' ACT2FN that the MLPs accept, and nothing else
+static void test_act_parse(void) {
+    CHECK_EQ(op_act_parse("silu"), OP_ACT_SILU);
+    CHECK_EQ(op_act_parse("swish"), OP_ACT_SILU);
+    CHECK_EQ(op_act_parse("gelu"), OP_ACT_GELU);
+    CHECK_EQ(op_act_parse("gelu_new"), OP_ACT_GELU_TANH);
+    CHECK_EQ(op_act_parse("gelu_pytorch_tanh"), OP_ACT_GELU_TANH);
+    CHECK_EQ(op_act_parse("gelu_fast"), OP_ACT_GELU_TANH);
+    CHECK_EQ(op_act_parse("relu"), OP_ACT_RELU);
+    CHECK_EQ(op_act_parse("gelu_10"), -1);
+    CHECK_EQ(op_act_parse("sigmoid"), -1);
+    CHECK_EQ(op_act_parse("SiLU"), -1);
+    CHECK_EQ(op_act_parse(""), -1);
+    CHECK_EQ(op_act_parse(NULL), -1);
+}
+
 static void test_rope_matches_naive(void) {
     int T = 13, H = 3, D = 10, stride = H * D + 4; // padded rows: stride > H*D
     for (int n_rot = 2; n_rot <= D; n_rot += 4) {
@@ -259,8 +354,8 @@ static void test_rope_table_f32(void) {
         }
 }
 
-// op_act, op_mul, op_scale: the scalar formulas of model/blocks.h bit for bit, on one thread and
-// on two (each element is computed whole by one thread)
+// op_act (every kind), op_mul, op_scale: the scalar formulas of model/ops.h bit for bit, on one
+// thread and on two (each element is computed whole by one thread)
 static void test_elementwise_threads(void) {
     enum { N = 3 * OP_PAR_MIN + 5 };
     static float x[N], s[N], y[N], want[N];
@@ -269,14 +364,21 @@ static void test_elementwise_threads(void) {
     int was = op_threads();
     for (int t = 1; t <= 2; t++) {
         op_set_threads(t);
-        for (int act = 0; act < 2; act++) { // softplus on 32x: both sides of its threshold (20)
+        for (int k = OP_ACT_SILU; k <= OP_ACT_SIGMOID; k++) { // 32x: both sides of softplus' 20
             for (int i = 0; i < N; i++)
-                y[i] = act ? 32.0f * x[i] : x[i];
+                y[i] = 32.0f * x[i];
             for (int i = 0; i < N; i++)
-                want[i] = act ? act_softplus(y[i]) : act_silu(y[i]);
-            op_act(y, N, act ? OP_SOFTPLUS : OP_SILU);
+                want[i] = op_act1((enum op_act_kind)k, y[i]);
+            op_act(y, N, (enum op_act_kind)k);
             CHECK(!memcmp(y, want, sizeof y));
         }
+        for (int i = 0; i < N; i++) // the dispatcher's functions
+            CHECK(op_act1(OP_ACT_SILU, x[i]) == act_silu(x[i]) &&
+                  op_act1(OP_ACT_GELU, x[i]) == act_gelu(x[i]) &&
+                  op_act1(OP_ACT_GELU_TANH, x[i]) == act_gelu_tanh(x[i]) &&
+                  op_act1(OP_ACT_RELU, x[i]) == act_relu(x[i]) &&
+                  op_act1(OP_ACT_SOFTPLUS, 32.0f * x[i]) == act_softplus(32.0f * x[i]) &&
+                  op_act1(OP_ACT_SIGMOID, x[i]) == act_sigmoid(x[i]));
         memcpy(y, x, sizeof x);
         op_mul(y, s, N, 7);
         op_scale(y, 0.75f, N);
@@ -307,11 +409,15 @@ int main(void) {
     test_matmul_threads();
     test_bf16_panel_floats();
     test_rmsnorm_matches_naive();
+    test_norms_match_naive();
+    test_norms_exact_threads();
     test_rope_matches_naive();
     test_rope_table_f32();
     test_softmax_ranges_causal_rows();
     test_softmax_ranges_matches_masked_naive();
     test_swiglu_add_match_naive();
+    test_act_matches_naive();
+    test_act_parse();
     test_elementwise_threads();
     test_softmax_within();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
