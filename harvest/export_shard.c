@@ -364,14 +364,29 @@ static enum sf_dtype sf_kind(enum xkind k) {
 
 // the statistics arrays read from the source, kept until the shard is written
 struct xstats {
-    void *buf[64];
-    int n;
+    void **buf; // (n) owned
+    int n, cap;
 };
 
 static void xstats_free(struct xstats *st) {
     for (int i = 0; i < st->n; i++)
         free(st->buf[i]);
-    st->n = 0;
+    free(st->buf);
+    memset(st, 0, sizeof *st);
+}
+
+// a buffer of n bytes kept in st (NULL: out of memory)
+static void *xstats_alloc(struct xstats *st, size_t n) {
+    if (st->n == st->cap) {
+        int cap = st->cap ? 2 * st->cap : 16;
+        void **b = realloc(st->buf, (size_t)cap * sizeof *b);
+        if (!b) return NULL;
+        st->buf = b;
+        st->cap = cap;
+    }
+    void *p = malloc(n ? n : 1);
+    if (p) st->buf[st->n++] = p;
+    return p;
 }
 
 // the numeric attributes of the source's /stats/NAME as stats.NAME.KEY
@@ -408,12 +423,11 @@ static int stats_array(struct sf_shard *w, hid_t d, const char *key, struct xsta
     int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
     hsize_t dims[SF_MAX_DIMS];
     int64_t shape[SF_MAX_DIMS], n = 1;
-    int rc = nd >= 0 && nd <= SF_MAX_DIMS && st->n < 64 ? 0 : -1;
+    int rc = nd >= 0 && nd <= SF_MAX_DIMS ? 0 : -1;
     if (rc == 0) H5Sget_simple_extent_dims(sp, dims, NULL);
     for (int k = 0; rc == 0 && k < nd; k++)
         n *= shape[k] = (int64_t)dims[k];
-    void *buf = rc == 0 ? malloc((size_t)(n ? n : 1) * 8) : NULL;
-    if (buf) st->buf[st->n++] = buf;
+    void *buf = rc == 0 ? xstats_alloc(st, (size_t)n * 8) : NULL;
     if (!buf || H5Dread(d, integer ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
                         H5P_DEFAULT, buf) < 0)
         rc = -1;
@@ -484,7 +498,7 @@ static int put_attrs(struct sf_shard *w, const struct xsrc *s, const struct xsha
 static int sf_write(const char *path, const struct xshard *b, const struct xsrc *s,
                     const struct xshard_meta *m, uint64_t sum, struct ah_error *err) {
     struct sf_shard w;
-    struct xstats st = {.n = 0};
+    struct xstats st = {0};
     char key[300];
     int64_t shape[SF_MAX_DIMS] = {b->n_tokens};
     sf_create(&w, sf_of(m->fmt), path);

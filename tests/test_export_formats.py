@@ -30,9 +30,9 @@ FORMATS = ("npy", "safetensors")
 ST = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "F64": "<f8"}
 
 
-def harvest_out(name, layout, dtype):
+def harvest_out(name, layout, dtype, acts=NAMES):
     o = {"path": f"{name}.h5", "layout": layout, "dtype": dtype}
-    run(harvest, "run", write_job(f"{work}/{name}.json", activations=NAMES, batch_size=3,
+    run(harvest, "run", write_job(f"{work}/{name}.json", activations=acts, batch_size=3,
                                   max_seq_len=64, output=o), "--quiet", check=0)
     return f"{work}/{name}.h5"
 
@@ -178,8 +178,8 @@ def check_format(fmt, src, d, h5dir, dtype, label):
     pairs = []
     for split in ("train", "val"):
         for (arrays, attrs), h in zip(ex[split], eh[split]):
-            check(sorted(arrays) == sorted(h) and all(np.array_equal(arrays[k], h[k], equal_nan=True)
-                                                      for k in h),
+            check(sorted(arrays) == sorted(h) and
+                  all(np.array_equal(arrays[k], h[k], equal_nan=True) for k in h),
                   f"{label} {split}: every array equals the HDF5 shard's")
             check(all(np.array_equal(arrays[k], v, equal_nan=True) for k, v in st.items()),
                   f"{label} {split}: the source's /stats as stats.NAME.KEY")
@@ -212,7 +212,7 @@ def check_torch(fmt, d, dtype):
     else:
         x = hd.load_safetensors(f"{d}/{e['file']}")[0]["decoder_0_output"]
     if dtype == "bfloat16":  # torch has no uint16 here: the same bits as int16, viewed as bf16
-        t = torch.from_numpy(np.ascontiguousarray(x).view(np.int16)).view(torch.bfloat16)
+        t = torch.from_numpy(np.array(x).view(np.int16)).view(torch.bfloat16)
         ok = torch.equal(t.float(), torch.from_numpy(hd.widen_bf16(x)))
     else:
         t = torch.from_numpy(np.array(x))
@@ -258,6 +258,18 @@ export(pr, f"{work}/h5-pr", "--shard-tokens", "100")
 for fmt in FORMATS:
     export(pr, f"{work}/{fmt}-pr", "--shard-tokens", "100", "--format", fmt)
     check_format(fmt, pr, f"{work}/{fmt}-pr", f"{work}/h5-pr", "bfloat16", f"{fmt} prompt bf16")
+
+# many names with statistics (12 names, 84 statistics arrays a shard)
+MANY = [f"encoder_{i}_{k}" for i in range(4) for k in ("output", "attn_output", "ffn_output")]
+many = harvest_out("many", "token", "float32", acts=MANY)
+run(harvest, "stats", many, check=0)
+for fmt in FORMATS:
+    export(many, f"{work}/{fmt}-many", "--format", fmt, "--shard-tokens", "200")
+    e = json.load(open(f"{work}/{fmt}-many/manifest.json"))["splits"]["train"]["shards"][0]
+    arrays, attrs = load_shard(fmt, f"{work}/{fmt}-many/{e['file']}")
+    check(len([k for k in arrays if k.startswith("stats.")]) == 7 * len(MANY) and
+          attrs["stats_names"] == ",".join(sorted(MANY)),
+          f"{fmt}: the statistics of {len(MANY)} names")
 
 # ---- errors ---------------------------------------------------------------------------------
 p = export(tok, f"{work}/err", "--format", "parquet", check_rc=None)
@@ -333,4 +345,37 @@ for fmt in FORMATS:
     export(big, k, *F)
     check(tree_hashes(k) == h1, f"{fmt}: a damaged shard is rewritten on the next run")
 
+
+# ---- a full disk (a small tmpfs, as test_export_diskfull; skipped where mounting is refused) ---
+disk = f"{work}/disk"
+os.makedirs(disk)
+if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1500k", "tmpfs", disk],
+                  capture_output=True).returncode != 0:
+    print("cannot mount a tmpfs here: the full-disk part skipped")
+else:
+    try:
+        for fmt in FORMATS:  # 4 shards of about 200 KB, with /stats
+            F = ["--dtype", "float32", "--format", fmt, "--shard-tokens", "128"]
+            ref = f"{work}/{fmt}-ref"
+            export(tok, ref, *F)
+            d = f"{disk}/{fmt}"
+            p = export(tok, d, *F, check_rc=None)
+            check(p.returncode == 2 and f"{d}/train-0000" in p.stderr and "disk full" in p.stderr,
+                  f"{fmt}: a full disk: exit 2 naming the shard and the cause, got "
+                  f"{p.returncode}: {p.stderr[-600:]}")
+            left = os.listdir(d)
+            check(not [n for n in left if n.endswith(".tmp")], f"{fmt}: no temporary left: {left}")
+            have, want = tree_hashes(d), tree_hashes(ref)
+            check(all(have[n] == want[n] for n in have if n != "manifest.json") and
+                  json.load(open(f"{d}/manifest.json"))["finished"] is False,
+                  f"{fmt}: the shards there are finished ones, the manifest unfinished")
+            print(f"{fmt}: disk full with {sorted(left)} there: exit 2", flush=True)
+            subprocess.run(["mount", "-o", "remount,size=60m", disk], check=True)
+            export(tok, d, *F)
+            check(tree_hashes(d) == want, f"{fmt}: after freeing space the same command gives the "
+                                          f"ordinary disk's files, byte for byte")
+            subprocess.run(["rm", "-rf", d])
+            subprocess.run(["mount", "-o", "remount,size=1500k", disk], check=True)
+    finally:
+        subprocess.run(["umount", "-l", disk])
 finish()
