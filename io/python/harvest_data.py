@@ -167,7 +167,9 @@ class _Pool:
 
 
 class Shards:
-    """The shards of one split ("train" or "val") of an export folder."""
+    """The shards of one split ("train" or "val") of an export folder, in any of the export's
+    formats (the manifest's "shard_format": none for HDF5, "npy", "safetensors"; the same reads,
+    one pread per run of rows at the array's file offset). h5py only for HDF5 shards."""
 
     def __init__(self, path, split="train"):
         self.path = path
