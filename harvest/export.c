@@ -32,6 +32,7 @@ struct xopts {
     const char *probe; // --probe DIR: a probe dataset instead of shards (export_probe.c)
     unsigned pools;    // --pool: bit 0 last, bit 1 mean (0: the job's "pool", else both)
     enum xkind dtype;  // XK_I64: as the source stores it
+    enum xfmt fmt;     // --format: the shards' file format
     int64_t shard_tokens, shard_size, memory;
     int64_t seed;
     double val;
@@ -56,6 +57,7 @@ static const char usage[] =
     "usage: harvest export OUT.h5 --shards DIR [--names N1,N2] [--dtype float32|float16|bfloat16]\n"
     "                      [--shard-tokens N | --shard-size BYTES] [--seed S] [--val FRACTION]\n"
     "                      [--memory BYTES] [--allow-partial] [--quiet]\n"
+    "                      [--format hdf5|npy|safetensors]\n"
     "       harvest export OUT.h5 --probe DIR [--names N1,N2] [--pool last,mean]\n"
     "                      [--allow-partial] [--quiet]\n";
 
@@ -63,9 +65,9 @@ static const char usage[] =
 // options
 
 // the flags only one of --shards and --probe takes (bit k: shards_only[k])
-static const char *const shards_only[] = {"--dtype", "--shard-tokens", "--shard-size",
-                                          "--seed",  "--val",          "--memory"};
-#define N_SHARDS_ONLY 6
+static const char *const shards_only[] = {"--dtype", "--shard-tokens", "--shard-size", "--seed",
+                                          "--val",   "--memory",       "--format"};
+#define N_SHARDS_ONLY 7
 static const char *const both_modes[] = {"--shards", "--probe", "--names", "--pool"};
 
 static int parse_dtype(const char *v, enum xkind *out) {
@@ -97,6 +99,11 @@ static int parse_flag(struct xopts *o, int argc, char **argv, int *i) {
         return -1;
     }
     if (!strcmp(a, "--dtype")) return parse_dtype(v, &o->dtype);
+    if (!strcmp(a, "--format")) {
+        if (xfmt_parse(v, &o->fmt) == 0) return 0;
+        fprintf(stderr, "harvest export: --format \"%s\": expected hdf5, npy or safetensors\n", v);
+        return -1;
+    }
     if (!strcmp(a, "--shard-tokens"))
         return cli_int("export", a, v, 1, 1LL << 40, &o->shard_tokens);
     if (!strcmp(a, "--seed")) return cli_int("export", a, v, 0, (1LL << 53) - 1, &o->seed);
@@ -154,8 +161,8 @@ static int64_t shard_tokens(const struct xplan *pl, int64_t g, int *split, int64
     return left < pl->st ? left : pl->st;
 }
 
-static void shard_file(char *buf, size_t n, int split, int64_t k) {
-    snprintf(buf, n, "%s-%05lld.h5", split_name[split], (long long)k);
+static void shard_file(char *buf, size_t n, int split, int64_t k, enum xfmt f) {
+    snprintf(buf, n, "%s-%05lld%s", split_name[split], (long long)k, xfmt_ext(f));
 }
 
 static int plan_build(struct xplan *pl, const struct xsrc *s, const struct xopts *o,
@@ -243,6 +250,7 @@ static cJSON *manifest(const struct xplan *pl, const struct xsrc *s, const struc
     char file[64];
     cJSON_AddStringToObject(m, "format", "harvest-shards");
     cJSON_AddNumberToObject(m, "format_version", 1);
+    if (o->fmt != XF_HDF5) cJSON_AddStringToObject(m, "shard_format", xfmt_name(o->fmt));
     cJSON_AddFalseToObject(m, "finished"); // true once every shard is there (with its checksum)
     cJSON_AddItemToObject(m, "source", manifest_source(pl, s, o));
     cJSON_AddNumberToObject(m, "seed", (double)o->seed);
@@ -272,7 +280,7 @@ static cJSON *manifest(const struct xplan *pl, const struct xsrc *s, const struc
         for (int64_t j = 0; j < pl->shards[k]; j++) {
             cJSON *e = cJSON_CreateObject();
             int64_t left = pl->n[k] - j * pl->st;
-            shard_file(file, sizeof file, k, j);
+            shard_file(file, sizeof file, k, j, o->fmt);
             cJSON_AddStringToObject(e, "file", file);
             cJSON_AddNumberToObject(e, "tokens", (double)(left < pl->st ? left : pl->st));
             cJSON_AddItemToArray(list, e);
@@ -296,6 +304,8 @@ static cJSON *bare_splits(const cJSON *have) {
 // NULL when they agree ("finished" and the shards' checksums aside).
 static const char *manifest_diff(const cJSON *want, const cJSON *have, char *buf, size_t n) {
     if (!cJSON_IsObject(have)) return "(unreadable JSON)";
+    if (cJSON_HasObjectItem(have, "shard_format") != cJSON_HasObjectItem(want, "shard_format"))
+        return "shard_format"; // HDF5 shards' manifests have none
     const cJSON *it, *sub;
     cJSON_ArrayForEach(it, want) {
         if (!strcmp(it->string, "finished")) continue;
@@ -322,6 +332,8 @@ static const char *diff_hint(const char *key, const cJSON *have) {
     const cJSON *src = cJSON_GetObjectItemCaseSensitive(have, "source");
     if (!strncmp(key, "source.", 7) && !cJSON_GetObjectItemCaseSensitive(src, key + 7))
         return ": the folder's manifest has none (written by an earlier harvest)";
+    if (!strcmp(key, "shard_format"))
+        return ": its shards are in another --format (an HDF5 export records none)";
     return !strcmp(key, "source.weights_fingerprint")
                ? ": the output was written by other weights since that export"
            : !strcmp(key, "source.job_checksum")
@@ -467,7 +479,8 @@ static struct xshard_meta shard_meta(const struct xplan *pl, const struct xopts 
                                      const struct xsrc *s, int64_t g) {
     int split;
     int64_t k, n = shard_tokens(pl, g, &split, &k);
-    return (struct xshard_meta){.split = split_name[split],
+    return (struct xshard_meta){.fmt = o->fmt,
+                                .split = split_name[split],
                                 .shard = k,
                                 .n_tokens = n,
                                 .first_position = k * pl->st,
@@ -490,7 +503,7 @@ static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xop
     char file[64];
     for (int64_t g = rank; rc == 0 && g < G; g += size) {
         struct xshard_meta m = shard_meta(pl, o, s, g);
-        shard_file(file, sizeof file, g >= pl->shards[0], m.shard);
+        shard_file(file, sizeof file, g >= pl->shards[0], m.shard, o->fmt);
         if (xshard_verify(o->dir, file, s, &m, 64 << 20, &sums[g]))
             ++*kept;
         else
@@ -515,7 +528,7 @@ static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xop
             rc = gather(s, pl, slot_of, bufs, !o->quiet && rank == 0, (int)pass, passes, err);
         for (int64_t j = a; rc == 0 && j < b; j++) {
             struct xshard_meta m = shard_meta(pl, o, s, todo[j]);
-            shard_file(file, sizeof file, todo[j] >= pl->shards[0], m.shard);
+            shard_file(file, sizeof file, todo[j] >= pl->shards[0], m.shard, o->fmt);
             rc = xshard_write(o->dir, file, &bufs[j - a], s, &m, &sums[todo[j]], err);
             if (rc == 0) ++*written;
             if (rc == 0 && !o->quiet && rank == 0)

@@ -83,7 +83,14 @@ const void *xsrc_token(struct xsrc *s, int i, int64_t p, int64_t pos);
 size_t xsrc_block_bytes(const struct xsrc *s);
 
 // ---- shard files ----
+// The shards' file format (--format): HDF5 (this file's writer), or one of io/shardfmt.h's.
+enum xfmt { XF_HDF5, XF_NPY, XF_SAFETENSORS };
+const char *xfmt_name(enum xfmt f); // "hdf5", "npy", "safetensors"
+const char *xfmt_ext(enum xfmt f);  // a shard's name's end: ".h5", "" (a folder), ".safetensors"
+int xfmt_parse(const char *name, enum xfmt *f); // 0, or -1: not a format's name
+
 struct xshard_meta {
+    enum xfmt fmt;
     const char *split; // "train" or "val"
     int64_t shard, n_tokens, first_position, seed;
     uint64_t data_checksum;
@@ -106,7 +113,8 @@ void xshard_free(struct xshard *b, int n_names);
 // attributes (README "Training shards"), and the checksum of their bytes (*sum); the source's
 // /stats/NAME of the exported names, when it has them, copied into /stats/NAME. The file's
 // space is reserved first (a full disk fails before HDF5 writes); on failure the temporary is
-// removed.
+// removed. Another format (m->fmt): the same arrays, attributes and statistics through
+// io/shardfmt.h (README "Shard formats").
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
                  const struct xshard_meta *m, uint64_t *sum, struct ah_error *err);
 // 1 if dir/file is a finished shard matching m (split, shard, size, seed, source, export_id) and

@@ -5,6 +5,7 @@
 #include "io/feistel.h"
 #include "io/fsutil.h"
 #include "io/h5attr.h"
+#include "io/shardfmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -15,6 +16,14 @@
 #include <unistd.h>
 
 const char *const xshard_cols[4] = {"input_ids", "prompt_index", "position", "source_index"};
+
+static const struct sf_format *sf_of(enum xfmt f) {
+    return f == XF_NPY ? &sf_npy : &sf_safetensors;
+}
+static int sf_write(const char *path, const struct xshard *b, const struct xsrc *s,
+                    const struct xshard_meta *m, uint64_t sum, struct ah_error *err);
+static int sf_verify(const char *path, const struct xsrc *s, const struct xshard_meta *m,
+                     uint64_t *sum_out);
 
 int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens) {
     memset(b, 0, sizeof *b);
@@ -216,8 +225,9 @@ int xshard_write(const char *dir, const char *file, const struct xshard *b, cons
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    int64_t bound = shard_bound(b, s);
     *sum = shard_checksum(b, s);
+    if (m->fmt != XF_HDF5) return sf_write(path, b, s, m, *sum, err);
+    int64_t bound = shard_bound(b, s);
     errno = 0;
     hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
     if (f < 0 || reserve(tmp, bound) < 0) return write_failed(tmp, f, false, err);
@@ -285,6 +295,7 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
     char path[4200], name[300];
     snprintf(path, sizeof path, "%s/%s", dir, file);
     if (access(path, R_OK) != 0) return 0;
+    if (m->fmt != XF_HDF5) return sf_verify(path, s, m, sum_out);
     size_t biggest = 8;
     for (int i = 0; i < s->n_names; i++) {
         size_t rb = (size_t)s->names[i].elems * xkind_size(s->names[i].dst);
@@ -321,6 +332,243 @@ int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
     if (f >= 0) H5Fclose(f);
     free(split);
     free(buf);
+    *sum_out = sum;
+    return ok && h == sum;
+}
+
+// ----------------------------------------------------------------------------
+// the other formats (io/shardfmt.h): arrays NAME, tokens.COLUMN and stats.NAME.KEY, the HDF5
+// shard's attributes as strings (numbers in decimal), storage.NAME and source_storage.NAME as
+// its datasets' attributes, and stats_names: the names whose statistics the shard holds
+
+const char *xfmt_name(enum xfmt f) {
+    return f == XF_NPY ? "npy" : f == XF_SAFETENSORS ? "safetensors" : "hdf5";
+}
+
+const char *xfmt_ext(enum xfmt f) {
+    return f == XF_HDF5 ? ".h5" : sf_of(f)->ext;
+}
+
+int xfmt_parse(const char *name, enum xfmt *f) {
+    for (int k = XF_HDF5; k <= XF_SAFETENSORS; k++)
+        if (!strcmp(name, xfmt_name((enum xfmt)k))) {
+            *f = (enum xfmt)k;
+            return 0;
+        }
+    return -1;
+}
+
+static enum sf_dtype sf_kind(enum xkind k) {
+    return k == XK_F32 ? SF_F32 : k == XK_F16 ? SF_F16 : k == XK_BF16 ? SF_BF16 : SF_I64;
+}
+
+// the statistics arrays read from the source, kept until the shard is written
+struct xstats {
+    void **buf; // (n) owned
+    int n, cap;
+};
+
+static void xstats_free(struct xstats *st) {
+    for (int i = 0; i < st->n; i++)
+        free(st->buf[i]);
+    free(st->buf);
+    memset(st, 0, sizeof *st);
+}
+
+// a buffer of n bytes kept in st (NULL: out of memory)
+static void *xstats_alloc(struct xstats *st, size_t n) {
+    if (st->n == st->cap) {
+        int cap = st->cap ? 2 * st->cap : 16;
+        void **b = realloc(st->buf, (size_t)cap * sizeof *b);
+        if (!b) return NULL;
+        st->buf = b;
+        st->cap = cap;
+    }
+    void *p = malloc(n ? n : 1);
+    if (p) st->buf[st->n++] = p;
+    return p;
+}
+
+// the numeric attributes of the source's /stats/NAME as stats.NAME.KEY
+static int stats_attrs(struct sf_shard *w, hid_t g, const char *name) {
+    char key[600], an[256], v[64];
+    int n = H5Aget_num_attrs(g), rc = n < 0 ? -1 : 0;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        hid_t a = H5Aopen_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, H5P_DEFAULT,
+                                 H5P_DEFAULT);
+        hid_t t = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+        H5T_class_t c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+        int64_t iv = 0;
+        double dv = 0;
+        if (a < 0 || H5Aget_name(a, sizeof an, an) < 0)
+            rc = -1;
+        else if (c == H5T_INTEGER && H5Aread(a, H5T_NATIVE_INT64, &iv) >= 0)
+            snprintf(v, sizeof v, "%lld", (long long)iv);
+        else if (c == H5T_FLOAT && H5Aread(a, H5T_NATIVE_DOUBLE, &dv) >= 0)
+            snprintf(v, sizeof v, "%.17g", dv);
+        else
+            v[0] = 0; // not a number: left out
+        snprintf(key, sizeof key, "stats.%s.%s", name, an);
+        if (rc == 0 && v[0]) rc = sf_attr(w, key, v);
+        if (t >= 0) H5Tclose(t);
+        if (a >= 0) H5Aclose(a);
+    }
+    return rc;
+}
+
+// dataset d of /stats/NAME as the array stats.NAME.KEY (int64 or float64)
+static int stats_array(struct sf_shard *w, hid_t d, const char *key, struct xstats *st) {
+    hid_t t = H5Dget_type(d), sp = H5Dget_space(d);
+    bool integer = t >= 0 && H5Tget_class(t) == H5T_INTEGER;
+    int nd = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    hsize_t dims[SF_MAX_DIMS];
+    int64_t shape[SF_MAX_DIMS], n = 1;
+    int rc = nd >= 0 && nd <= SF_MAX_DIMS ? 0 : -1;
+    if (rc == 0) H5Sget_simple_extent_dims(sp, dims, NULL);
+    for (int k = 0; rc == 0 && k < nd; k++)
+        n *= shape[k] = (int64_t)dims[k];
+    void *buf = rc == 0 ? xstats_alloc(st, (size_t)n * 8) : NULL;
+    if (!buf || H5Dread(d, integer ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL,
+                        H5P_DEFAULT, buf) < 0)
+        rc = -1;
+    if (rc == 0) rc = sf_put(w, key, integer ? SF_I64 : SF_F64, nd, shape, buf);
+    if (sp >= 0) H5Sclose(sp);
+    if (t >= 0) H5Tclose(t);
+    return rc;
+}
+
+// the source's /stats/NAME: its datasets (in name order) and numeric attributes
+static int put_stats(struct sf_shard *w, hid_t f, const char *name, struct xstats *st) {
+    char path[300], key[600], dn[256];
+    snprintf(path, sizeof path, "stats/%s", name);
+    hid_t g = H5Gopen2(f, path, H5P_DEFAULT);
+    H5G_info_t info;
+    int rc = g >= 0 && H5Gget_info(g, &info) >= 0 ? 0 : -1;
+    for (hsize_t i = 0; rc == 0 && i < info.nlinks; i++) {
+        if (H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, i, dn, sizeof dn, H5P_DEFAULT) <
+            0)
+            rc = -1;
+        hid_t d = rc == 0 ? H5Dopen2(g, dn, H5P_DEFAULT) : H5I_INVALID_HID;
+        snprintf(key, sizeof key, "stats.%s.%s", name, dn);
+        if (d >= 0) rc = stats_array(w, d, key, st), H5Dclose(d);
+    }
+    if (rc == 0) rc = stats_attrs(w, g, name);
+    if (g >= 0) H5Gclose(g);
+    return rc;
+}
+
+// the names with statistics in the source, comma-separated, into buf
+static void stats_names(const struct xsrc *s, char *buf, size_t n) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < s->n_names; i++)
+        if (has_stats(s->f, s->names[i].name) && at < n)
+            at += (size_t)snprintf(buf + at, n - at, "%s%s", at ? "," : "", s->names[i].name);
+}
+
+static int put_attrs(struct sf_shard *w, const struct xsrc *s, const struct xshard_meta *m,
+                     uint64_t sum) {
+    char v[8192], key[300];
+    int rc = sf_attr(w, "format", "harvest-shard") | sf_attr(w, "format_version", "1") |
+             sf_attr(w, "split", m->split);
+    const char *ik[] = {"shard", "n_tokens", "first_position", "seed"};
+    const int64_t iv[] = {m->shard, m->n_tokens, m->first_position, m->seed};
+    for (int k = 0; k < 4; k++) {
+        snprintf(v, sizeof v, "%lld", (long long)iv[k]);
+        rc |= sf_attr(w, ik[k], v);
+    }
+    snprintf(v, sizeof v, "%.17g", m->val_fraction);
+    rc |= sf_attr(w, "val_fraction", v);
+    const char *uk[] = {"source_data_checksum", "checksum", "export_id"};
+    const uint64_t uv[] = {m->data_checksum, sum, m->export_id};
+    for (int k = 0; k < 3; k++) {
+        snprintf(v, sizeof v, "%llu", (unsigned long long)uv[k]);
+        rc |= sf_attr(w, uk[k], v);
+    }
+    for (int i = 0; i < s->n_names; i++) {
+        snprintf(key, sizeof key, "storage.%s", s->names[i].name);
+        rc |= sf_attr(w, key, kind_storage(s->names[i].dst));
+        snprintf(key, sizeof key, "source_storage.%s", s->names[i].name);
+        rc |= sf_attr(w, key, xkind_name(s->names[i].src));
+    }
+    stats_names(s, v, sizeof v);
+    return rc | sf_attr(w, "stats_names", v);
+}
+
+static int sf_write(const char *path, const struct xshard *b, const struct xsrc *s,
+                    const struct xshard_meta *m, uint64_t sum, struct ah_error *err) {
+    struct sf_shard w;
+    struct xstats st = {0};
+    char key[300];
+    int64_t shape[SF_MAX_DIMS] = {b->n_tokens};
+    sf_create(&w, sf_of(m->fmt), path);
+    int rc = put_attrs(&w, s, m, sum);
+    for (int i = 0; rc == 0 && i < s->n_names; i++) {
+        const struct xname *x = &s->names[i];
+        memcpy(shape + 1, x->dims, (size_t)x->ndim * sizeof *shape);
+        rc = sf_put(&w, x->name, sf_kind(x->dst), x->ndim + 1, shape, b->act[i]);
+    }
+    for (int c = 0; rc == 0 && c < 4; c++) {
+        snprintf(key, sizeof key, "tokens.%s", xshard_cols[c]);
+        rc = sf_put(&w, key, SF_I64, 1, shape, b->cols[c]);
+    }
+    for (int i = 0; rc == 0 && i < s->n_names; i++)
+        if (has_stats(s->f, s->names[i].name)) rc = put_stats(&w, s->f, s->names[i].name, &st);
+    if (rc < 0) {
+        sf_abort(&w);
+        xstats_free(&st);
+        return ah_fail(err, AH_ENOMEM,
+                       "%s: cannot gather the shard (out of memory, or the "
+                       "source's statistics unreadable)",
+                       path);
+    }
+    rc = sf_finish(&w, err);
+    xstats_free(&st);
+    return rc;
+}
+
+// the attribute key of r is v (unsigned decimal)
+static bool attr_is(const struct sf_shard *r, const char *key, uint64_t v) {
+    const char *a = sf_get(r, key);
+    char *end;
+    errno = 0;
+    unsigned long long got = a ? strtoull(a, &end, 10) : 0;
+    return a && *a && !*end && !errno && got == v;
+}
+
+// array name of r: kind k, n rows of x's shape (x NULL: scalars); its bytes chained into *h
+static bool array_is(const struct sf_shard *r, const char *name, enum xkind k,
+                     const struct xname *x, int64_t n, uint64_t *h) {
+    const struct sf_array *a = sf_find(r, name);
+    int nd = x ? x->ndim : 0;
+    bool ok = a && a->t == sf_kind(k) && a->ndim == nd + 1 && a->shape[0] == n;
+    for (int j = 0; ok && j < nd; j++)
+        ok = a->shape[j + 1] == x->dims[j];
+    if (ok) *h = fnv64_words(*h, a->data, a->nbytes);
+    return ok;
+}
+
+static int sf_verify(const char *path, const struct xsrc *s, const struct xshard_meta *m,
+                     uint64_t *sum_out) {
+    struct sf_shard r;
+    char want[8192], key[300];
+    if (sf_open(&r, sf_of(m->fmt), path) != 0) return 0;
+    const char *split = sf_get(&r, "split"), *have = sf_get(&r, "stats_names");
+    const char *c = sf_get(&r, "checksum");
+    uint64_t h = FNV64_INIT, sum = c ? strtoull(c, NULL, 10) : 0;
+    stats_names(s, want, sizeof want);
+    bool ok = split && !strcmp(split, m->split) && have && !strcmp(have, want) &&
+              attr_is(&r, "export_id", m->export_id) && attr_is(&r, "checksum", sum) &&
+              attr_is(&r, "n_tokens", (uint64_t)m->n_tokens) &&
+              attr_is(&r, "shard", (uint64_t)m->shard) && attr_is(&r, "seed", (uint64_t)m->seed) &&
+              attr_is(&r, "source_data_checksum", m->data_checksum);
+    for (int i = 0; ok && i < s->n_names; i++)
+        ok = array_is(&r, s->names[i].name, s->names[i].dst, &s->names[i], m->n_tokens, &h);
+    for (int k = 0; ok && k < 4; k++) {
+        snprintf(key, sizeof key, "tokens.%s", xshard_cols[k]);
+        ok = array_is(&r, key, XK_I64, NULL, m->n_tokens, &h);
+    }
+    sf_close(&r);
     *sum_out = sum;
     return ok && h == sum;
 }

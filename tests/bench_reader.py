@@ -13,6 +13,10 @@ segment file, chunks of about 1 MiB, harvest's 16-bit float types), exported wit
     (bfloat16 widened to float32, float16 kept)
   - read ceiling: the shard's bytes read in order into one reused buffer (the page cache's copy
     rate on this machine at that moment: no reader of these bytes does better)
+  - npy, safetensors: the same output exported with --format npy and --format safetensors, read
+    by the same `Shards(DIR).batches(name, 4096)` (reader), and by each format's own loader, every
+    shard copied whole into memory: `np.array(np.load(F, mmap_mode="r"))` (np.load), and
+    harvest_data.load_safetensors's np.memmap (st memmap); bfloat16 stays raw uint16 there
 Figures: tokens/s (best of 3)."""
 import os
 import shutil
@@ -156,6 +160,22 @@ def ceiling(dirname):
     return best(go)
 
 
+def loader(dirname, fmt):
+    """every shard of the train split loaded whole with the format's own loader (a copy)"""
+    m = hd.Shards(dirname)
+
+    def go():
+        t, got = time.perf_counter(), 0
+        for fn in m.files:
+            if fmt == "npy":
+                x = np.array(np.load(os.path.join(fn, "x.npy"), mmap_mode="r"))
+            else:
+                x = np.array(hd.load_safetensors(fn)[0]["x"])
+            got += len(x)
+        return got / (time.perf_counter() - t)
+    return best(go)
+
+
 def reader(dirname):
     s = hd.Shards(dirname)  # one Shards for all epochs, as a trainer keeps it
 
@@ -171,7 +191,8 @@ def reader(dirname):
 
 
 print(f"{'d':>5} {'dtype':>9} {'tokens':>8} {'export tok/s':>13} {'h5py per-row':>13} "
-      f"{'h5py batch':>11} {'reader':>11} {'read ceiling':>13} {'reader/per-row':>15}")
+      f"{'h5py batch':>11} {'reader':>11} {'read ceiling':>13} {'reader/per-row':>15} "
+      f"{'npy reader':>11} {'np.load':>11} {'st reader':>11} {'st memmap':>11}")
 for d in (384, 2048):
     n = int(mb * 2**20 / (4 * d)) // 128 * 128
     for dtype in ("float32", "float16", "bfloat16"):
@@ -187,8 +208,18 @@ for d in (384, 2048):
         warm(out + ".parts")
         warm(sh)
         a, b, c, e = naive(out, n), fancy(out, n), reader(sh), ceiling(sh)
+        other = []
+        for fmt in ("npy", "safetensors"):
+            fd = f"{sh}-{fmt}"
+            shutil.rmtree(fd, ignore_errors=True)
+            subprocess.run([harvest, "export", out, "--shards", fd, "--quiet", "--seed", "1",
+                            "--format", fmt], check=True, env=ENV)
+            warm(fd)
+            other += [reader(fd), loader(fd, fmt)]
+            shutil.rmtree(fd)
         print(f"{d:>5} {dtype:>9} {n:>8} {ex:>13,.0f} {a:>13,.0f} {b:>11,.0f} {c:>11,.0f} "
-              f"{e:>13,.0f} {c / a:>14,.0f}x", flush=True)
+              f"{e:>13,.0f} {c / a:>14,.0f}x" + "".join(f" {v:>11,.0f}" for v in other),
+              flush=True)
         os.remove(out)
         shutil.rmtree(out + ".parts")
         shutil.rmtree(sh)

@@ -18,7 +18,8 @@ import numpy as np
 
 __version__ = "0.18.0"  # harvest's version (the file VERSION at the top of the repository)
 
-__all__ = ["Shards", "open_output", "check_output", "stats", "widen_bf16", "Probe"]
+__all__ = ["Shards", "open_output", "check_output", "stats", "widen_bf16", "Probe",
+           "load_safetensors"]
 
 
 def widen_bf16(u16):
@@ -41,12 +42,56 @@ def _as_torch(a):
     return torch.from_numpy(np.ascontiguousarray(a))
 
 
+_ST_DTYPES = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "F64": "<f8",
+              "I32": "<i4", "U8": "u1"}
+
+
+def _st_header(path):
+    """A .safetensors file's header (dict) and the file offset of its data section."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise ValueError(f"{path}: not a safetensors file (shorter than 8 bytes)")
+        n = int.from_bytes(head, "little")
+        if n > os.fstat(f.fileno()).st_size - 8:
+            raise ValueError(f"{path}: header length {n} runs past the end of the file")
+        return json.loads(f.read(n)), 8 + n
+
+
+def load_safetensors(path):
+    """({name: numpy memmap}, metadata) of a .safetensors file, read from the format's spec
+    (8-byte little-endian header length, the JSON header, the data); BF16 as raw uint16 bits."""
+    h, base = _st_header(path)
+    meta, out = h.pop("__metadata__", {}), {}
+    for name, e in h.items():
+        a, b = e["data_offsets"]
+        dt = np.dtype(_ST_DTYPES[e["dtype"]])
+        shape = tuple(e["shape"])
+        if b - a != int(np.prod(shape, dtype=np.int64)) * dt.itemsize:
+            raise ValueError(f"{path}: {name}: data_offsets {a, b} do not hold shape {shape}")
+        out[name] = np.memmap(path, dt, "r", base + a, shape) if b > a else np.empty(shape, dt)
+    return out, meta
+
+
+def _npy_place(path):
+    """(data offset, dtype, shape) of a .npy file (C order)"""
+    with open(path, "rb") as f:
+        v = np.lib.format.read_magic(f)
+        shape, fortran, dt = (np.lib.format.read_array_header_1_0(f) if v == (1, 0)
+                              else np.lib.format.read_array_header_2_0(f))
+        if fortran:
+            raise ValueError(f"{path}: Fortran order")
+        return f.tell(), dt, shape
+
+
 class _Column:
     """Where one dataset lives in each shard file: byte offset, element dtype, row shape."""
 
-    def __init__(self, files, path):
+    def __init__(self, files, path, fmt="hdf5"):
+        self.offsets, self.bf16, self.files = [], False, list(files)
+        if fmt != "hdf5":
+            return self._init_other(files, path, fmt)
         import h5py
-        self.offsets, self.bf16 = [], False
         for fn in files:
             with h5py.File(fn, "r") as f:
                 d = f[path]
@@ -58,8 +103,47 @@ class _Column:
                 storage = d.attrs.get("storage", "")
                 storage = storage.decode() if isinstance(storage, bytes) else storage
                 self.bf16 = storage == "bfloat16-as-uint16"
+        self._sizes()
+
+    def _sizes(self):
         self.row_elems = int(np.prod(self.row, dtype=np.int64))
         self.row_bytes = self.row_elems * self.dtype.itemsize
+
+    def _init_other(self, files, path, fmt):
+        """npy: the file SHARD/NAME.npy past its header; safetensors: the tensor's data_offsets
+        (NAME, or tokens.COLUMN) inside the data section"""
+        name = path.split("/", 1)[1] if path.startswith("activations/") else path.replace("/", ".")
+        for k, fn in enumerate(files):
+            if fmt == "npy":
+                self.files[k] = os.path.join(fn, name + ".npy")
+                off, self.dtype, shape = _npy_place(self.files[k])
+                meta = _shard_attrs(fn, fmt)
+            else:
+                h, base = _st_header(fn)
+                e, meta = h[name], h.get("__metadata__", {})
+                off, self.dtype = base + e["data_offsets"][0], np.dtype(_ST_DTYPES[e["dtype"]])
+                shape = tuple(e["shape"])
+            self.offsets.append(off)
+            self.row = tuple(shape[1:])
+            self.bf16 = meta.get("storage." + name) == "bfloat16-as-uint16"
+        self._sizes()
+
+
+def _shard_attrs(fn, fmt):
+    """an npy or safetensors shard's attributes (strings)"""
+    if fmt == "npy":
+        with open(os.path.join(fn, "shard.json")) as f:
+            return json.load(f)["attributes"]
+    return _st_header(fn)[0].get("__metadata__", {})
+
+
+def _shard_rows(fn, fmt):
+    """{array name: rows} of an npy or safetensors shard"""
+    if fmt == "npy":
+        with open(os.path.join(fn, "shard.json")) as f:
+            return {a["name"]: (a["shape"] or [None])[0] for a in json.load(f)["arrays"]}
+    return {n: (e["shape"] or [None])[0] for n, e in _st_header(fn)[0].items()
+            if n != "__metadata__"}
 
 
 class _Pool:
@@ -84,7 +168,9 @@ class _Pool:
 
 
 class Shards:
-    """The shards of one split ("train" or "val") of an export folder."""
+    """The shards of one split ("train" or "val") of an export folder, in any of the export's
+    formats (the manifest's "shard_format": none for HDF5, "npy", "safetensors"; the same reads,
+    one pread per run of rows at the array's file offset). h5py only for HDF5 shards."""
 
     def __init__(self, path, split="train"):
         self.path = path
@@ -98,6 +184,7 @@ class Shards:
             why = " (exported without --val)" if split == "val" and not self.manifest.get(
                 "val_fraction") else ""
             raise ValueError(f"{path}: the export has no {split} split: no {split} shards{why}")
+        self.format = self.manifest.get("shard_format", "hdf5")  # hdf5, npy or safetensors
         self.split = split
         self.files = [os.path.join(path, s["file"]) for s in sp["shards"]]
         self.tokens = [int(s["tokens"]) for s in sp["shards"]]
@@ -134,21 +221,41 @@ class Shards:
             if not os.path.exists(fn):
                 raise ValueError(f"{fn}: missing (listed in {mf}): run the same `harvest export` "
                                  f"command again to write it")
+            if self.format != "hdf5":
+                self._check_other(fn, want, mf)
+                continue
             with h5py.File(fn, "r") as f:
                 for key, v in want.items():
                     got = f.attrs.get(key)
                     got = got.decode() if isinstance(got, bytes) else got
-                    if got is None or (got if key == "split" else int(got)) != v:
-                        raise ValueError(
-                            f"{fn}: {key} is {got!r} where {mf} says {v!r}: not this export's "
-                            f"shard (a file of another export?); export again into a fresh "
-                            f"folder, or run the same `harvest export` command again")
+                    self._check_attr(fn, key, got, v, mf)
                 for g in ("activations", "tokens"):
                     for n, d in (f[g].items() if g in f else ()):
                         if d.shape[:1] != (want["n_tokens"],):
                             raise ValueError(f"{fn}: /{g}/{n} has {d.shape[:1]} rows where "
                                              f"n_tokens is {want['n_tokens']}")
         self._checked = True
+
+    @staticmethod
+    def _check_attr(fn, key, got, v, mf):
+        try:
+            same = got is not None and (got if key == "split" else int(got)) == v
+        except ValueError:
+            same = False
+        if not same:
+            raise ValueError(
+                f"{fn}: {key} is {got!r} where {mf} says {v!r}: not this export's "
+                f"shard (a file of another export?); export again into a fresh "
+                f"folder, or run the same `harvest export` command again")
+
+    def _check_other(self, fn, want, mf):
+        attrs = _shard_attrs(fn, self.format)
+        for key, v in want.items():
+            self._check_attr(fn, key, attrs.get(key), v, mf)
+        for n, rows in _shard_rows(fn, self.format).items():
+            if not n.startswith("stats.") and rows != want["n_tokens"]:
+                raise ValueError(f"{fn}: {n} has {rows} rows where n_tokens is "
+                                 f"{want['n_tokens']}")
 
     def _column(self, name):
         self._check()
@@ -157,15 +264,15 @@ class Shards:
             if name not in self.names and name not in self.manifest["columns"]:
                 raise KeyError(f"{self.path}: no name {name!r} (it has {self.names} and "
                                f"{self.manifest['columns']})")
-            self._cols[name] = _Column(self.files, path)
+            self._cols[name] = _Column(self.files, path, self.format)
         return self._cols[name]
 
-    def _fd(self, i):
+    def _fd(self, fn):
         if self._pid != os.getpid():  # a forked DataLoader worker opens its own files
             self._fds, self._pid = {}, os.getpid()
-        if i not in self._fds:
-            self._fds[i] = os.open(self.files[i], os.O_RDONLY)
-        return self._fds[i]
+        if fn not in self._fds:
+            self._fds[fn] = os.open(fn, os.O_RDONLY)
+        return self._fds[fn]
 
     def read(self, name, shard, start, count, out=None):
         """Rows [start, start + count) of shard `shard` as stored (bfloat16: raw uint16)."""
@@ -173,7 +280,8 @@ class Shards:
         if out is None:
             out = np.empty((count,) + c.row, c.dtype)
         mv = memoryview(out.reshape(-1).view(np.uint8))[:count * c.row_bytes]
-        _pread(self._fd(shard), mv, c.offsets[shard] + start * c.row_bytes, self.files[shard])
+        _pread(self._fd(c.files[shard]), mv, c.offsets[shard] + start * c.row_bytes,
+               c.files[shard])
         return out
 
     def rows(self, name, shard=None, widen=True):
@@ -253,11 +361,11 @@ class Shards:
             i, a, n = pieces[k]
             fd = fds.get(i)
             if fd is None:
-                fd = fds[i] = self._fd(i)
+                fd = fds[i] = self._fd(c.files[i])
             while n > 0:
                 take = min(n, batch_tokens - fill)
                 _pread(fd, mv[fill * rb:(fill + take) * rb], c.offsets[i] + a * rb,
-                       self.files[i])
+                       c.files[i])
                 if with_index:
                     idx[fill:fill + take] = np.arange(a, a + take) + i * self.shard_tokens
                 fill += take
