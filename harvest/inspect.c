@@ -45,7 +45,7 @@ static int list_aliases(const struct model *m, const char *glob, bool json) {
 }
 
 int cmd_activations(int argc, char **argv) {
-    const char *dir = NULL, *glob = NULL;
+    const char *dir = NULL, *glob = NULL, *bad = NULL;
     bool json = false, aliases = false;
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
@@ -53,15 +53,16 @@ int cmd_activations(int argc, char **argv) {
         else if (!strcmp(argv[i], "--aliases"))
             aliases = true;
         else if (argv[i][0] == '-') // an unknown flag, not a folder or glob
-            dir = NULL, i = argc;
+            bad = argv[i], i = argc;
         else if (!dir)
             dir = argv[i];
         else if (!glob)
             glob = argv[i];
         else
-            dir = NULL, i = argc;
+            bad = argv[i], i = argc;
     }
-    if (!dir) {
+    if (bad) fprintf(stderr, "harvest activations: unexpected \"%s\"\n", bad);
+    if (!dir || bad) {
         fprintf(stderr, "usage: harvest activations MODEL_DIR [GLOB] [--json] [--aliases]\n");
         return 1;
     }
@@ -142,7 +143,7 @@ static int output_tokenizer(const char *out, const char *given, const char *job,
 }
 
 int cmd_inspect(int argc, char **argv) {
-    const char *path = NULL, *tokpath = NULL, *text_arg = NULL, *stats_name = NULL;
+    const char *path = NULL, *tokpath = NULL, *text_arg = NULL, *stats_name = NULL, *bad = NULL;
     long long text = -1;
     bool stats = false;
     for (int i = 0; i < argc; i++) {
@@ -156,9 +157,10 @@ int cmd_inspect(int argc, char **argv) {
         else if (!path && argv[i][0] != '-')
             path = argv[i];
         else
-            path = NULL, i = argc;
+            bad = argv[i], i = argc;
     }
-    if (!path) {
+    if (bad) fprintf(stderr, "harvest inspect: unexpected \"%s\"\n", bad);
+    if (!path || bad) {
         fprintf(stderr, "usage: harvest inspect OUT.h5 [--text PROMPT [--tokenizer PATH]] "
                         "[--stats [NAME]]\n");
         return 1;

@@ -444,7 +444,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quiet"))
             o.quiet = true;
         else if (argv[i][0] == '-' || o.job_path)
-            return usage();
+            return fprintf(stderr, "harvest run: unexpected \"%s\"\n", argv[i]), usage();
         else
             o.job_path = argv[i];
     }

@@ -15,6 +15,7 @@ import os
 from util import args, check, finish, init_model, run, write_prompts
 
 harvest, work = args()
+DATA_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data")
 model = init_model(harvest, f"{work}/model", seed=2)
 data = write_prompts(f"{work}/prompts.jsonl", [5, 9, 3], seed=2)
 BASE = {"model": "model", "data": "prompts.jsonl", "activations": ["decoder_3_output"],
@@ -156,7 +157,7 @@ for label, argv, needles in [
         ("init-model --preset bogus", ["init-model", "--family", "llama", "--preset", "bogus",
                                        f"{work}/m2"], ["bogus"]),
         ("tokenize a missing tokenizer", ["tokenize", f"{work}/nowhere", data], ["nowhere"]),
-        ("tokenize a missing input", ["tokenize", "data", f"{work}/nowhere.txt"], ["nowhere"]),
+        ("tokenize a missing input", ["tokenize", DATA_DIR, f"{work}/nowhere.txt"], ["nowhere"]),
         ("stats of a missing file", ["stats", f"{work}/nowhere.h5"], ["nowhere.h5"]),
         ("stats --names matching nothing", ["stats", out, "--names", "zzz*"], ["zzz*"]),
         ("export without a target", ["export", out], ["--shards"]),
