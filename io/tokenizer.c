@@ -1290,6 +1290,25 @@ int64_t tok_n_ids(const struct tokenizer *t) {
     return t->n_ids;
 }
 
+int tok_check_vocab(const struct tokenizer *t, int64_t vocab, const char *config,
+                    struct ah_error *err) {
+    int64_t top = t->n_ids - 1;
+    const char *what = "token";
+    for (int i = 0; i < t->post.n_before + t->post.n_after; i++) {
+        int64_t id = i < t->post.n_before ? t->post.before[i] : t->post.after[i - t->post.n_before];
+        if (id > top) top = id, what = "the post-processor's special token";
+    }
+    if (top < vocab) return 0;
+    bool named = top < t->n_ids && t->id_len[top] != UINT32_MAX;
+    return ah_fail(err, AH_EINVAL,
+                   "%s: %s id %lld%s%.*s%s is outside the model's vocabulary: %s gives it %lld "
+                   "tokens (ids 0 to %lld); this tokenizer does not fit the model",
+                   t->path, what, (long long)top, named ? " (\"" : "",
+                   named ? (int)(t->id_len[top] > 200 ? 200 : t->id_len[top]) : 0,
+                   named ? t->str.p + t->id_off[top] : "", named ? "\")" : "", config,
+                   (long long)vocab, (long long)vocab - 1);
+}
+
 // Rust's char::is_whitespace (White_Space), what tokenizers' added tokens and Strip strip
 static bool rust_space(int32_t c) {
     return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||

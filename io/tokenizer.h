@@ -65,6 +65,12 @@ int tok_decode(const struct tokenizer *t, const int64_t *ids, size_t n, bool ski
 // One past the largest id the tokenizer can produce.
 int64_t tok_n_ids(const struct tokenizer *t);
 
+// 0 if every id the tokenizer can give (its vocabulary's, its added tokens', its post-processor's
+// special tokens') is below vocab, the model's vocabulary size; else an error (AH_EINVAL) naming
+// the tokenizer.json, the largest id and config, the file the model's size is from.
+int tok_check_vocab(const struct tokenizer *t, int64_t vocab, const char *config,
+                    struct ah_error *err);
+
 // WHATWG UTF-8 decoding of s[0..n) into out (at least 3n bytes): valid sequences are copied, each
 // maximal invalid subpart becomes U+FFFD. Returns the bytes written.
 size_t tok_utf8_sanitize(const char *s, size_t n, char *out);
