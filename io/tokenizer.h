@@ -4,9 +4,10 @@
 // Encoding: as Hugging Face's tokenizers (Rust): added tokens (normalized: false) are cut out of
 // the raw text first (leftmost, longest; single_word, lstrip, rstrip as its AddedVocabulary),
 // then each other section is normalized (NFC, NFD, NFKC, NFKD, Lowercase, Replace, Prepend, Strip,
-// Sequence), the added tokens with normalized: true cut out of it, and the rest pre-tokenized (Split with a regex or a string and any of its
-// behaviours, ByteLevel, Digits, Metaspace, Sequence), BPE-merged (merges as "a b" strings or
-// [a, b] pairs, ignore_merges, byte_fallback, unk_token, fuse_unk), and post-processed
+// Sequence), the added tokens with normalized: true cut out of it, and the rest pre-tokenized
+// (Split with a regex or a string and any of its behaviours, ByteLevel, Digits, Metaspace,
+// Sequence), BPE-merged (merges as "a b" strings or [a, b] pairs, ignore_merges, byte_fallback,
+// unk_token, fuse_unk: as tokenizers' merge_word), and post-processed
 // (TemplateProcessing, Bert/Roberta, ByteLevel, Sequence) when special tokens are asked for.
 // Decoding: the ByteLevel decoder, or a chain of Replace, ByteFallback, Fuse, Strip, Metaspace
 // (and ByteLevel) decoders; where transformers.js and tokenizers (Rust) differ, Rust's meaning.
