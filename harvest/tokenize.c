@@ -13,7 +13,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+// a model folder's tokenizer must fit the model: its ids below config.json's vocabulary size
+static int fits_model(const struct tokenizer *t, const char *path, struct ah_error *err) {
+    char cfg[4200];
+    struct stat st;
+    snprintf(cfg, sizeof cfg, "%s/config.json", path);
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || stat(cfg, &st) != 0) return 0;
+    struct model m;
+    int rc = model_load(&m, path, false, err); // config.json only
+    if (rc < 0) return rc;
+    rc = tok_check_vocab(t, m.vocab, cfg, err);
+    model_free(&m);
+    return rc;
+}
 
 static int usage(void) {
     fprintf(stderr,
@@ -194,6 +209,7 @@ int cmd_tokenize(int argc, char **argv) {
         return 1;
     }
     int rc = tok_load(&k.tok, tokpath, &k.err);
+    if (rc == 0) rc = fits_model(k.tok, tokpath, &k.err);
     if (rc == 0) rc = open_output(&k, outpath, tokpath, inputs, n_in);
     double t0 = now_seconds();
     struct text_source src = {

@@ -107,6 +107,7 @@ struct loader {
     struct idsink sink;
     const struct ds_spec *spec;
     int64_t truncate_at, vocab, cap_p;
+    bool tok_fits;      // the tokenizer checked against the model's vocabulary
     struct tok_ids ids; // one prompt's ids
     struct ah_error *err;
 };
@@ -149,6 +150,13 @@ static int tokenize(struct loader *l, const char *text, size_t len, const char *
                        "%s: text prompts need a tokenizer.json in the model folder %s, which has "
                        "none; give {\"input_ids\": [..]} or add the model's tokenizer.json",
                        where, l->spec->model_dir ? l->spec->model_dir : "");
+    if (!l->tok_fits) { // a tokenizer that gives ids the model has not is not the model's
+        char cfg[4200];
+        snprintf(cfg, sizeof cfg, "%s/config.json", l->spec->model_dir ? l->spec->model_dir : ".");
+        int rc = tok_check_vocab(l->spec->tok, l->vocab, cfg, l->err);
+        if (rc < 0) return rc;
+        l->tok_fits = true;
+    }
     // packed documents get no special tokens of their own: the contexts get the BOS
     int rc = tok_encode(l->spec->tok, text, len, l->spec->pack_len == 0, &l->ids);
     if (rc == -AH_ENOMEM)

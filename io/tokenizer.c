@@ -183,11 +183,6 @@ static size_t utf8_put(char *out, int32_t cp) {
 }
 
 // JavaScript's \s: WhiteSpace and LineTerminator
-static bool js_space(int32_t c) {
-    return (c >= 9 && c <= 13) || c == 32 || c == 0xA0 || c == 0x1680 ||
-           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-           c == 0x205F || c == 0x3000 || c == 0xFEFF;
-}
 #define JS_SPACE_CLASS                                                                          \
     "\\t\\n\\x0B\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}" \
     "\\x{3000}\\x{FEFF}"
@@ -389,8 +384,23 @@ struct added {
     char *content;
     size_t len;
     int64_t id;
-    bool lstrip, rstrip, special;
+    bool lstrip, rstrip, special, single_word, normalized; // normalized: matched after the
+                                                           // normalizer, as its content normalized
 };
+
+// a part of a text between added tokens (token -1) or an added token (its index) with the
+// whitespace its lstrip/rstrip take (tokenizers' AddedVocabulary::find_matches)
+struct seg {
+    size_t a, b;
+    int token;
+};
+struct segs {
+    struct seg *v;
+    size_t n, cap;
+};
+
+#define TRIE_RAW  0 // the root of the added tokens matched in the text as it is
+#define TRIE_NORM 1 // the root of those matched in the normalized sections (normalized: true)
 
 struct trie_node {
     int32_t child, sibling, token; // first child, next sibling, added token index or -1
@@ -465,9 +475,14 @@ struct tokenizer {
     size_t cache_cap, cache_n;
     struct buf cache_keys;
     struct tok_ids cache_ids;
-    struct dec *dec;    // the decoder chain; NULL: ByteLevel (byte_level_decoder) or none
-    bool fuse_unk;      // BPE: consecutive unknown characters give one unk
-    bool section_first; // encoding the section at the start of the text (Metaspace "first")
+    struct dec *dec;     // the decoder chain; NULL: ByteLevel (byte_level_decoder) or none
+    bool fuse_unk;       // BPE: consecutive unknown characters give one unk
+    bool section_first;  // encoding the section at the start of the text (Metaspace "first")
+    bool any_normalized; // an added token is matched after the normalizer
+    char *unk_missing;   // model.unk_token when it is not in the vocabulary (an encode error)
+    pcre2_code *word_re; // single_word: Rust regex's \w, one character
+    struct segs segs_raw, segs_norm;
+    struct buf sec; // the normalized section
 };
 
 static int regex_name(struct tokenizer *t, const pcre2_code *re, const char *where,
@@ -601,6 +616,11 @@ static bool jbool(const cJSON *o, const char *key, bool dflt) {
     return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
 }
 
+static bool bad_id(const cJSON *v) {
+    return !cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble > 16777215 ||
+           v->valuedouble != (double)(int64_t)v->valuedouble;
+}
+
 static int load_norm(struct tokenizer *t, const cJSON *j, struct norm *n, struct ah_error *err) {
     const char *type = jstr(j, "type");
     static const struct {
@@ -712,20 +732,38 @@ static int special_ids(struct tokenizer *t, const cJSON *table, const char *name
     const cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(table, name),
                                                       "ids"),
                 *x;
+    if (table && !e) // tokenizers refuses the file
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: post_processor TemplateProcessing: special token \"%s\" is not in "
+                       "its \"special_tokens\" (with its \"ids\")",
+                       t->path, name ? name : "?");
     int64_t id = name ? vocab_get(t, name, strlen(name)) : -1;
     int k = e ? cJSON_GetArraySize(e) : 1;
     int64_t *nv = realloc(*v, ((size_t)*n + (size_t)k) * sizeof *nv);
     if (!nv) return -AH_ENOMEM;
     *v = nv;
-    if (e) {
-        cJSON_ArrayForEach(x, e) nv[(*n)++] = (int64_t)x->valuedouble;
-        return 0;
+    cJSON_ArrayForEach(x, e) {
+        if (bad_id(x))
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: post_processor: \"special_tokens\": \"%s\": expected integer ids",
+                           t->path, name);
+        nv[(*n)++] = (int64_t)x->valuedouble;
     }
+    if (e) return 0;
     if (id < 0)
         return ah_fail(err, AH_EFORMAT, "%s: post_processor: special token \"%s\" is unknown",
                        t->path, name ? name : "?");
     nv[(*n)++] = id;
     return 0;
+}
+
+// Bert/Roberta's cls or sep, [token, id]: the id, as tokenizers (the token's, if none is given)
+static int pair_id(struct tokenizer *t, const cJSON *pair, int64_t **v, int *n,
+                   struct ah_error *err) {
+    const cJSON *name = cJSON_GetArrayItem(pair, 0), *id = cJSON_GetArrayItem(pair, 1);
+    int rc = special_ids(t, NULL, cJSON_IsString(name) ? name->valuestring : NULL, v, n, err);
+    if (rc == 0 && id && !bad_id(id)) (*v)[*n - 1] = (int64_t)id->valuedouble;
+    return rc;
 }
 
 static int load_post(struct tokenizer *t, const cJSON *j, struct ah_error *err) {
@@ -757,17 +795,11 @@ static int load_post(struct tokenizer *t, const cJSON *j, struct ah_error *err) 
         return 0;
     }
     if (!strcmp(type, "BertProcessing") || !strcmp(type, "RobertaProcessing")) {
-        const cJSON *cls = cJSON_GetObjectItemCaseSensitive(j, "cls");
-        const cJSON *sep = cJSON_GetObjectItemCaseSensitive(j, "sep");
-        int rc = special_ids(
-            t, NULL, cJSON_GetArrayItem(cls, 0) ? cJSON_GetArrayItem(cls, 0)->valuestring : NULL,
-            &p->before, &p->n_before, err);
-        if (rc == 0)
-            rc = special_ids(t, NULL,
-                             cJSON_GetArrayItem(sep, 0) ? cJSON_GetArrayItem(sep, 0)->valuestring
-                                                        : NULL,
-                             &p->after, &p->n_after, err);
-        return rc;
+        int rc =
+            pair_id(t, cJSON_GetObjectItemCaseSensitive(j, "cls"), &p->before, &p->n_before, err);
+        return rc ? rc
+                  : pair_id(t, cJSON_GetObjectItemCaseSensitive(j, "sep"), &p->after, &p->n_after,
+                            err);
     }
     return ah_fail(err, AH_EFORMAT,
                    "%s: \"post_processor\": type \"%s\" is not supported (expected "
@@ -775,8 +807,8 @@ static int load_post(struct tokenizer *t, const cJSON *j, struct ah_error *err) 
                    t->path, type);
 }
 
-static int trie_add(struct tokenizer *t, const char *s, size_t n, int token) {
-    int node = 0;
+static int trie_add(struct tokenizer *t, int root, const char *s, size_t n, int token) {
+    int node = root;
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
         int k = t->trie[node].child;
@@ -800,30 +832,40 @@ static int trie_add(struct tokenizer *t, const char *s, size_t n, int token) {
     return 0;
 }
 
-static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_list,
-                      struct ah_error *err) {
+// model.type, and the keys of a BPE model that change ids and are not implemented
+static int model_keys(struct tokenizer *t, const cJSON *m, struct ah_error *err) {
     const char *type = jstr(m, "type");
     if (!type || strcmp(type, "BPE"))
         return ah_fail(err, AH_EFORMAT,
                        "%s: \"model.type\": \"%s\" is not supported (expected BPE)", t->path,
                        type ? type : "?");
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab"), *e;
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
-    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
-        return ah_fail(err, AH_EFORMAT,
-                       "%s: \"model\": expected \"vocab\" (an object) and "
-                       "\"merges\" (a list)",
-                       t->path);
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(m, "dropout");
+    if (d && !cJSON_IsNull(d) && !(cJSON_IsNumber(d) && d->valuedouble == 0)) {
+        char *v = cJSON_PrintUnformatted(d);
+        int rc = ah_fail(err, AH_EFORMAT,
+                         "%s: \"model.dropout\": %.40s: BPE dropout skips merges at random "
+                         "(Hugging Face's tokenizers give other ids on every call); it must be "
+                         "null or 0",
+                         t->path, v ? v : "?");
+        free(v);
+        return rc;
+    }
     const char *sfx = jstr(m, "continuing_subword_prefix"), *eow = jstr(m, "end_of_word_suffix");
     if ((sfx && *sfx) || (eow && *eow))
         return ah_fail(err, AH_EFORMAT,
                        "%s: \"model\": continuing_subword_prefix / end_of_word_suffix are not "
                        "supported",
                        t->path);
+    return 0;
+}
+
+// the tables, sized for ids up to the largest of the vocabulary and the added tokens
+static int alloc_tables(struct tokenizer *t, const cJSON *vocab, const cJSON *added_list,
+                        struct ah_error *err) {
     int64_t max_id = -1, n_vocab = 0;
+    const cJSON *e;
     cJSON_ArrayForEach(e, vocab) {
-        if (!cJSON_IsNumber(e) || e->valuedouble < 0 || e->valuedouble > 16777215 ||
-            e->valuedouble != (double)(int64_t)e->valuedouble)
+        if (bad_id(e))
             return ah_fail(err, AH_EFORMAT,
                            "%s: \"model.vocab\": \"%s\": expected an integer id from 0 to 16777215",
                            t->path, e->string);
@@ -832,8 +874,7 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
     }
     cJSON_ArrayForEach(e, added_list) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
-        if (!cJSON_IsNumber(id) || !jstr(e, "content") || id->valuedouble < 0 ||
-            id->valuedouble > 16777215 || id->valuedouble != (double)(int64_t)id->valuedouble)
+        if (bad_id(id) || !jstr(e, "content"))
             return ah_fail(err, AH_EFORMAT, "%s: \"added_tokens\": expected {\"id\", \"content\"}",
                            t->path);
         max_id = (int64_t)id->valuedouble > max_id ? (int64_t)id->valuedouble : max_id;
@@ -858,8 +899,14 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
         t->id_len[i] = UINT32_MAX;
     for (int i = 0; i < 1024; i++)
         t->char_id[i] = -1;
-    t->trie[0] = (struct trie_node){-1, -1, -1, 0};
-    t->n_trie = 1;
+    t->trie[TRIE_RAW] = (struct trie_node){-1, -1, -1, 0};
+    t->trie[TRIE_NORM] = (struct trie_node){-1, -1, -1, 0};
+    t->n_trie = 2;
+    return 0;
+}
+
+static int load_vocab(struct tokenizer *t, const cJSON *vocab, struct ah_error *err) {
+    const cJSON *e;
     int rc;
     cJSON_ArrayForEach(e, vocab) { // each token once, each id once
         int64_t id = (int64_t)e->valuedouble;
@@ -873,31 +920,79 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
                            e->string, (int)t->id_len[id], t->str.p + t->id_off[id], (long long)id);
         if ((rc = vocab_set(t, e->string, n, id)) < 0) return rc;
     }
-    cJSON_ArrayForEach(e, added_list) { // added tokens join the vocabulary, as in transformers.js
-        struct added *a = &t->added[t->n_added];
-        const char *c = jstr(e, "content"); // matched in valid UTF-8 text: made valid too
-        a->content = malloc(3 * strlen(c) + 1);
-        if (!a->content) return -AH_ENOMEM;
-        a->len = tok_utf8_sanitize(c, strlen(c), a->content);
-        a->content[a->len] = '\0';
-        a->id = (int64_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
-        a->lstrip = jbool(e, "lstrip", false);
-        a->rstrip = jbool(e, "rstrip", false);
-        a->special = jbool(e, "special", false);
-        t->is_added[a->id] = true;
-        t->is_special[a->id] = a->special;
-        if ((rc = vocab_set(t, a->content, a->len, a->id)) < 0) return rc;
-        if (a->len && (rc = trie_add(t, a->content, a->len, t->n_added)) < 0) return rc;
-        t->n_added++;
+    return 0;
+}
+
+// The id Hugging Face's tokenizers give an added token (AddedVocabulary::add_tokens, in the
+// order of the file): its id in the vocabulary, else the next one after the vocabulary's
+// n_model tokens and the added tokens before it; tokenizer.json's own id must be that one.
+static int added_id(struct tokenizer *t, const struct added *a, int64_t n_model, int64_t *max_added,
+                    struct ah_error *err) {
+    if (!a->len) return 0; // an empty token is left out
+    int64_t want = vocab_get(t, a->content, a->len);
+    if (want < 0)
+        want = *max_added < 0                          ? n_model
+               : *max_added >= n_model || n_model == 0 ? *max_added + 1
+                                                       : n_model;
+    if (want > *max_added) *max_added = want;
+    if (a->id == want) return 0;
+    return ah_fail(err, AH_EFORMAT,
+                   "%s: \"added_tokens\": \"%s\" has id %lld, but Hugging Face's tokenizers give "
+                   "it id %lld (%s)",
+                   t->path, a->content, (long long)a->id, (long long)want,
+                   vocab_get(t, a->content, a->len) >= 0
+                       ? "its id in the vocabulary"
+                       : "the next id after the vocabulary and the added tokens before it");
+}
+
+// one of "added_tokens": its flags, its id checked, into the vocabulary and a trie (normalized
+// ones: TRIE_NORM once the normalizer is loaded, by added_normalized)
+static int load_added(struct tokenizer *t, const cJSON *e, int64_t n_model, int64_t *max_added,
+                      struct ah_error *err) {
+    struct added *a = &t->added[t->n_added];
+    const char *c = jstr(e, "content"); // matched in valid UTF-8 text: made valid too
+    a->content = malloc(3 * strlen(c) + 1);
+    if (!a->content) return -AH_ENOMEM;
+    t->n_added++;
+    a->len = tok_utf8_sanitize(c, strlen(c), a->content);
+    a->content[a->len] = '\0';
+    a->id = (int64_t)cJSON_GetObjectItemCaseSensitive(e, "id")->valuedouble;
+    a->lstrip = jbool(e, "lstrip", false);
+    a->rstrip = jbool(e, "rstrip", false);
+    a->special = jbool(e, "special", false);
+    a->single_word = jbool(e, "single_word", false);
+    a->normalized = jbool(e, "normalized", false);
+    int64_t have = vocab_get(t, a->content, a->len);
+    for (int k = 0; have >= 0 && t->is_added[have] && k < t->n_added - 1; k++) {
+        const struct added *p = &t->added[k];
+        if (p->len != a->len || memcmp(p->content, a->content, a->len)) continue;
+        if (p->id != a->id || p->lstrip != a->lstrip || p->rstrip != a->rstrip ||
+            p->special != a->special || p->single_word != a->single_word ||
+            p->normalized != a->normalized)
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: \"added_tokens\": \"%s\" appears twice, with other flags or ids",
+                           t->path, a->content);
     }
-    // merges: "a b" strings or [a, b] pairs
-    int n_merges = cJSON_GetArraySize(merges), rank = 0;
+    int rc = added_id(t, a, n_model, max_added, err);
+    if (rc < 0) return rc;
+    t->is_added[a->id] = true;
+    t->is_special[a->id] = a->special;
+    t->any_normalized |= a->normalized && a->len;
+    if ((rc = vocab_set(t, a->content, a->len, a->id)) < 0) return rc;
+    if (a->len && !a->normalized) return trie_add(t, TRIE_RAW, a->content, a->len, t->n_added - 1);
+    return 0;
+}
+
+// merges: "a b" strings or [a, b] pairs
+static int load_merges(struct tokenizer *t, const cJSON *merges, struct ah_error *err) {
+    int n_merges = cJSON_GetArraySize(merges), rank = 0, rc;
     t->merges_cap = pow2_at_least((size_t)n_merges * 2 + 16);
     t->merges = malloc(t->merges_cap * sizeof *t->merges);
     struct buf pair = {0};
     if (!t->merges) return -AH_ENOMEM;
     for (size_t i = 0; i < t->merges_cap; i++)
         t->merges[i] = (struct merge_entry){0, -1, -1};
+    const cJSON *e;
     cJSON_ArrayForEach(e, merges) {
         const char *a, *b;
         size_t la, lb;
@@ -940,8 +1035,31 @@ static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_li
         *m2 = (struct merge_entry){(uint64_t)ia << 32 | (uint64_t)ib, rank - 1, (int32_t)ir};
     }
     free(pair.p);
+    return 0;
+}
+
+static int load_model(struct tokenizer *t, const cJSON *m, const cJSON *added_list,
+                      struct ah_error *err) {
+    int rc = model_keys(t, m, err);
+    if (rc < 0) return rc;
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(m, "vocab"), *e;
+    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(m, "merges");
+    if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: \"model\": expected \"vocab\" (an object) and "
+                       "\"merges\" (a list)",
+                       t->path);
+    if ((rc = alloc_tables(t, vocab, added_list, err)) < 0 || (rc = load_vocab(t, vocab, err)) < 0)
+        return rc;
+    int64_t max_added = -1;
+    cJSON_ArrayForEach(e, added_list) { // added tokens join the vocabulary, as in transformers.js
+        if ((rc = load_added(t, e, cJSON_GetArraySize(vocab), &max_added, err)) < 0) return rc;
+    }
+    // (the vocabulary with the added tokens, for merges: as transformers.js)
+    if ((rc = load_merges(t, merges, err)) < 0) return rc;
     const char *unk = jstr(m, "unk_token");
     t->unk_id = unk ? vocab_get(t, unk, strlen(unk)) : -1;
+    if (unk && t->unk_id < 0 && !(t->unk_missing = strdup(unk))) return -AH_ENOMEM;
     t->ignore_merges = jbool(m, "ignore_merges", false);
     t->byte_fallback = jbool(m, "byte_fallback", false);
     for (int b = 0; b < 256; b++) {
@@ -1007,22 +1125,31 @@ void tok_free(struct tokenizer *t) {
     free(t->cache);
     free(t->cache_keys.p);
     tok_ids_free(&t->cache_ids);
+    free(t->unk_missing);
+    pcre2_code_free(t->word_re);
+    free(t->segs_raw.v);
+    free(t->segs_norm.v);
+    free(t->sec.p);
     free(t);
 }
 
-// the tokenizer of JSON text; name (for messages) is the file it came from
-static int load_text(struct tokenizer **out, char *path, const char *text, size_t len,
-                     struct ah_error *err) {
-    *out = NULL;
-    struct tokenizer *t = calloc(1, sizeof *t);
-    if (!t) {
-        free(path);
-        return -AH_ENOMEM;
+// truncation and padding change the ids of an encoding (tokenizers applies them in encode)
+static int top_keys(struct tokenizer *t, const cJSON *j, struct ah_error *err) {
+    static const char *const keys[] = {"truncation", "padding"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, keys[i]);
+        if (v && !cJSON_IsNull(v))
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: \"%s\": not null, and not supported (Hugging Face's tokenizers "
+                           "would %s every encoding); set it to null",
+                           t->path, keys[i], i ? "pad" : "truncate");
     }
-    t->path = path;
-    int rc = 0;
-    cJSON *j = cJSON_ParseWithLength(text, len);
-    if (!cJSON_IsObject(j)) rc = ah_fail(err, AH_EFORMAT, "%s: malformed JSON", t->path);
+    return 0;
+}
+
+// the parts of a tokenizer.json, each checked
+static int load_parts(struct tokenizer *t, const cJSON *j, struct ah_error *err) {
+    int rc = top_keys(t, j, err);
     if (rc == 0)
         rc = load_model(t, cJSON_GetObjectItemCaseSensitive(j, "model"),
                         cJSON_GetObjectItemCaseSensitive(j, "added_tokens"), err);
@@ -1040,6 +1167,59 @@ static int load_text(struct tokenizer **out, char *path, const char *text, size_
     const char *dec = jstr(cJSON_GetObjectItemCaseSensitive(j, "decoder"), "type");
     t->byte_level_decoder = dec && !strcmp(dec, "ByteLevel");
     if (rc == 0) rc = load_sp(t, j, err);
+    return rc;
+}
+
+static int norm_apply(struct tokenizer *t, const struct norm *n, struct buf *s);
+static int added_at(const struct tokenizer *t, int root, const char *s, size_t n, size_t *len);
+
+// once the normalizer can run: the normalized added tokens' trie (each token's content through
+// the normalizer, as tokenizers' refresh_added_tokens; special tokens first, then the others,
+// the first of equal contents kept), and single_word's \w
+static int added_finish(struct tokenizer *t, struct ah_error *err) {
+    int rc = 0;
+    bool single = false;
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        for (int k = 0; k < t->n_added && rc == 0; k++) {
+            struct added *a = &t->added[k];
+            single |= a->single_word;
+            if (!a->normalized || !a->len || a->special != (pass == 0)) continue;
+            t->sec.n = 0;
+            if ((rc = buf_put(&t->sec, a->content, a->len)) == 0 && t->norm)
+                rc = norm_apply(t, t->norm, &t->sec);
+            if (rc == -AH_EINVAL) return ah_fail(err, AH_EINVAL, "%s", t->error);
+            if (rc == 0 && t->sec.n == 0)
+                return ah_fail(err, AH_EFORMAT,
+                               "%s: \"added_tokens\": \"%s\" (normalized: true) is empty once "
+                               "normalized",
+                               t->path, a->content);
+            size_t len = 0;
+            if (rc == 0 &&
+                (added_at(t, TRIE_NORM, t->sec.p, t->sec.n, &len) < 0 || len != t->sec.n))
+                rc = trie_add(t, TRIE_NORM, t->sec.p, t->sec.n, k);
+        }
+    if (rc < 0 || !single) return rc;
+    int code;
+    PCRE2_SIZE at;
+    t->word_re =
+        pcre2_compile((PCRE2_SPTR) "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\x{200C}\\x{200D}]",
+                      PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    return t->word_re ? 0 : -AH_ENOMEM;
+}
+
+// the tokenizer of JSON text; name (for messages) is the file it came from
+static int load_text(struct tokenizer **out, char *path, const char *text, size_t len,
+                     struct ah_error *err) {
+    *out = NULL;
+    struct tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        free(path);
+        return -AH_ENOMEM;
+    }
+    t->path = path;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    int rc = cJSON_IsObject(j) ? load_parts(t, j, err)
+                               : ah_fail(err, AH_EFORMAT, "%s: malformed JSON", t->path);
     cJSON_Delete(j);
     bytes_to_unicode(t->byte_char);
     for (int i = 0; i < 324; i++)
@@ -1048,7 +1228,7 @@ static int load_text(struct tokenizer **out, char *path, const char *text, size_
         t->char_byte[t->byte_char[b]] = (int16_t)b;
     for (int b = 0; b < 256; b++)
         t->trie_first[b] = -1;
-    for (int k = t->trie ? t->trie[0].child : -1; k >= 0; k = t->trie[k].sibling)
+    for (int k = t->trie ? t->trie[TRIE_RAW].child : -1; k >= 0; k = t->trie[k].sibling)
         t->trie_first[t->trie[k].byte] = k;
     t->md = pcre2_match_data_create(4, NULL);
     t->mctx = pcre2_match_context_create(NULL);
@@ -1061,6 +1241,7 @@ static int load_text(struct tokenizer **out, char *path, const char *text, size_
     t->cache_cap = 1 << 16;
     t->cache = calloc(t->cache_cap, sizeof *t->cache);
     if (rc == 0 && (!t->md || !t->mctx || !t->jit || !t->cache)) rc = -AH_ENOMEM;
+    if (rc == 0) rc = added_finish(t, err);
     if (rc == -AH_ENOMEM && (!err || !err->code))
         rc = ah_fail(err, AH_ENOMEM, "%s: out of memory loading %zu bytes of JSON", t->path, len);
     if (rc < 0) {
@@ -1109,22 +1290,48 @@ int64_t tok_n_ids(const struct tokenizer *t) {
     return t->n_ids;
 }
 
-// s[a, b) without JavaScript whitespace at its end (trim_end) or start (trim_start)
-static size_t trim_end(const char *s, size_t a, size_t b) {
+int tok_check_vocab(const struct tokenizer *t, int64_t vocab, const char *config,
+                    struct ah_error *err) {
+    int64_t top = t->n_ids - 1;
+    const char *what = "token";
+    for (int i = 0; i < t->post.n_before + t->post.n_after; i++) {
+        int64_t id = i < t->post.n_before ? t->post.before[i] : t->post.after[i - t->post.n_before];
+        if (id > top) top = id, what = "the post-processor's special token";
+    }
+    if (top < vocab) return 0;
+    bool named = top < t->n_ids && t->id_len[top] != UINT32_MAX;
+    return ah_fail(err, AH_EINVAL,
+                   "%s: %s id %lld%s%.*s%s is outside the model's vocabulary: %s gives it %lld "
+                   "tokens (ids 0 to %lld); this tokenizer does not fit the model",
+                   t->path, what, (long long)top, named ? " (\"" : "",
+                   named ? (int)(t->id_len[top] > 200 ? 200 : t->id_len[top]) : 0,
+                   named ? t->str.p + t->id_off[top] : "", named ? "\")" : "", config,
+                   (long long)vocab, (long long)vocab - 1);
+}
+
+// Rust's char::is_whitespace (White_Space), what tokenizers' added tokens and Strip strip
+static bool rust_space(int32_t c) {
+    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
+           c == 0x205F || c == 0x3000;
+}
+
+// s[a, b) without White_Space at its end (rtrim_end) or start (rtrim_start)
+static size_t rtrim_end(const char *s, size_t a, size_t b) {
     size_t len;
     while (b > a) {
         size_t c = b - 1;
         while (c > a && ((unsigned char)s[c] & 0xC0) == 0x80)
             c--;
-        if (!js_space(utf8_next(s + c, b - c, &len))) break;
+        if (!rust_space(utf8_next(s + c, b - c, &len))) break;
         b = c;
     }
     return b;
 }
 
-static size_t trim_start(const char *s, size_t a, size_t b) {
+static size_t rtrim_start(const char *s, size_t a, size_t b) {
     size_t len;
-    while (a < b && js_space(utf8_next(s + a, b - a, &len)))
+    while (a < b && rust_space(utf8_next(s + a, b - a, &len)))
         a += len;
     return a;
 }
@@ -1162,15 +1369,18 @@ static int norm_apply(struct tokenizer *t, const struct norm *n, struct buf *s) 
             size_t len;
             char tmp[4];
             int32_t cp = utf8_next(s->p + i, s->n - i, &len);
-            rc = buf_put(o, tmp, utf8_put(tmp, utf8proc_tolower(cp)));
+            if (cp == 0x130) // Rust's full lowercase: the one character with two (i, U+0307)
+                rc = buf_put(o, "i\xcc\x87", 3);
+            else
+                rc = buf_put(o, tmp, utf8_put(tmp, utf8proc_tolower(cp)));
             i += len;
         }
     } else if (n->k == N_PREPEND) {
         rc = s->n ? buf_put(o, n->content, strlen(n->content)) : 0;
         if (rc == 0) rc = buf_put(o, s->p, s->n);
     } else if (n->k == N_STRIP) {
-        size_t a = n->left ? trim_start(s->p, 0, s->n) : 0;
-        size_t b = n->right ? trim_end(s->p, a, s->n) : s->n;
+        size_t a = n->left ? rtrim_start(s->p, 0, s->n) : 0;
+        size_t b = n->right ? rtrim_end(s->p, a, s->n) : s->n;
         rc = buf_put(o, s->p + a, b - a);
     } else { // Replace: every match by content
         if ((rc = regex_spans(t, n->re, s->p, s->n, &t->spans)) < 0) return rc;
@@ -1338,6 +1548,44 @@ static void push_pair(const struct tokenizer *t, struct heap_item *h, size_t *n,
     if (m->rank >= 0) heap_push(h, n, (struct heap_item){m->rank, left, right, a, b});
 }
 
+// The symbols of s[0..n) in t->sym, as tokenizers' BPE::merge_word: a character's token; for
+// one not in the vocabulary its bytes' <0xXX> tokens (byte_fallback, all of them there), else
+// unk_token (consecutive ones fused into one with fuse_unk; an unk waits until a known
+// character, the next unk or the end, so byte tokens can come before it, as there), else
+// nothing: the characters beside it then merge. Returns their count or -AH_EINVAL (unk_token not
+// in the vocabulary, tok_error says so).
+static int32_t bpe_symbols(struct tokenizer *t, const char *s, size_t n) {
+    int32_t m = 0;
+    bool unk = false; // an unk waiting
+    for (size_t i = 0, len; i < n; i += len) {
+        utf8_next(s + i, n - i, &len);
+        int64_t id = vocab_get(t, s + i, len);
+        if (id >= 0) {
+            if (unk) t->sym[m++] = (int32_t)t->unk_id, unk = false;
+            t->sym[m++] = (int32_t)id;
+            continue;
+        }
+        bool all = t->byte_fallback;
+        for (size_t k = 0; all && k < len; k++)
+            all = t->byte_id[(unsigned char)s[i + k]] >= 0;
+        for (size_t k = 0; all && k < len; k++)
+            t->sym[m++] = (int32_t)t->byte_id[(unsigned char)s[i + k]];
+        if (all) continue;
+        if (t->unk_missing) {
+            snprintf(t->error, sizeof t->error,
+                     "%s: \"model.unk_token\": \"%.200s\" is not in the vocabulary, and a "
+                     "character has no token (Hugging Face's tokenizers fail here too)",
+                     t->path, t->unk_missing);
+            return -AH_EINVAL;
+        }
+        if (t->unk_id < 0) continue;
+        if (unk && !t->fuse_unk) t->sym[m++] = (int32_t)t->unk_id;
+        unk = true;
+    }
+    if (unk) t->sym[m++] = (int32_t)t->unk_id;
+    return m;
+}
+
 // ids of one piece, appended to out
 static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_ids *out) {
     if (t->ignore_merges) {
@@ -1370,23 +1618,9 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
         t->cap_sym = cap;
         t->cap_heap = cap * 3;
     }
-    // symbols: one a character; the character's offset is kept in prev for the fallback
-    int32_t m = 0;
-    int32_t *off = t->prev; // reused below as links once symbols are set
-    for (size_t i = 0; i < n;) {
-        size_t len;
-        utf8_next(s + i, n - i, &len);
-        t->sym[m] = (int32_t)vocab_get(t, s + i, len);
-        off[m] = (int32_t)i;
-        m++;
-        i += len;
-    }
-    off[m] = (int32_t)n;
+    int32_t m = bpe_symbols(t, s, n);
+    if (m < 0) return m;
     size_t first_out = out->n;
-    // characters with no token: byte fallback or unk, then the rest merge around them
-    int32_t *chr_off = malloc(((size_t)m + 1) * sizeof *chr_off);
-    if (!chr_off) return -AH_ENOMEM;
-    memcpy(chr_off, off, ((size_t)m + 1) * sizeof *chr_off);
     for (int32_t i = 0; i < m; i++) {
         t->prev[i] = i - 1;
         t->next[i] = i + 1 < m ? i + 1 : -1;
@@ -1406,26 +1640,8 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
         if (t->next[l] >= 0) push_pair(t, t->heap, &nh, l, t->next[l]);
     }
     int rc = 0;
-    bool unk_before = false; // fuse_unk: the id before is an unk of an unknown character
-    for (int32_t i = m ? 0 : -1; i >= 0 && rc == 0; i = t->next[i]) {
-        if (t->sym[i] >= 0) {
-            rc = tok_ids_push(out, t->sym[i]);
-            unk_before = false;
-            continue;
-        }
-        // an unknown character: its bytes as <0xXX> tokens, else unk (transformers.js)
-        const unsigned char *c = (const unsigned char *)s + chr_off[i];
-        size_t len = (size_t)(chr_off[i + 1] - chr_off[i]);
-        bool all = t->byte_fallback;
-        for (size_t k = 0; all && k < len; k++)
-            all = t->byte_id[c[k]] >= 0;
-        for (size_t k = 0; all && k < len && rc == 0; k++)
-            rc = tok_ids_push(out, t->byte_id[c[k]]);
-        if (!all && t->unk_id >= 0 && !(t->fuse_unk && unk_before))
-            rc = tok_ids_push(out, t->unk_id);
-        unk_before = !all && t->unk_id >= 0;
-    }
-    free(chr_off);
+    for (int32_t i = m ? 0 : -1; i >= 0 && rc == 0; i = t->next[i])
+        rc = tok_ids_push(out, t->sym[i]);
     if (rc < 0) return rc;
     // remember it (the cache is cleared when it fills up)
     if (t->cache_n * 2 >= t->cache_cap || t->cache_keys.n + n > (1u << 30)) {
@@ -1452,34 +1668,102 @@ static int bpe_piece(struct tokenizer *t, const char *s, size_t n, struct tok_id
 // ----------------------------------------------------------------------------
 // encode
 
-// one section between added tokens: normalize, pre-tokenize, BPE
-static int encode_section(struct tokenizer *t, const char *s, size_t n, struct tok_ids *out) {
-    if (n == 0) return 0;
-    struct buf *b = &t->nb;
-    b->n = 0;
-    int rc = buf_put(b, s, n);
-    if (rc == 0 && t->norm) rc = norm_apply(t, t->norm, b);
-    if (rc < 0) return rc;
-    if (b->n == 0) return 0;
+// the longest added token of the trie at root at s[0..n), or -1
+static int added_at(const struct tokenizer *t, int root, const char *s, size_t n, size_t *len) {
+    int node = root, found = -1;
+    for (size_t i = 0; i < n; i++) {
+        int k = !i && root == TRIE_RAW ? t->trie_first[(unsigned char)s[0]] : t->trie[node].child;
+        while (k >= 0 && t->trie[k].byte != (unsigned char)s[i])
+            k = t->trie[k].sibling;
+        if (k < 0) break;
+        node = k;
+        if (t->trie[k].token >= 0) found = t->trie[k].token, *len = i + 1;
+    }
+    return found;
+}
+
+// single_word: is the character of s that ends at b (ends) or starts at a a word character
+// (the regex crate's Unicode \w)?
+static bool word_char(const struct tokenizer *t, const char *s, size_t a, size_t b) {
+    if (a >= b) return false;
+    size_t len;
+    utf8_next(s + a, b - a, &len);
+    return pcre2_match(t->word_re, (PCRE2_SPTR)(s + a), len, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK,
+                       t->md, NULL) >= 0;
+}
+
+static bool word_before(const struct tokenizer *t, const char *s, size_t at) {
+    size_t c = at;
+    while (c > 0 && ((unsigned char)s[--c] & 0xC0) == 0x80) {
+    }
+    return at > 0 && word_char(t, s, c, at);
+}
+
+static int segs_add(struct segs *sg, size_t a, size_t b, int token) {
+    if (grow_one((void **)&sg->v, sg->n, &sg->cap, sizeof *sg->v) < 0) return -AH_ENOMEM;
+    sg->v[sg->n++] = (struct seg){a, b, token};
+    return 0;
+}
+
+// s[0..n) cut at the added tokens of the trie at root, as tokenizers' find_matches: leftmost
+// longest matches, each search going on where the last match ended; one not a single word
+// when it must be is dropped; lstrip/rstrip take the whitespace beside it into the token.
+static int find_added(struct tokenizer *t, int root, const char *s, size_t n, struct segs *out) {
+    out->n = 0;
+    size_t start_offset = 0;
+    int rc = 0;
+    for (size_t i = 0, len = 0; i < n && rc == 0;) {
+        int a = added_at(t, root, s + i, n - i, &len);
+        if (a < 0) {
+            i++;
+            continue;
+        }
+        const struct added *tk = &t->added[a];
+        size_t start = i, stop = i + len;
+        i = stop;
+        if (tk->single_word && (word_before(t, s, start) || word_char(t, s, stop, n))) continue;
+        if (tk->lstrip) {
+            size_t ns = rtrim_end(s, 0, start);
+            start = ns > start_offset ? ns : start_offset;
+        }
+        if (tk->rstrip) stop = rtrim_start(s, stop, n);
+        if (start_offset < start) rc = segs_add(out, start_offset, start, -1);
+        if (rc == 0) rc = segs_add(out, start, stop, a);
+        start_offset = stop;
+    }
+    if (rc == 0 && start_offset != n) rc = segs_add(out, start_offset, n, -1);
+    return rc;
+}
+
+// one piece of a normalized section: pre-tokenize, BPE
+static int encode_piece(struct tokenizer *t, const char *s, size_t n, bool first,
+                        struct tok_ids *out) {
+    t->section_first = first;
     pieces_clear(&t->pa);
-    if ((rc = pieces_add(&t->pa, b->p, b->n)) < 0 || (rc = pre_tokenize(t)) < 0) return rc;
+    int rc = pieces_add(&t->pa, s, n);
+    if (rc == 0) rc = pre_tokenize(t);
     for (size_t i = 0; i < t->pa.n && rc == 0; i++)
         rc = bpe_piece(t, t->pa.b.p + t->pa.v[i].off, t->pa.v[i].len, out);
     return rc;
 }
 
-// the longest added token at s[0..n), or -1
-static int added_at(const struct tokenizer *t, const char *s, size_t n) {
-    int node = 0, found = -1;
-    for (size_t i = 0; i < n; i++) {
-        int k = i ? t->trie[node].child : t->trie_first[(unsigned char)s[0]];
-        while (i && k >= 0 && t->trie[k].byte != (unsigned char)s[i])
-            k = t->trie[k].sibling;
-        if (k < 0) break;
-        node = k;
-        if (t->trie[k].token >= 0) found = t->trie[k].token;
+// one section between added tokens: normalize, cut at the normalized added tokens, then each
+// piece; first: the section starts the text
+static int encode_section(struct tokenizer *t, const char *s, size_t n, bool first,
+                          struct tok_ids *out) {
+    struct buf *b = &t->sec;
+    b->n = 0;
+    int rc = buf_put(b, s, n);
+    if (rc == 0 && t->norm) rc = norm_apply(t, t->norm, b);
+    if (rc < 0 || b->n == 0) return rc;
+    if (!t->any_normalized) return encode_piece(t, b->p, b->n, first, out);
+    if ((rc = find_added(t, TRIE_NORM, b->p, b->n, &t->segs_norm)) < 0) return rc;
+    for (size_t i = 0; i < t->segs_norm.n && rc == 0; i++) {
+        const struct seg *g = &t->segs_norm.v[i];
+        rc = g->token >= 0 ? tok_ids_push(out, t->added[g->token].id)
+                           : encode_piece(t, b->p + g->a, g->b - g->a, first && g->a == 0, out);
     }
-    return found;
+    return rc;
 }
 
 int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_special,
@@ -1491,24 +1775,12 @@ int tok_encode(struct tokenizer *t, const char *text, size_t len, bool add_speci
     if (add_special)
         for (int i = 0; i < t->post.n_before && rc == 0; i++)
             rc = tok_ids_push(out, t->post.before[i]);
-    // sections between added tokens; lstrip/rstrip trim the neighbouring text
-    size_t start = 0, i = 0;
-    bool strip_next = false;
-    while (i <= n && rc == 0) {
-        int a = i < n ? added_at(t, s + i, n - i) : -1;
-        if (a < 0 && i < n) {
-            i++;
-            continue;
-        }
-        size_t b = a >= 0 && t->added[a].lstrip ? trim_end(s, start, i) : i;
-        size_t st = strip_next ? trim_start(s, start, b) : start;
-        t->section_first = st == 0;
-        rc = encode_section(t, s + st, b - st, out);
-        if (a < 0) break;
-        if (rc == 0) rc = tok_ids_push(out, t->added[a].id);
-        strip_next = t->added[a].rstrip;
-        i += t->added[a].len;
-        start = i;
+    // the added tokens matched in the text as it is, then the sections between them
+    if (rc == 0) rc = find_added(t, TRIE_RAW, s, n, &t->segs_raw);
+    for (size_t i = 0; i < t->segs_raw.n && rc == 0; i++) {
+        const struct seg *g = &t->segs_raw.v[i];
+        rc = g->token >= 0 ? tok_ids_push(out, t->added[g->token].id)
+                           : encode_section(t, s + g->a, g->b - g->a, g->a == 0, out);
     }
     if (add_special)
         for (int k = 0; k < t->post.n_after && rc == 0; k++)
