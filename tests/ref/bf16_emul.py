@@ -146,3 +146,28 @@ def forward(cfg, w, prompts):
     with _patched():
         res = hf.forward(cfg, wb, prompts)
     return [{n: plain(np.asarray(a)) for n, a in r.items()} for r in res]
+
+
+def laguna_forward(ref, ids):
+    """tests/ref/laguna_ref.py's LagunaRef.forward the same way (ref: a LagunaRef): linear layers,
+    adds and products rounded; the norms, silu and softplus rounded once; RoPE as above; the
+    attention softmax and the router's sigmoid and renormalisation in float (the softmax's output
+    not rounded before P @ V, and the experts' weighted sum in float: both in the emulation's
+    favour)."""
+    import laguna_ref as lr
+    names = ("rmsnorm", "silu", "softplus", "sigmoid", "rope")
+    saved = {n: getattr(lr, n) for n in names}
+    once = lambda f: lambda *a: b16(f(*[plain(np.asarray(x)) if isinstance(x, np.ndarray) else x for x in a]))
+    w = ref.w
+    try:
+        lr.rmsnorm, lr.silu, lr.softplus = once(saved["rmsnorm"]), once(saved["silu"]), once(saved["softplus"])
+        lr.sigmoid = lambda x: saved["sigmoid"](plain(np.asarray(x)))
+        lr.rope = _apply_rope
+        # the router's score bias is float32 (as transformers keeps such a buffer): not rounded
+        ref.w = {n: a if "e_score_correction_bias" in n else b16(a) for n, a in w.items()}
+        out = ref.forward(ids)
+    finally:
+        ref.w = w
+        for n, f in saved.items():
+            setattr(lr, n, f)
+    return {n: plain(np.asarray(a)) for n, a in out.items()}
