@@ -361,8 +361,8 @@ static int plan_compute(const struct job *j, const struct model *m, struct ah_er
     if (j->compute == JOB_COMPUTE_BF16) model_stage_bytes(m, 0, m->n_blocks, false, 0, 1, &kind);
     if (j->compute == JOB_COMPUTE_BF16 && strncmp(kind, "BF16", 4))
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"compute\": \"bf16\" needs BF16 weight matrices; this %s "
-                       "checkpoint's are %s (use \"float32\")",
+                       "%s: \"compute\": \"bf16\" needs a checkpoint with BF16 weight matrices; "
+                       "this %s model's are held as %s (use \"float32\")",
                        j->path, m->family, kind);
     if (op_set_compute(j->compute == JOB_COMPUTE_BF16 ? OP_COMPUTE_BF16 : OP_COMPUTE_F32, msg,
                        sizeof msg) < 0)
