@@ -14,7 +14,7 @@ JOBS=$(nproc 2>/dev/null || echo 2)
 
 PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-openmpi-dev
           hdf5-tools libopenblas-dev libcjson-dev libpcre2-dev libutf8proc-dev zlib1g-dev
-          python3-numpy python3-h5py)
+          python3-numpy python3-h5py libdnnl-dev)
 # the Slurm tests start a real single-node cluster (slurmctld, slurmd, munge); the fuzz test
 # needs clang's libFuzzer; the tokenizer test compares with a JavaScript reference (node + npm);
 # format-check runs clang-format; the export test feeds the reader's torch batches to torch

@@ -11,6 +11,7 @@
 #include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 
+#include "model/dnnl.h"   // defines: mm16_counters, mm16_peak_gflops, mm16_reset_counters
 #include "model/encdec.h" // defines: encdec_spec_config, encdec_flops
 #include "model/ops.h"    // defines: op_set_threads, op_threads, op_bf16_panel_floats
 
@@ -94,14 +95,17 @@ static double plain_write_mbs(const char *path, int64_t bytes) {
     return (double)bytes / t * 1e-6;
 }
 
+static const char *compute = "float32"; // --compute: the jobs' "compute"
+
 static int bench_job(const char *dir, const char *model, const char *name, const char *acts, int T,
                      int batch, struct run_stats *st, struct ah_error *err) {
     char job[16384], path[4096];
     snprintf(path, sizeof path, "%s/%s.json", dir, name);
     snprintf(job, sizeof job,
              "{\"model\": \"%s\", \"data\": \"%s.jsonl\", \"activations\": [%s], "
-             "\"max_seq_len\": %d, \"batch_size\": %d, \"output\": {\"path\": \"%s.h5\"}}",
-             model, name, acts, T, batch, name);
+             "\"max_seq_len\": %d, \"batch_size\": %d, \"output\": {\"path\": \"%s.h5\"}, "
+             "\"compute\": \"%s\"}",
+             model, name, acts, T, batch, name, compute);
     if (write_text(path, job) != 0) return ah_fail(err, AH_EIO, "%s: cannot write", path);
     struct run_opts o = {.job_path = path, .overwrite = true, .quiet = true};
     return harvest_run(&o, st, err);
@@ -158,6 +162,17 @@ static void reset_peak_rss(void) {
     if (fp) fputs("5", fp), fclose(fp);
 }
 
+// compute bf16: the linear layers' rate over the runs (outside expert regions) against a oneDNN
+// bf16 matmul of 4096^3 on the same threads, measured now
+static void bf16_rates(void) {
+    double flops, sec, peak = mm16_peak_gflops(4096, op_threads(), 3);
+    mm16_counters(&flops, &sec);
+    double g = sec > 0 ? flops / sec * 1e-9 : 0.0;
+    printf("  compute bf16 (oneDNN %s): linear layers %.1f GFLOP/s = %.0f%% of the bf16 peak "
+           "measured now (%.1f GFLOP/s, 4096^3, %d threads); %.1f s of the runs in them\n",
+           mm16_impl(4096), g, 100.0 * g / peak, peak, op_threads(), sec);
+}
+
 // Harvests the last block's output of DIR's checkpoint for n prompts of T random tokens, best of
 // `runs` runs, between two rounds of sgemm at the model's own shapes (the machine may be shared:
 // the ratio is of rates measured in this run). FLOPs per token from model_block_flops: executed
@@ -211,6 +226,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
     sync();
     reset_peak_rss();
     struct run_stats fw = {0}, st;
+    mm16_reset_counters();
     for (int r = 0; r < runs && rc == 0; r++) {
         rc = bench_job(dir, model_dir, "fwd", acts, T, batch, &st, &err);
         if (r == 0 || st.seconds < fw.seconds) fw = st;
@@ -224,6 +240,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
     double tps = (double)fw.tokens / fw.seconds, gf = exec / T * tps * 1e-9;
     printf("  %.1f tokens/s (best of %d: %.1f s for %lld tokens, %.2f s of it writing)\n", tps,
            runs, fw.seconds, (long long)fw.tokens, fw.seconds_write);
+    if (!strcmp(compute, "bf16")) bf16_rates();
     printf("  GFLOP a token: %.3f executed, %.3f necessary (causal attention's half)\n",
            exec / T * 1e-9, need / T * 1e-9);
     printf("  model %.1f GFLOP/s executed = %.0f%% of the best sgemm rate at its shapes (%.1f "
@@ -244,22 +261,28 @@ struct bench_opts {
 
 // one flag and its value (moved past); its bit in *seen. 0, or -1 after a message
 static int bench_flag(int argc, char **argv, int *i, struct bench_opts *o, unsigned *seen) {
-    static const char *const name[] = {"--prompts", "--io-prompts", "--T",   "--batch",
-                                       "--threads", "--runs",       "--dir", "--model"};
+    static const char *const name[] = {"--prompts", "--io-prompts", "--T",
+                                       "--batch",   "--threads",    "--runs",
+                                       "--dir",     "--model",      "--compute"};
     static const int lo[] = {1, 1, 1, 1, 0, 1},
                      hi[] = {1 << 20, 1 << 20, 1 << 18, 1 << 12, 1024, 1000};
     int *num[] = {&o->n_prompts, &o->io_prompts, &o->T, &o->batch, &o->threads, &o->runs};
     const char *f = argv[*i], *v;
     int k = 0;
-    while (k < 8 && strcmp(f, name[k]))
+    while (k < 9 && strcmp(f, name[k]))
         k++;
-    if (k == 8) {
+    if (k == 9) {
         fprintf(stderr, "harvest bench: unknown option \"%s\"\n", f);
         return -1;
     }
     *seen |= 1u << k;
     if (!(v = cli_value("bench", argc, argv, i))) return -1;
     if (k < 6) return cli_int32("bench", f, v, lo[k], hi[k], num[k]);
+    if (k == 8) {
+        if (!strcmp(v, "float32") || !strcmp(v, "bf16")) return compute = v, 0;
+        fprintf(stderr, "harvest bench: --compute %s: expected float32 or bf16\n", v);
+        return -1;
+    }
     *(k == 6 ? &o->dir_arg : &o->model) = v;
     return 0;
 }
@@ -282,7 +305,7 @@ static int bench_args(int argc, char **argv, struct bench_opts *o) {
     fprintf(stderr, "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
                     "[--batch N] [--threads N] [--dir DIR]\n"
                     "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "
-                    "[--threads N] [--runs N] [--dir DIR]\n");
+                    "[--threads N] [--runs N] [--dir DIR] [--compute float32|bf16]\n");
     return 1;
 }
 

@@ -8,6 +8,7 @@
 #include "io/fingerprint.h"
 #include "io/h5attr.h"
 #include "model/aliases.h"
+#include "model/ops.h" // defines: op_set_compute
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -437,6 +438,24 @@ int plan_index_tables(const struct plan *pl, int64_t **ids, int64_t **pos, int64
                    (long long)ds->n_tokens);
 }
 
+// The job's "compute" set for the forward passes: bf16 needs a model whose matrices are BF16 in
+// memory (the decoder families' and Laguna's BF16 checkpoints; families that widen at load and
+// float32/float16 checkpoints are refused, not converted)
+static int plan_compute(const struct job *j, const struct model *m, struct ah_error *err) {
+    const char *kind = "";
+    char msg[200] = "";
+    if (j->compute == JOB_COMPUTE_BF16) model_stage_bytes(m, 0, m->n_blocks, false, 0, 1, &kind);
+    if (j->compute == JOB_COMPUTE_BF16 && strncmp(kind, "BF16", 4))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"compute\": \"bf16\" needs a checkpoint with BF16 weight matrices; "
+                       "this %s model's are held as %s (use \"float32\")",
+                       j->path, m->family, kind);
+    if (op_set_compute(j->compute == JOB_COMPUTE_BF16 ? OP_COMPUTE_BF16 : OP_COMPUTE_F32, msg,
+                       sizeof msg) < 0)
+        return ah_fail(err, AH_EIO, "%s: \"compute\": \"bf16\": %s", j->path, msg);
+    return 0;
+}
+
 static int plan_check(struct plan *pl, const char *job_path, int world, struct ah_error *err) {
     int rc;
     struct job *j = &pl->j;
@@ -448,6 +467,7 @@ static int plan_check(struct plan *pl, const char *job_path, int world, struct a
                        "as the files beside it add their names",
                        j->path, strlen(j->out_path), j->out_path, OUT_PATH_MAX);
     if ((rc = model_load(m, j->model, true, err)) < 0) return rc;
+    if ((rc = plan_compute(j, m, err)) < 0) return rc;
     pl->want = calloc((size_t)m->n_cat, 1);
     pl->dset_of_id = calloc((size_t)m->n_cat, sizeof(int));
     pl->alias_of_id = calloc((size_t)m->n_cat, sizeof(char *));

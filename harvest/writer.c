@@ -176,6 +176,22 @@ static int guard_same(const struct plan *pl, struct ah_error *err) {
                    (long long)n);
 }
 
+// rank 0, resuming: the output was made with the job's "compute" (no attribute: float32)
+static int compute_same(const struct plan *pl, struct ah_error *err) {
+    hid_t f = H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    char *was = f >= 0 ? h5attr_get_str(f, "compute_dtype") : NULL;
+    if (f >= 0) H5Fclose(f);
+    const char *now = job_compute_name(pl->j.compute), *then = was ? was : "float32";
+    int rc = f < 0 || !strcmp(now, then) // f < 0: h5m_open says
+                 ? 0
+                 : ah_fail(err, AH_EINVAL,
+                           "%s: --resume: the job's \"compute\" is \"%s\", the output was made "
+                           "with \"%s\": use that, or --overwrite",
+                           pl->j.out_path, now, then);
+    free(was);
+    return rc;
+}
+
 // rank 0: makes the output (removing an old one unless resuming) or reopens it
 static int master_open(struct writer *w, const struct run_opts *o, const char *prov, uint8_t *done,
                        bool *complete, struct ah_error *err) {
@@ -188,6 +204,7 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
                        pl->j.out_path);
     // --overwrite, or a fresh start: nothing of an old output may stay
     int rc = exists && o->resume ? 0 : h5out_remove(pl->j.out_path, err);
+    if (rc == 0 && exists && o->resume) rc = compute_same(pl, err);
     if (rc == 0 && exists && o->resume && pl->guarding) rc = guard_same(pl, err);
     char *fp = NULL;
     if (rc == 0) rc = plan_fingerprint(pl, &fp, err);
@@ -205,6 +222,7 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .model_family = pl->m.family,
         .model_config = pl->m.md.config_text,
         .job = pl->j.text,
+        .compute_dtype = job_compute_name(pl->j.compute),
         .data_checksum = plan_checksum(pl),
         .n_prompts = pl->ds.n,
         .source_index = pl->ds.source,

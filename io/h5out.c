@@ -720,6 +720,8 @@ static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct
     CHECK_H5(h5attr_put_str(f, "model_family", m->p.model_family), tmp, "write model_family");
     CHECK_H5(h5attr_put_str(f, "model_config", m->p.model_config), tmp, "write model_config");
     CHECK_H5(h5attr_put_str(f, "job", m->p.job), tmp, "write job");
+    if (m->p.compute_dtype)
+        CHECK_H5(h5attr_put_str(f, "compute_dtype", m->p.compute_dtype), tmp, "write compute");
     CHECK_H5(attr_i64(f, "complete", complete), tmp, "write complete");
     CHECK_H5(attr_i64(f, "prompts_done", h5m_done_prompts(m)), tmp, "write prompts_done");
     CHECK_H5(attr_i64(f, "max_seq_len", m->p.max_seq_len), tmp, "write max_seq_len");

@@ -101,6 +101,8 @@ struct h5out_params {
     const char *model_config; // JSON text
     const char *job;          // JSON text; --resume requires the same text
     uint64_t data_checksum;   // of the prompts; --resume requires the same value
+    // root attribute compute_dtype, the job's "compute" ("float32", "bf16"); NULL: none
+    const char *compute_dtype;
     int64_t n_prompts;
     const int64_t *source_index, *length, *token_offset; // (n_prompts)
     int64_t n_tokens;

@@ -17,6 +17,10 @@ const char *job_dtype_name(enum job_dtype d) {
     return d == JOB_F16 ? "float16" : d == JOB_BF16 ? "bfloat16" : "float32";
 }
 
+const char *job_compute_name(enum job_compute c) {
+    return c == JOB_COMPUTE_BF16 ? "bf16" : "float32";
+}
+
 // Rejects keys of obj not in the NULL-terminated list `allowed`.
 static int check_keys(const cJSON *obj, const char *const *allowed, const char *path,
                       const char *where, struct ah_error *err) {
@@ -135,7 +139,7 @@ static int line_of(const char *text, const char *at) {
 
 static const char *const top_keys[] = {"model",      "data",       "activations", "max_seq_len",
                                        "batch_size", "output",     "parallel",    "pool",
-                                       "select",     "statistics", NULL};
+                                       "select",     "statistics", "compute",     NULL};
 static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
@@ -210,6 +214,11 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                            path, j->n_activations);
         if (!(j->activations[j->n_activations++] = strdup(a->valuestring))) return -AH_ENOMEM;
     }
+
+    int cm = JOB_COMPUTE_F32; // in the order of enum job_compute
+    static const char *const computes[] = {"float32", "bf16", NULL};
+    if ((rc = get_choice(root, "compute", path, "", computes, &cm, err)) < 0) return rc;
+    j->compute = (enum job_compute)cm;
 
     j->batch_size = 8;
     if ((rc = get_int(root, "max_seq_len", path, "", 1, 1 << 20, &j->max_seq_len, err)) < 0 ||

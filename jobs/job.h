@@ -15,6 +15,9 @@ struct ah_error;
 
 enum job_layout { JOB_LAYOUT_PROMPT, JOB_LAYOUT_TOKEN };
 enum job_dtype { JOB_F32, JOB_F16, JOB_BF16 };
+// "compute": how the linear layers multiply (model/ops.h op_set_compute), "float32" (default)
+// or "bf16"; the output's root attribute compute_dtype
+enum job_compute { JOB_COMPUTE_F32, JOB_COMPUTE_BF16 };
 
 struct job {
     char *path;         // the job file as given; owned
@@ -43,6 +46,8 @@ struct job {
     int expert_parallel;    // >= 1
     struct select_spec sel; // "select" (jobs/select.h); sel.given false when absent
     int statistics;         // "statistics": 1, 0, or -1 when absent (true for the token layout)
+    // "compute"
+    enum job_compute compute;
 };
 
 // Returns 0 or -AH_ENOENT / -AH_EFORMAT / -AH_EINVAL with "FILE: line N: ..." or "FILE: KEY: ...".
@@ -50,6 +55,8 @@ int job_load(struct job *j, const char *path, struct ah_error *err);
 void job_free(struct job *j); // safe on a zeroed struct
 
 const char *job_dtype_name(enum job_dtype d); // "float32", "float16", "bfloat16"
+// "float32", "bf16"
+const char *job_compute_name(enum job_compute c);
 
 // Marks want[i] = 1 (want: n_cat zeroes) for every catalogue entry matched by a name or glob of
 // the job, or by an alias of a model of `family` (model/aliases.h): then alias_of_id[i] (n_cat

@@ -2,6 +2,7 @@
 #include "model/ops.h"
 
 #include "model/ah.h"
+#include "model/dnnl.h"
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <math.h>
@@ -115,10 +116,26 @@ int64_t op_bf16_panel_floats(int K, int N) {
 
 // One sgemm per panel of whole weight rows (see ops.h): a 4096 x 8192 x 2048 product is one or two
 // calls, not hundreds each repacking `in`.
+static enum op_compute compute_mode;
+
+int op_set_compute(enum op_compute c, char *msg, int msg_size) {
+    if (c == OP_COMPUTE_BF16 && mm16_init(msg, msg_size) < 0) return -1;
+    compute_mode = c;
+    return 0;
+}
+
+enum op_compute op_compute(void) {
+    return compute_mode;
+}
+
 void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
                     float *panel) {
     AH_ASSERT(M >= 0 && K > 0 && N > 0);
     if (M == 0) return;
+    if (compute_mode == OP_COMPUTE_BF16) {
+        mm16_matmul(out, in, w16, M, K, N, op_threads());
+        return;
+    }
     int64_t rows = panel_rows(K, N);
     for (int64_t n0 = 0; n0 < N; n0 += rows) {
         int64_t nr = N - n0 < rows ? N - n0 : rows;

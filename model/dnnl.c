@@ -1,0 +1,300 @@
+// dnnl.c - bf16 matmuls through oneDNN's C API (see dnnl.h): one engine, a stream and buffers a
+// thread, and the primitives cached by (K, columns) in a small table.
+#define _POSIX_C_SOURCE 200809L // defines: strdup
+#include "model/dnnl.h"
+
+#include <oneapi/dnnl/dnnl.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h> // defines: omp_get_wtime, omp_in_parallel, omp_set_num_threads, ...
+#endif
+
+static dnnl_engine_t engine;
+static int init_rc = 1; // 1: not tried yet
+
+// a system failure inside a kernel: the message, exit 2
+static void die(const char *what, int status) {
+    fprintf(stderr, "harvest: oneDNN: %s failed (status %d)\n", what, status);
+    exit(2);
+}
+
+#define DN(call)                                       \
+    do {                                               \
+        dnnl_status_t st_ = (call);                    \
+        if (st_ != dnnl_success) die(#call, (int)st_); \
+    } while (0)
+
+int mm16_init(char *msg, int msg_size) {
+#pragma omp critical(mm16_table)
+    if (init_rc == 1) {
+        dnnl_status_t st = dnnl_engine_create(&engine, dnnl_cpu, 0);
+        init_rc = st == dnnl_success ? 0 : -1;
+        if (init_rc < 0)
+            snprintf(msg, (size_t)msg_size, "oneDNN has no CPU engine (dnnl_engine_create: %d)",
+                     (int)st);
+    }
+    return init_rc;
+}
+
+uint16_t mm16_round(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); // NaN: quiet
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+// ----------------------------------------------------------------------------
+// primitives: a tile of MM16_ROWS x cols = bf16 (MM16_ROWS, K) . bf16 (K, cols) (the weight rows
+// [N, K] read as a column-major (K, cols) view, row stride K), into float32 (MM16_ROWS, cols)
+
+struct prim {
+    int K, cols;
+    dnnl_primitive_t p;
+    size_t scratch; // bytes of its user scratchpad
+    const char *impl;
+};
+
+#define MAX_PRIMS 64
+static struct prim prims[MAX_PRIMS];
+static int n_prims;
+
+static void descs(int K, int cols, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
+                  dnnl_memory_desc_t *c) {
+    dnnl_dims_t da = {MM16_ROWS, K}, db = {K, cols}, dc = {MM16_ROWS, cols};
+    dnnl_dims_t sa = {K, 1}, sb = {1, K}, sc = {cols, 1};
+    DN(dnnl_memory_desc_init_by_strides(a, 2, da, dnnl_bf16, sa));
+    DN(dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_bf16, sb));
+    DN(dnnl_memory_desc_init_by_strides(c, 2, dc, dnnl_f32, sc));
+}
+
+// made with one OpenMP thread, so that oneDNN plans no split of K over threads
+static struct prim make(int K, int cols) {
+    struct prim r = {K, cols, NULL, 0, ""};
+    dnnl_memory_desc_t a, b, c;
+    descs(K, cols, &a, &b, &c);
+    dnnl_matmul_desc_t d;
+    dnnl_primitive_attr_t at;
+    dnnl_primitive_desc_t pd;
+    DN(dnnl_matmul_desc_init(&d, &a, &b, NULL, &c));
+    DN(dnnl_primitive_attr_create(&at));
+    DN(dnnl_primitive_attr_set_scratchpad_mode(at, dnnl_scratchpad_mode_user));
+#ifdef _OPENMP
+    int was = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
+    DN(dnnl_primitive_desc_create(&pd, &d, at, engine, NULL));
+    DN(dnnl_primitive_create(&r.p, pd));
+#ifdef _OPENMP
+    omp_set_num_threads(was);
+#endif
+    DN(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &r.impl));
+    r.scratch =
+        dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    r.impl = strdup(r.impl); // the descriptor's string dies with it
+    if (!r.impl) die("strdup", 0);
+    DN(dnnl_primitive_desc_destroy(pd));
+    DN(dnnl_primitive_attr_destroy(at));
+    return r;
+}
+
+static const struct prim *prim_of(int K, int cols) {
+    const struct prim *r = NULL;
+#pragma omp critical(mm16_table)
+    {
+        for (int i = 0; i < n_prims && !r; i++)
+            if (prims[i].K == K && prims[i].cols == cols) r = &prims[i];
+        if (!r) {
+            if (n_prims == MAX_PRIMS) die("the primitive table (64 shapes) filling", 0);
+            prims[n_prims] = make(K, cols);
+            r = &prims[n_prims++];
+        }
+    }
+    return r;
+}
+
+const char *mm16_impl(int K) {
+    return prim_of(K, MM16_COLS)->impl;
+}
+
+// ----------------------------------------------------------------------------
+// per-thread state: a stream, the tile's output and oneDNN's scratchpad
+
+struct tls {
+    dnnl_stream_t stream;
+    float *tile;   // MM16_ROWS * MM16_COLS floats
+    void *scratch; // scratch_n bytes
+    size_t scratch_n;
+};
+static _Thread_local struct tls me;
+
+static struct tls *mine(size_t scratch) {
+    if (!me.stream) {
+#pragma omp critical(mm16_table)
+        DN(dnnl_stream_create(&me.stream, engine, dnnl_stream_default_flags));
+        me.tile = malloc(sizeof(float) * MM16_ROWS * MM16_COLS);
+        if (!me.tile) die("malloc of a tile", 0);
+    }
+    if (scratch > me.scratch_n) {
+        free(me.scratch);
+        if (!(me.scratch = malloc(scratch))) die("malloc of a scratchpad", 0);
+        me.scratch_n = scratch;
+    }
+    return &me;
+}
+
+// the tile at rows [m0, m0 + MM16_ROWS) of a16 (padded) and columns [n0, n0 + cols) of out
+static void tile(float *out, const uint16_t *a16, const uint16_t *w16, int64_t m0, int64_t M, int K,
+                 int N, int64_t n0, int cols) {
+    const struct prim *pr = prim_of(K, cols);
+    struct tls *t = mine(pr->scratch);
+    dnnl_memory_desc_t a, b, c, s;
+    descs(K, cols, &a, &b, &c);
+    dnnl_dims_t ds = {(dnnl_dim_t)(pr->scratch ? pr->scratch : 1)};
+    DN(dnnl_memory_desc_init_by_tag(&s, 1, ds, dnnl_u8, dnnl_a));
+    dnnl_memory_t ma, mb, mc, ms;
+    DN(dnnl_memory_create(&ma, &a, engine, (void *)(uintptr_t)(a16 + m0 * K)));
+    DN(dnnl_memory_create(&mb, &b, engine, (void *)(uintptr_t)(w16 + n0 * K)));
+    DN(dnnl_memory_create(&mc, &c, engine, t->tile));
+    DN(dnnl_memory_create(&ms, &s, engine, t->scratch));
+    dnnl_exec_arg_t args[4] = {
+        {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+    DN(dnnl_primitive_execute(pr->p, t->stream, pr->scratch ? 4 : 3, args));
+    DN(dnnl_stream_wait(t->stream));
+    DN(dnnl_memory_destroy(ma));
+    DN(dnnl_memory_destroy(mb));
+    DN(dnnl_memory_destroy(mc));
+    DN(dnnl_memory_destroy(ms));
+    int64_t rows = M - m0 < MM16_ROWS ? M - m0 : MM16_ROWS;
+    for (int64_t r = 0; r < rows; r++)
+        memcpy(out + (m0 + r) * N + n0, t->tile + r * cols, sizeof(float) * (size_t)cols);
+}
+
+// ----------------------------------------------------------------------------
+// the product
+
+static uint16_t *a_buf; // the rounded input of calls outside parallel regions (grows)
+static int64_t a_cap;
+static _Thread_local uint16_t *a_nested; // of calls inside one, a thread each
+static _Thread_local int64_t a_nested_cap;
+static double n_flops, n_seconds;
+
+static uint16_t *input_buf(int64_t n, bool nested) {
+    uint16_t **p = nested ? &a_nested : &a_buf;
+    int64_t *cap = nested ? &a_nested_cap : &a_cap;
+    if (n > *cap) {
+        free(*p);
+        if (!(*p = malloc(sizeof(uint16_t) * (size_t)n))) die("malloc of the bf16 input", 0);
+        *cap = n;
+    }
+    return *p;
+}
+
+static bool in_region(void) {
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return false;
+#endif
+}
+
+static double now(void) {
+#ifdef _OPENMP
+    return omp_get_wtime();
+#else
+    return 0.0;
+#endif
+}
+
+void mm16_matmul(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                 int threads) {
+    if (M <= 0) return;
+    bool nested = in_region();
+    double t0 = nested ? 0.0 : now();
+    int64_t n_mt = ((int64_t)M + MM16_ROWS - 1) / MM16_ROWS, padded = n_mt * MM16_ROWS;
+    int64_t n_nt = ((int64_t)N + MM16_COLS - 1) / MM16_COLS;
+    uint16_t *a16 = input_buf(padded * K, nested);
+    int nt = nested ? 1 : threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t r = 0; r < padded; r++)
+        for (int64_t k = 0; k < K; k++)
+            a16[r * K + k] = r < M ? mm16_round(in[r * K + k]) : 0;
+            // column blocks outer: the threads of a block share its weights in cache
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n_mt * n_nt; i++) {
+        int64_t n0 = i / n_mt * MM16_COLS, m0 = i % n_mt * MM16_ROWS;
+        int cols = N - n0 < MM16_COLS ? (int)(N - n0) : MM16_COLS;
+        tile(out, a16, w16, m0, M, K, N, n0, cols);
+    }
+    if (!nested) {
+        n_flops += 2.0 * M * K * N;
+        n_seconds += now() - t0;
+    }
+}
+
+void mm16_counters(double *flops, double *seconds) {
+    *flops = n_flops;
+    *seconds = n_seconds;
+}
+
+void mm16_reset_counters(void) {
+    n_flops = n_seconds = 0.0;
+}
+
+// ----------------------------------------------------------------------------
+// the peak: one primitive of n^3 on `threads` threads
+
+double mm16_peak_gflops(int n, int threads, int reps) {
+    dnnl_memory_desc_t a, b, c;
+    dnnl_dims_t d = {n, n}, s = {n, 1};
+    DN(dnnl_memory_desc_init_by_strides(&a, 2, d, dnnl_bf16, s));
+    DN(dnnl_memory_desc_init_by_strides(&b, 2, d, dnnl_bf16, s));
+    DN(dnnl_memory_desc_init_by_strides(&c, 2, d, dnnl_f32, s));
+    dnnl_matmul_desc_t md;
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t p;
+    DN(dnnl_matmul_desc_init(&md, &a, &b, NULL, &c));
+#ifdef _OPENMP
+    int was = omp_get_max_threads();
+    omp_set_num_threads(threads);
+#endif
+    DN(dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL));
+    DN(dnnl_primitive_create(&p, pd));
+    uint16_t *x = calloc((size_t)n * n, 2), *y = calloc((size_t)n * n, 2);
+    float *z = calloc((size_t)n * n, 4);
+    if (!x || !y || !z) die("calloc of the peak's matrices", 0);
+    for (int64_t i = 0; i < (int64_t)n * n; i++)
+        x[i] = y[i] = mm16_round(1.0f + (float)(i % 7) / 8.0f);
+    dnnl_memory_t ma, mb, mc;
+    dnnl_stream_t st;
+    DN(dnnl_stream_create(&st, engine, dnnl_stream_default_flags));
+    DN(dnnl_memory_create(&ma, &a, engine, x));
+    DN(dnnl_memory_create(&mb, &b, engine, y));
+    DN(dnnl_memory_create(&mc, &c, engine, z));
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
+    double best = 0.0;
+    for (int r = 0; r <= reps; r++) { // the first run warms up
+        double t0 = now();
+        DN(dnnl_primitive_execute(p, st, 3, args));
+        DN(dnnl_stream_wait(st));
+        double g = 2.0 * n * n * n / (now() - t0) * 1e-9;
+        if (r > 0 && g > best) best = g;
+    }
+#ifdef _OPENMP
+    omp_set_num_threads(was);
+#endif
+    dnnl_memory_destroy(ma);
+    dnnl_memory_destroy(mb);
+    dnnl_memory_destroy(mc);
+    dnnl_stream_destroy(st);
+    dnnl_primitive_destroy(p);
+    dnnl_primitive_desc_destroy(pd);
+    free(x);
+    free(y);
+    free(z);
+    return best;
+}

@@ -1,0 +1,49 @@
+// dnnl.h - bf16 x bf16 -> float32 matmuls through oneDNN (the `compute: "bf16"` mode of
+// model/ops.h op_matmul_bf16): AMX where the CPU has it, AVX512-BF16 or oneDNN's fallback
+// elsewhere.
+//
+// out[M,N] = bf16(in)[M,K] . w16[N,K]^T with float32 accumulation: `in` rounded to bf16 (to
+// nearest, ties to even) at the input only, the weights read where they are (no copy kept).
+//
+// Determinism: oneDNN picks its K blocking from the whole shape (M too: at K=2048, N=8192 a call of
+// 128 rows rounds differently from one of 64 or 256), so every product is cut into tiles of exactly
+// MM16_ROWS rows (the last padded with zero rows) by MM16_COLS columns (the last N % MM16_COLS),
+// each tile one oneDNN call on one thread, created with one thread. Each output element then
+// depends only on (K, N) and its row of `in`: not on M, on the row's position, on the thread count
+// or on the rank grid. tests/test_dnnl.c checks it.
+#ifndef AH_DNNL_H
+#define AH_DNNL_H
+
+#include <stdint.h>
+
+#define MM16_ROWS 64
+#define MM16_COLS 512
+
+// Creates the CPU engine (once; later calls return the first result): 0, or -1 with a message in
+// msg (msg_size bytes) when oneDNN has no CPU engine.
+int mm16_init(char *msg, int msg_size);
+
+// The product above (mm16_init done). Splits its tiles over `threads` OpenMP threads (within a
+// parallel region: on the calling thread). Buffers grow on demand, per thread, and are kept; an
+// allocation that fails or a oneDNN call that fails ends the process with exit code 2 and a message
+// (a system failure: the kernels of model/ never return errors).
+void mm16_matmul(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                 int threads);
+
+// float -> bf16, round to nearest even (NaN stays a quiet NaN)
+uint16_t mm16_round(float f);
+
+// The implementation oneDNN chose for a tile of K columns of input (e.g.
+// "brg:avx512_core_amx_bf16").
+const char *mm16_impl(int K);
+
+// FLOPs (2 M K N, M as asked, padding not counted) and wall seconds of the products run outside
+// parallel regions since the last reset (an expert's products inside a region are not counted).
+void mm16_counters(double *flops, double *seconds);
+void mm16_reset_counters(void);
+
+// GFLOP/s of one oneDNN bf16 matmul of n x n x n on `threads` threads (best of `reps`): the peak
+// a benchmark compares with.
+double mm16_peak_gflops(int n, int threads, int reps);
+
+#endif

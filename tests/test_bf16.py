@@ -1,0 +1,219 @@
+"""compute: "bf16" (model/dnnl.c through model/ops.h op_matmul_bf16).
+
+(a) fidelity: for the init-model presets of the Llama-style families, every float value harvest
+    stores in bf16 is no further from the float64 reference (tests/ref/hf) than the same value
+    computed the way transformers computes in bf16 (tests/ref/bf16_emul.py) is: the error of a
+    value is max |x - ref| / max |ref| over the prompt's finite entries (the tensor's scale), and
+    harvest's must not exceed the emulation's, value by value (RMS relative error over all
+    prompts; the max error is printed). With experts, a prompt where harvest or the emulation
+    chose another expert than float64 for some token is left out of the value errors (a discrete
+    change, not a rounding error: a coin toss between the two), and harvest must change no more
+    (token, layer) choices than the emulation does.
+(b) bitwise across grids at a fixed thread count: 1 rank vs 2 pipeline stages vs 2 replicas vs
+    2 expert shards (Qwen3-MoE, Laguna XS-2.1), at OMP_NUM_THREADS=1 and 2; and 2 threads bitwise
+    1 thread (model/dnnl.c's tiles make a result independent of the thread count).
+(c) compute "float32" (the default) unchanged: the key given explicitly gives the output of the
+    job without it, bit for bit, with compute_dtype "float32"; bf16 differs from it.
+(d) bad input: "compute": "fp8", "compute": 3, bf16 on a float32 checkpoint, and --resume with
+    another compute: exit 1 naming the key."""
+import os
+import subprocess
+
+import h5py
+import numpy as np
+
+from util import MPI_ENV, args, check, finish, init_model, output_diff, run, write_job, write_prompts
+import hf  # tests/ref/hf, on the path by util
+import bf16_emul
+from laguna_ref import LagunaRef
+
+harvest, work = args()
+LENGTHS = [5, 1, 13, 4, 2, 9, 3, 7, 1, 6, 2, 11, 4, 8, 3, 10]
+FAMILIES = [("llama", "Llama-3.2-1B"), ("mistral", "Mistral-7B-v0.1"), ("qwen2", "Qwen2.5-0.5B"),
+            ("qwen3", "Qwen3-0.6B"), ("qwen3_moe", "Qwen3-MoE"), ("mixtral", "Mixtral-8x7B"),
+            ("gemma2", "gemma-2-2b"), ("gemma3", "gemma-3"), ("laguna", "XS-2.1"), ("laguna", "M.1")]
+SEQ = {"seq", "query", "key"}
+IGNORE = {"segments", "runs", "provenance", "job"}
+
+
+def fidelity(fam, preset, seed):
+    """(a): per value, over all prompts, harvest's error and the emulation's (see errors())"""
+    d = f"{work}/{fam}-{preset}"
+    run(harvest, "init-model", "--family", fam, "--preset", preset, "--seed", str(seed), f"{d}/model", check=0)
+    if fam == "laguna":
+        ref = LagunaRef(f"{d}/model")
+        vocab, fwd, emu = ref.cfg["vocab_size"], ref.forward, lambda ids: bf16_emul.laguna_forward(ref, ids)
+    else:
+        cfg, w = hf.load_checkpoint(f"{d}/model")
+        vocab = cfg["vocab_size"]
+        fwd = lambda ids: hf.forward(cfg, w, [ids])[0]
+        emu = lambda ids: bf16_emul.forward(cfg, w, [ids])[0]
+    write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=seed, vocab=vocab)
+    run(harvest, "run", write_job(f"{d}/job.json", compute="bf16", batch_size=3), "--quiet", check=0)
+    n_flips = np.zeros(3, np.int64)  # harvest's, the emulation's, prompts left out
+    acc = {}  # value -> [sum (h - r)^2, sum (e - r)^2, sum r^2, max |h - r|, max |e - r|, max |r|]
+    with h5py.File(f"{d}/out.h5", "r") as f:
+        check(f.attrs["compute_dtype"] == "bf16", f"{fam}: compute_dtype attribute")
+        for i in range(len(f["prompts/length"])):
+            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
+            ids = list(f["tokens/input_ids"][o:o + T])
+            want_all, em_all = fwd(ids), emu(ids)
+            fh, fe = flips(f, i, T, want_all, em_all)
+            n_flips += [fh, fe, int(fh > 0 or fe > 0)]
+            if fh or fe:  # a changed expert choice: an error of that token, not a rounding error
+                continue
+            for n, want in want_all.items():
+                if n not in f["activations"] or want.dtype.kind != "f" or n == "next_token_probs":
+                    continue
+                dset = f["activations/" + n]
+                axes = list(dset.attrs["semantic_shape"])
+                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in axes[1:])
+                got, want, em = dset[i][c].astype(np.float64), want[0], em_all[n][0]
+                fin = np.isfinite(want)
+                check(np.array_equal(np.isneginf(got), ~fin), f"{fam} {n}: -inf where blocked")
+                dh, de, r = got[fin] - want[fin], em[fin] - want[fin], want[fin]
+                a = acc.setdefault(n, np.zeros(6))
+                a += [(dh * dh).sum(), (de * de).sum(), (r * r).sum(), 0, 0, 0]
+                a[3:] = np.maximum(a[3:], [np.abs(dh).max(initial=0), np.abs(de).max(initial=0),
+                                           np.abs(r).max(initial=0)])
+    if n_flips[0] or n_flips[1]:
+        check(n_flips[0] <= n_flips[1], f"{fam} {preset}: harvest bf16 changed {n_flips[0]} expert choices "
+                                        f"of the float64 reference's, the emulation fewer: {n_flips[1]}")
+        check(n_flips[2] < len(LENGTHS), f"{fam} {preset}: an expert choice changed in every prompt")
+        print(f"{fam} {preset}: (token, layer) expert choices changed from float64's: harvest bf16 "
+              f"{n_flips[0]}, emulation {n_flips[1]}; {n_flips[2]} of {len(LENGTHS)} prompts with one "
+              "left out of the value errors", flush=True)
+    return d, acc
+
+
+def flips(f, i, T, want_all, em_all):
+    """(harvest's, the emulation's) count of (token, layer) expert choices that differ from the
+    float64 reference's in prompt i, in order (expert_weights and expert_outputs are a slot each,
+    largest weight first: two experts swapped are a change too)"""
+    fh = fe = 0
+    for n, want in want_all.items():
+        if n.endswith("expert_indices"):
+            fh += int((f["activations/" + n][i][:T] != want[0]).any(-1).sum())
+            fe += int((em_all[n][0] != want[0]).any(-1).sum())
+    return fh, fe
+
+
+def errors(fam, acc):
+    """Each value's RMS relative error sqrt(sum (x - ref)^2 / sum ref^2) over every prompt's
+    entries: harvest's must not exceed the emulation's (exact where the emulation is exact). The
+    max error relative to the tensor's scale (max |x - ref| / max |ref|) is printed beside it."""
+    rat, worst = [], np.zeros(4)
+    for n, a in sorted(acc.items()):
+        rh, re_ = np.sqrt(a[0] / max(a[2], 1e-300)), np.sqrt(a[1] / max(a[2], 1e-300))
+        mh, me = a[3] / max(a[5], 1e-300), a[4] / max(a[5], 1e-300)
+        check(rh <= re_, f"{fam} {n}: harvest bf16 RMS relative error {rh:.2e} > the transformers-bf16 "
+                         f"emulation's {re_:.2e} (max: {mh:.2e} vs {me:.2e})")
+        worst = np.maximum(worst, [rh, re_, mh, me])
+        if re_ > 0:
+            rat.append((rh / re_, mh / me if me > 0 else 0.0))
+    rat = np.array(rat)
+    print(f"{fam}: {len(acc)} values; RMS relative error worst: harvest {worst[0]:.2e}, emulation "
+          f"{worst[1]:.2e}, ratio median {np.median(rat[:, 0]):.2f} max {rat[:, 0].max():.2f}; max "
+          f"error / scale worst: harvest {worst[2]:.2e}, emulation {worst[3]:.2e}, ratio median "
+          f"{np.median(rat[:, 1]):.2f} max {rat[:, 1].max():.2f}", flush=True)
+
+
+def mpi_run(job, np_, threads):
+    cmd = [harvest, "run", job, "--quiet"]
+    if np_ > 1:
+        cmd = ["mpirun", "-np", str(np_), "--oversubscribe", "-x", "OMP_NUM_THREADS"] + cmd
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                          env=dict(MPI_ENV, OMP_NUM_THREADS=str(threads)))
+
+
+def grids(d, name, experts=True):
+    """(b) on a checkpoint with experts (model/moe.c's for Qwen3-MoE, model/laguna.c's own); a
+    batch of ~600 tokens so that the matmuls have many tiles and the experts run one a thread
+    (their matmuls called inside a parallel region)."""
+    write_prompts(f"{d}/grid.jsonl", [60] * 9 + [64, 7, 30, 1], seed=9, vocab=96)
+    outs = {}
+    cases = [("np1", 1, {}), ("stages", 2, {"pipeline_stages": 2}), ("replicas", 2, {})]
+    cases += [("experts", 2, {"expert_parallel": 2})] if experts else []
+    for threads in (1, 2):
+        for label, np_, par in cases:
+            out = f"{d}/g-{label}-t{threads}.h5"
+            job = write_job(f"{d}/g-{label}-t{threads}.json", data="grid.jsonl", compute="bf16",
+                            max_seq_len=64, batch_size=10, parallel=par, output={"path": out})
+            r = mpi_run(job, np_, threads)
+            if check(r.returncode == 0, f"{name} grid {label} t{threads}: exit {r.returncode}: {r.stderr[-2000:]}"):
+                outs[label, threads] = out
+    for threads in (1, 2):
+        for label, _, _ in cases[1:]:
+            if ("np1", threads) in outs and (label, threads) in outs:
+                diff = output_diff(outs["np1", threads], outs[label, threads], ignore=IGNORE)
+                check(diff is None, f"{name} bf16 {label} at {threads} threads differs from 1 rank at {diff}")
+    if ("np1", 1) in outs and ("np1", 2) in outs:
+        diff = output_diff(outs["np1", 1], outs["np1", 2], ignore=IGNORE)
+        check(diff is None, f"{name} bf16 at 2 threads differs from 1 thread at {diff}")
+    print(f"{name} bf16: 2 stages, 2 replicas{', 2 expert shards' if experts else ''} bitwise 1 rank at 1 and 2 "
+          "threads; 2 threads bitwise 1", flush=True)
+
+
+def float32_unchanged(d):
+    """(c) on the Llama checkpoint"""
+    a = write_job(f"{d}/f-absent.json", output={"path": "f-absent.h5"})
+    b = write_job(f"{d}/f-given.json", compute="float32", output={"path": "f-given.h5"})
+    c = write_job(f"{d}/f-bf16.json", compute="bf16", output={"path": "f-bf16.h5"})
+    for j in (a, b, c):
+        run(harvest, "run", j, "--quiet", check=0)
+    diff = output_diff(f"{d}/f-absent.h5", f"{d}/f-given.h5", ignore=IGNORE)
+    check(diff is None, f"compute float32 given differs from the default at {diff}")
+    with h5py.File(f"{d}/f-absent.h5", "r") as f:
+        check(f.attrs["compute_dtype"] == "float32", "default compute_dtype float32")
+    check(output_diff(f"{d}/f-absent.h5", f"{d}/f-bf16.h5", ignore=IGNORE) is not None,
+          "bf16 differs from float32")
+    print("compute float32: the default's output bit for bit", flush=True)
+
+
+def bad_input(d):
+    """(d)"""
+    for v, what in (("fp8", '"fp8"'), (3, "expected a non-empty string")):
+        r = run(harvest, "run", write_job(f"{d}/bad.json", compute=v, output={"path": "bad.h5"}), "--quiet")
+        check(r.returncode == 1 and '"compute"' in r.stderr and what in r.stderr,
+              f"compute {v!r}: exit {r.returncode}, {r.stderr.strip()}")
+    e = f"{work}/encdec"
+    init_model(harvest, f"{e}/model", seed=2)
+    write_prompts(f"{e}/prompts.jsonl", [3, 4], seed=1)
+    r = run(harvest, "run", write_job(f"{e}/job.json", compute="bf16"), "--quiet")
+    check(r.returncode == 1 and '"compute"' in r.stderr and "float32" in r.stderr,
+          f"bf16 on a float32 checkpoint: exit {r.returncode}, {r.stderr.strip()}")
+    # --resume with another compute, both ways
+    for first, second in (("float32", "bf16"), ("bf16", "float32")):
+        run(harvest, "run", write_job(f"{d}/r.json", compute=first, output={"path": "r.h5"}),
+            "--quiet", "--overwrite", check=0)
+        r = run(harvest, "run", write_job(f"{d}/r.json", compute=second, output={"path": "r.h5"}),
+                "--quiet", "--resume")
+        check(r.returncode == 1 and '"compute"' in r.stderr and first in r.stderr,
+              f"--resume {first} -> {second}: exit {r.returncode}, {r.stderr.strip()}")
+    print("bad input: fp8, 3, a float32 checkpoint, --resume with another compute: exit 1 naming the key",
+          flush=True)
+
+
+only = os.environ.get("BF16_ONLY")  # one family while debugging
+dirs = {}
+for n, (fam, preset) in enumerate(FAMILIES):
+    if not only or only == fam:
+        dirs[fam], acc = fidelity(fam, preset, seed=60 + n)
+        errors(f"{fam} {preset}", acc)
+if "qwen3_moe" in dirs:
+    grids(dirs["qwen3_moe"], "qwen3_moe")
+if "laguna" in dirs:
+    grids(dirs["laguna"], "laguna M.1")
+if not only or only == "wide":
+    # K and N of real models (hidden 2048, MLP 4096): oneDNN's K blocking in play (at K=2048 a
+    # 128-row call rounds differently from a 64-row one), which the tiny presets' K <= 64 is not
+    from hf.make_tiny import tiny_config, tiny_weights, write_model
+    cfg = tiny_config("llama")
+    cfg.update(hidden_size=2048, intermediate_size=4096, num_attention_heads=16,
+               num_key_value_heads=4, head_dim=128, num_hidden_layers=2)
+    write_model(f"{work}/wide/model", cfg, tiny_weights(cfg, 7, "BF16"), "BF16", 1)
+    grids(f"{work}/wide", "llama, hidden 2048", experts=False)
+if "llama" in dirs:
+    float32_unchanged(dirs["llama"])
+    bad_input(dirs["llama"])
+finish()
