@@ -164,7 +164,7 @@ t0 = time.time()
 mp = subprocess.Popen([MPIRUN, "-np", "4", harvest, "run", job("timing", 2, data="long.jsonl"), "--quiet"],
                       env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 startup = wait_started(f"{work}/timing.h5", mp) or 0
-ended(mp, "np 4 timing run")
+ended(mp, "np 4 timing run", timeout=600)  # a whole run: minutes on a loaded machine
 full = time.time() - t0 - startup
 print(f"np 4 (2 x 2) run of the long job: {startup:.1f} s to the first batch, then {full:.1f} s", flush=True)
 
@@ -202,7 +202,7 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
     elif pids:
         os.kill(pids[len(pids) // 2], sig)
     t = time.time()
-    err = ended(mp, label)
+    err = ended(mp, label, timeout=180)  # the batches in flight finish first
     if err is None:
         continue
     took = time.time() - t
