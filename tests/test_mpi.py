@@ -1,7 +1,7 @@
 """Many ranks, one output, under a real mpirun (--oversubscribe): np 2 data-parallel, np 2 as two
 pipeline stages, np 4 as 2 stages x 2 replicas and np 3 as three stages each give the np 1 output
 bit for bit (the batches are the same); uneven splits (ranks with nothing to do) work; a world size
-the grid cannot use is refused before any work; SIGTERM to mpirun or to one rank -> exit 3 ->
+the grid cannot use is refused before any work; SIGUSR1 to mpirun or SIGTERM to one rank -> exit 3 ->
 --resume -> identical; SIGKILL of one rank -> the job ends within seconds -> --resume -> identical."""
 import os
 import shutil
@@ -164,22 +164,23 @@ t0 = time.time()
 mp = subprocess.Popen([MPIRUN, "-np", "4", harvest, "run", job("timing", 2, data="long.jsonl"), "--quiet"],
                       env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 startup = wait_started(f"{work}/timing.h5", mp) or 0
-ended(mp, "np 4 timing run")
+ended(mp, "np 4 timing run", timeout=600)  # a whole run: minutes on a loaded machine
 full = time.time() - t0 - startup
 print(f"np 4 (2 x 2) run of the long job: {startup:.1f} s to the first batch, then {full:.1f} s", flush=True)
 
 
-def rank_pids():
-    out = subprocess.run(["pgrep", "-f", f"^{harvest} run"], capture_output=True, text=True).stdout
+def rank_pids(jp):
+    """The ranks running job file jp: this test's own (other tests may run harvest meanwhile)."""
+    out = subprocess.run(["pgrep", "-f", f"^{harvest} run {jp}"], capture_output=True, text=True).stdout
     return [int(x) for x in out.split()]
 
 
-def wait_no_ranks(label):
+def wait_no_ranks(label, jp):
     for _ in range(100):
-        if not rank_pids():
+        if not rank_pids(jp):
             return True
         time.sleep(0.2)
-    check(False, f"{label}: ranks still alive 20 s after the job ended: {rank_pids()}")
+    check(False, f"{label}: ranks still alive 20 s after the job ended: {rank_pids(jp)}")
     return False
 
 
@@ -195,17 +196,17 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if wait_started(f"{work}/{label}.h5", mp) is not None:
         time.sleep(full * frac)
-    pids = rank_pids()
+    pids = rank_pids(jp)
     if target == "mpirun":
         mp.send_signal(sig)
     elif pids:
         os.kill(pids[len(pids) // 2], sig)
     t = time.time()
-    err = ended(mp, label)
+    err = ended(mp, label, timeout=180)  # the batches in flight finish first
     if err is None:
         continue
     took = time.time() - t
-    wait_no_ranks(label)
+    wait_no_ranks(label, jp)
     if mp.returncode == 0:
         print(f"{label}: finished before the signal; nothing to resume")
     elif sig == signal.SIGKILL:
@@ -219,7 +220,7 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
         p = mpirun(4, "run", jp, "--resume", "--quiet", timeout=180)
     except subprocess.TimeoutExpired:
         check(False, f"{label}: --resume hung; processes: {subprocess.run(['pgrep', '-af', 'harvest'], capture_output=True, text=True).stdout}")
-        subprocess.run(["pkill", "-9", "-f", f"^{harvest} run"])
+        subprocess.run(["pkill", "-9", "-f", f"^{harvest} run {jp}"])
         continue
     if check(p.returncode == 0, f"{label}: --resume exit {p.returncode}: {p.stderr[-800:]}"):
         d = diff(f"{work}/long1.h5", f"{work}/{label}.h5")

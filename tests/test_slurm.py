@@ -1,30 +1,36 @@
-"""A real single-node Slurm cluster on loopback (slurmctld, slurmd, munge from Debian): `srun
---mpi=pmix` runs harvest as data-parallel replicas and as two pipeline stages, each giving the
-singleton output bit for bit; slurm/harvest.sbatch runs a job to completion; a USR1 to the batch
-script stops the harvest (exit 3), the script requeues it, and the restart resumes to the same
-output. Skipped (77) where the Slurm daemons cannot start (the reason is printed).
+"""A real single-node Slurm cluster on loopback (slurmctld, slurmd, munge from Debian;
+tests/slurm_cluster.py): `srun --mpi=pmix` runs harvest as data-parallel replicas and as two
+pipeline stages, each giving the singleton output bit for bit; slurm/harvest.sbatch runs a job to
+completion; a USR1 to the batch script stops the harvest (exit 3), the script requeues it, and the
+restart resumes to the same output. Skipped (77) where the Slurm daemons cannot start (the reason
+is printed).
 
-The daemons listen on two ports the system gives free at the start (bound to port 0), so a second
-cluster on the machine does not collide on fixed ones; a slurmctld or slurmd already running (not
-this test's: another cluster, or one left by a killed run) fails the test at once, naming it, since
-srun could otherwise reach the wrong daemon or the node's resources be taken.
+The cluster runs beside any other Slurm on the machine (its own name, ports, folders and job ids):
+the test starts a second cluster of its own at the same time and runs a harvest on each at once.
 
-The cluster's state (slurm.conf, spool, logs) lives in a short folder made under /tmp, not in the
-scratch folder: slurmd puts PMIx's Unix socket in its spool folder, and a socket path may hold only
-107 bytes, so a build folder with a long path would break every srun. A failing srun or sbatch is
-reported as a failed check with its stderr and the daemons' logs, never as a traceback."""
+Signals to srun itself, in an allocation (salloc --no-shell), one after the other on one output, as
+Slurm 22.05 handles them: SIGTERM -> srun has every task SIGKILLed at once ("forcing job
+termination"), exit 137; one SIGINT -> srun prints the tasks' state and goes on; two within a second
+-> SIGINT to the tasks and at once the step's abort (SIGKILL), exit 137; SIGUSR1 -> forwarded to
+every task, exit 3; `scancel --signal=TERM JOB` -> SIGTERM to every task, exit 3. After each,
+`--resume` continues, and the last one gives the singleton output bit for bit.
+
+A failing srun or sbatch is reported as a failed check with its stderr and the daemons' logs, never
+as a traceback."""
+import json
 import os
+import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
+import threading
 import time
 
 import h5py
 
 import util
+from slurm_cluster import Cluster
 from util import (BOOKKEEPING, HERE, args, check, finish, has_segment, init_model, output_diff, run,
                   write_job, write_prompts)
 
@@ -33,106 +39,42 @@ if not shutil.which("slurmctld") or not shutil.which("munged"):
     print("slurm-wlm is not installed: skipped")
     sys.exit(77)
 
-
-def foreign_daemons():
-    """(pid, command line) of every slurmctld or slurmd running on this machine."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            comm = open(f"/proc/{pid}/comm").read().strip()
-            if comm in ("slurmctld", "slurmd"):
-                cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode()
-                out.append((int(pid), cmd.strip() or comm))
-        except OSError:  # ended meanwhile
-            pass
-    return out
-
-
-def free_ports(n):
-    """n distinct TCP ports free on this machine now (each bound to port 0, held until all are
-    chosen, then released for the daemons)."""
-    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for so in socks:
-            so.bind(("", 0))
-        return [so.getsockname()[1] for so in socks]
-    finally:
-        for so in socks:
-            so.close()
-
-
-others = foreign_daemons()
-if others:
-    sys.exit("FAIL: Slurm daemons are already running on this machine (another cluster, or left "
-             "by a killed test run): " + "; ".join(f"pid {p}: {c}" for p, c in others) +
-             ". This test starts its own slurmctld and slurmd: stop those first (kill PID).")
-ctld_port, slurmd_port = free_ports(2)
-host = socket.gethostname().split(".")[0]
-conf = tempfile.mkdtemp(prefix="ahslurm-", dir="/tmp")  # short: PMIx's socket path <= 107 bytes
-os.makedirs(f"{conf}/state", exist_ok=True)
-os.makedirs(f"{conf}/spool", exist_ok=True)
-node = subprocess.run(["slurmd", "-C"], capture_output=True, text=True).stdout.splitlines()[0]
-node = " ".join(w for w in node.split() if not w.startswith("UpTime")) + " NodeAddr=127.0.0.1"
-open(f"{conf}/slurm.conf", "w").write(f"""ClusterName=harvest
-SlurmctldHost={host}(127.0.0.1)
-SlurmUser=root
-AuthType=auth/munge
-CryptoType=crypto/munge
-StateSaveLocation={conf}/state
-SlurmdSpoolDir={conf}/spool
-SlurmctldPidFile={conf}/slurmctld.pid
-SlurmdPidFile={conf}/slurmd.pid
-SlurmctldLogFile={conf}/slurmctld.log
-SlurmdLogFile={conf}/slurmd.log
-SlurmctldPort={ctld_port}
-SlurmdPort={slurmd_port}
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=pmix
-ReturnToService=2
-MailProg=/bin/true
-KillWait=10
-{node}
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
-""")
-env = dict(os.environ, SLURM_CONF=f"{conf}/slurm.conf", OPENBLAS_NUM_THREADS="1",
-           OMPI_MCA_btl_vader_backing_directory="/tmp", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+# two clusters at once: this test's own, and a second one beside it
+clusters = [Cluster(), Cluster()]
+why = [None, None]
+starts = [threading.Thread(target=lambda i=i: why.__setitem__(i, clusters[i].start())) for i in (0, 1)]
+for t in starts:
+    t.start()
+for t in starts:
+    t.join()
+cl, cl2 = clusters
+env = cl.env
 
 
 def sh(*cmd, timeout=60, **kw):
-    return subprocess.run(list(cmd), env=env, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def stop_daemons():
-    for pid_file in ("slurmd.pid", "slurmctld.pid"):
-        try:
-            os.kill(int(open(f"{conf}/{pid_file}").read()), 15)
-        except (OSError, ValueError):
-            pass
-    time.sleep(1)
+    return cl.sh(*cmd, timeout=timeout, **kw)
 
 
 def daemon_logs():
-    return "".join(f"--- {n} (end)\n" + open(f"{conf}/{n}").read()[-1500:]
-                   for n in ("slurmctld.log", "slurmd.log") if os.path.exists(f"{conf}/{n}"))
+    return cl.logs() + cl2.logs()
+
+
+def stop_daemons():
+    for c in clusters:
+        c.stop()
 
 
 def skip(why):
     print(f"{why}: skipped\n{daemon_logs()}")
     stop_daemons()
-    shutil.rmtree(conf, ignore_errors=True)
     sys.exit(77)
 
 
-def srun(*cmd, timeout=300):
+def srun(*cmd, timeout=300, cluster=None):
     """srun's CompletedProcess, or None (a failed check with srun's own words) if it failed."""
     label = "srun " + " ".join(cmd[:4])
     try:
-        p = sh("srun", *cmd, timeout=timeout)
+        p = (cluster or cl).sh("srun", *cmd, timeout=timeout)
     except subprocess.TimeoutExpired:
         check(False, f"{label}: no answer within {timeout} s\n{daemon_logs()}")
         return None
@@ -149,51 +91,80 @@ def same_output(ref, out, label):
     return check(d is None, f"{label}: differs from the singleton run in {d}")
 
 
-def munge_works():
-    try:
-        return subprocess.run("munge -n | unmunge", shell=True, capture_output=True,
-                              timeout=10).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-
-
-# a munge socket may be left over from a daemon that is gone (a fresh container keeps /run)
-if not munge_works():
-    subprocess.run(["install", "-d", "-o", "munge", "-g", "munge", "-m", "0755", "/run/munge"])
-    subprocess.run(["runuser", "-u", "munge", "--", "/usr/sbin/munged", "--force"], timeout=30)
-    for _ in range(50):
-        if munge_works():
-            break
-        time.sleep(0.2)
-    else:
-        skip("munged does not answer (munge -n | unmunge fails)")
-try:
-    started = sh("slurmctld", "-f", f"{conf}/slurm.conf").returncode == 0 and \
-        sh("slurmd", "-f", f"{conf}/slurm.conf").returncode == 0
-except subprocess.TimeoutExpired:
-    started = False
-t = time.time()
-while started and time.time() - t < 60:
-    try:
-        if "idle" in sh("sinfo", "-h", "-N", "-o", "%T", timeout=15).stdout:
-            break
-    except subprocess.TimeoutExpired:
-        pass
-    time.sleep(0.2)
-else:
-    skip("the Slurm daemons did not come up within 60 s")
+if why[0]:
+    skip(why[0])
+check(why[1] is None, f"a second cluster beside the first: {why[1]}")
+print(f"clusters {cl.name} (ports {cl.ctld_port}, {cl.slurmd_port}) and {cl2.name} (ports "
+      f"{cl2.ctld_port}, {cl2.slurmd_port}) up at once", flush=True)
 
 
 class Watchdog(Exception):
     pass
 
 
+def segments(out):
+    parts = out + ".parts"
+    return sum(n.startswith("seg-") for n in os.listdir(parts)) if os.path.isdir(parts) else 0
+
+
+def srun_signals(jp, out, ref):
+    """The signals to srun itself, in an allocation, one after the other on the output out of job
+    jp; then --resume to completion, equal to ref."""
+    p = sh("salloc", "-n", "2", "--no-shell")
+    m = re.search(r"Granted job allocation (\d+)", p.stderr)
+    if not check(m is not None, f"salloc --no-shell: {p.stderr[-600:]}"):
+        return
+    alloc = m.group(1)
+    cmd = ["srun", f"--jobid={alloc}", "--mpi=pmix", "-n", "2", harvest, "run", jp, "--quiet"]
+    # (label, signals in order with the pause before each, exit codes Slurm 22.05 gives)
+    for label, sigs, want in (("SIGTERM", [(0, signal.SIGTERM)], {137}),
+                              ("SIGINT, then two within 1 s",
+                               [(0, signal.SIGINT), (2.5, signal.SIGINT), (0.2, signal.SIGINT)], {137}),
+                              ("SIGUSR1", [(0, signal.SIGUSR1)], {3}),
+                              ("scancel --signal=TERM", [(0, "scancel")], {3})):
+        before = segments(out)
+        sp = subprocess.Popen(cmd + ["--resume"], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+        t = time.time()
+        while segments(out) <= before and sp.poll() is None and time.time() - t < 120:
+            time.sleep(0.05)  # into its batches
+        time.sleep(0.5)
+        for i, (pause, sig) in enumerate(sigs):
+            time.sleep(pause)
+            if i == 1:
+                check(sp.poll() is None, f"srun {label}: one SIGINT ended srun (exit {sp.returncode})")
+            if sig == "scancel":
+                sh("scancel", "--signal=TERM", alloc)
+            else:
+                sp.send_signal(sig)
+        try:
+            err = sp.communicate(timeout=120)[1]
+        except subprocess.TimeoutExpired:
+            sp.kill()
+            err = sp.communicate()[1]
+            check(False, f"srun {label}: srun did not end within 120 s")
+            continue
+        with h5py.File(out, "r") as f:
+            done = int(f.attrs["prompts_done"])
+        if sp.returncode == 0:
+            print(f"srun {label}: finished before the signal")
+            break
+        check(sp.returncode in want, f"srun {label}: exit {sp.returncode}, expected {sorted(want)}: "
+              f"{err[-800:]}")
+        print(f"srun {label}: exit {sp.returncode}, {done} prompts kept", flush=True)
+    p = sh(*cmd, "--resume", timeout=600)
+    if check(p.returncode == 0, f"srun --resume after the signals: exit {p.returncode}: {p.stderr[-800:]}") \
+            and same_output(ref, out, "srun signals"):
+        print("srun signals: --resume after each -> the singleton output", flush=True)
+    sh("scancel", alloc)
+
+
 def watchdog(*_):
-    raise Watchdog("test_slurm: still running after 600 s")
+    raise Watchdog("test_slurm: still running after 1700 s")
 
 
 signal.signal(signal.SIGALRM, watchdog)
-signal.alarm(600)
+signal.alarm(1700)  # ctest's TIMEOUT is 1800
 try:
     init_model(harvest, f"{work}/model", seed=11)
     write_prompts(f"{work}/prompts.jsonl", [(37 * i) % 120 + 10 for i in range(40)], seed=11)
@@ -205,14 +176,27 @@ try:
                          parallel={"pipeline_stages": stages})
 
     run(harvest, "run", job("single"), "--quiet", check=0)
+    # the second cluster runs a harvest of its own meanwhile (its srun, PMIx and job ids apart)
+    other = {}
+    beside = threading.Thread(target=lambda: other.update(p=srun(
+        "--mpi=pmix", "-n", "2", harvest, "run", job("srun_beside"), "--quiet", cluster=cl2)))
+    beside.start()
     for name, stages in (("srun_dp2", 1), ("srun_pp2", 2)):
         p = srun("--mpi=pmix", "-n", "2", harvest, "run", job(name, stages), "--quiet")
         if p and same_output(f"{work}/single.h5", f"{work}/{name}.h5", name):
             with h5py.File(f"{work}/{name}.h5", "r") as f:
-                import json
                 ranks = json.loads(f.attrs["provenance"])["ranks"]
                 check(all("slurm_job_id" in r for r in ranks), f"{name}: Slurm job ids in the provenance")
             print(f"{name}: srun --mpi=pmix -n 2, {stages} stage(s) == singleton", flush=True)
+    beside.join()
+    if other.get("p") and same_output(f"{work}/single.h5", f"{work}/srun_beside.h5", "srun_beside"):
+        with h5py.File(f"{work}/srun_beside.h5", "r") as f:
+            ids = {r.get("slurm_job_id") for r in json.loads(f.attrs["provenance"])["ranks"]}
+        check(ids and all(int(i) >= cl2.first_job for i in ids),
+              f"srun_beside: ran as a job of the second cluster (first job id {cl2.first_job}): {ids}")
+        print(f"srun_beside: the same harvest on the second cluster {cl2.name} at the same time == "
+              "singleton", flush=True)
+    cl2.stop()
 
     # the batch launcher: to completion
     sbatch = os.path.join(os.path.dirname(HERE), "slurm", "harvest.sbatch")
@@ -266,11 +250,13 @@ try:
           f"preempt: stopped (exit 3), requeued, finished on restart 1: {log[-800:]}")
     same_output(f"{work}/long_single.h5", f"{work}/preempt.h5", "preempt")
     print("preempt: USR1 -> exit 3 -> requeue -> --resume -> same output", flush=True)
+    write_prompts(f"{work}/mid.jsonl", [(41 * i) % 80 + 30 for i in range(48)], seed=13)
+    run(harvest, "run", job("mid_single", data="mid.jsonl"), "--quiet", check=0)
+    srun_signals(job("sig", ckpt=0, data="mid.jsonl"), f"{work}/sig.h5", f"{work}/mid_single.h5")
 except Watchdog as e:
     check(False, f"{e}\n{daemon_logs()}")
 finally:
-    stop_daemons()
     if util.failures:
         print(f"Slurm daemon logs:\n{daemon_logs()}")
-    shutil.rmtree(conf, ignore_errors=True)
+    stop_daemons()
 finish()
