@@ -23,6 +23,7 @@
 #include "harvest/normguard.h"
 #include "harvest/pipe.h"
 #include "harvest/writer.h"
+#include "model/ops.h" // op_threads
 
 #include <cjson/cJSON.h>
 #include <hdf5.h>
@@ -173,6 +174,7 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
     if (rc == 0) rc = pipe_init(&rr->pipe, g, (size_t)max_tokens * 2 * model_hidden(&pl->m), err);
     if (rc < 0) return rc;
     if (!quiet && g->rank == 0) fprintf(stderr, "harvest: BLAS %s\n", blas_describe());
+    if (!quiet && g->rank == 0) fprintf(stderr, "harvest: rank 0: %d threads\n", op_threads());
     if (!quiet && g->rank == 0)
         fprintf(stderr, "harvest: rank 0: run state %.1f MB (buffers for %lld tokens a batch)\n",
                 (double)rr->st.bytes / 1e6, (long long)max_tokens);

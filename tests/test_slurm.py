@@ -202,9 +202,11 @@ try:
     sbatch = os.path.join(os.path.dirname(HERE), "slurm", "harvest.sbatch")
     henv = dict(env, HARVEST=harvest)
 
-    def submit(jp, log):
-        p = subprocess.run(["sbatch", "--parsable", "-n", "2", "-o", log, sbatch, jp], env=henv,
-                           capture_output=True, text=True, timeout=60)
+    def submit(jp, log, opts=("-n", "2"), extra_env=None):
+        args = [jp] if jp else []  # no job argument: JOB from the environment
+        p = subprocess.run(["sbatch", "--parsable", *opts, "-o", log, sbatch, *args],
+                           env=dict(henv, **(extra_env or {})), capture_output=True, text=True,
+                           timeout=60)
         if not check(p.returncode == 0, f"sbatch failed, exit {p.returncode}: {p.stderr[-800:]}"):
             raise Watchdog("sbatch failed")
         return p.stdout.strip().split(";")[0]
@@ -227,6 +229,15 @@ try:
     check("harvest: exit 0" in log, f"sbatch: the harvest finished: {log[-600:]}")
     same_output(f"{work}/single.h5", f"{work}/batch.h5", "sbatch")
     print("sbatch slurm/harvest.sbatch: completed, same output", flush=True)
+
+    # threads from --cpus-per-task, the job from $JOB: the sbatch file unchanged, 2 threads a rank
+    jid = submit(None, f"{work}/cpus.log", ("-n", "1", "--cpus-per-task", "2"),
+                 {"JOB": job("cpus")})
+    check(wait_gone(jid), "sbatch --cpus-per-task 2: the job ended")
+    log = read(f"{work}/cpus.log")
+    check("harvest: exit 0" in log and "harvest: rank 0: 2 threads" in log,
+          f"sbatch --cpus-per-task 2 (JOB from the environment): 2 threads a rank: {log[-800:]}")
+    print("sbatch --cpus-per-task 2: 2 threads a rank, the job from $JOB", flush=True)
 
     # preemption: USR1 to the batch script -> exit 3 -> requeue -> --resume -> same output
     write_prompts(f"{work}/long.jsonl", [(53 * i) % 200 + 100 for i in range(96)], seed=12)
