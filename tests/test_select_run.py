@@ -158,8 +158,10 @@ def check_numpy(label, tok):
 
 
 def check_recompute(label, tok):
-    """`harvest stats` on a copy of the finished output gives the write-time bits"""
-    cp = tok[:-3] + "_re.h5"
+    """`harvest stats` on a copy of the finished output gives the write-time bits (a copy under
+    the same name in another folder: an output copies only as its two parts under its name)"""
+    os.makedirs(os.path.join(os.path.dirname(tok), f"re_{label}"), exist_ok=True)
+    cp = os.path.join(os.path.dirname(tok), f"re_{label}", os.path.basename(tok))
     shutil.copy(tok, cp)
     shutil.copytree(tok + ".parts", cp + ".parts")
     run(harvest, "stats", cp, "--quiet", check=0)
