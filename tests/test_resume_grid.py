@@ -82,7 +82,9 @@ if MPIRUN:
     # ---- Laguna: expert_parallel 1 stopped, resumed with 2 shards ----
     run(harvest, "init-model", "--family", "laguna", "--preset", "M.1", "--seed", "7",
         f"{work}/laguna", check=0)
-    write_prompts(f"{work}/laguna.jsonl", [(13 * i) % 28 + 4 for i in range(40)], seed=4,
+    # enough prompts that the run outlasts stop_mid_run's settle time on a fast machine (40 of
+    # them finished before the signal with the right BLAS kernel)
+    write_prompts(f"{work}/laguna.jsonl", [(13 * i) % 28 + 4 for i in range(240)], seed=4,
                   vocab=512)
     LG = dict(model="laguna", acts=("layers.*.layer_output",), batch=1)
     run(harvest, "run", job("lg_ref", "lg_ref", **LG), "--quiet", check=0)
