@@ -64,5 +64,5 @@ for t in 1 2; do
     d=$(lcpp "$WORK/model-bf16.gguf" "$t")
     awk -v t="$t" -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v T="$T" -v P="$PROMPTS" 'BEGIN {
         printf "threads %d: harvest f32 %.1f, bf16 %.1f tokens/s (%d x %d) | llama.cpp F32 %.1f, BF16 %.1f (1 x %d, best of fa off/on) | harvest f32 / llama.cpp F32 %.2f, bf16 / llama.cpp BF16 %.2f, bf16 / harvest f32 %.2f\n",
-               t, a, b, P, T, c, d, T, c > 0 ? a / c : 0, d > 0 ? b / d : 0, a > 0 ? b / a : 0 }'
+               t, a, b, P, T, c, d, T, (c > 0 ? a / c : 0), (d > 0 ? b / d : 0), (a > 0 ? b / a : 0) }'
 done
