@@ -162,15 +162,20 @@ void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, in
 // ----------------------------------------------------------------------------
 // rmsnorm
 
+// 1 / sqrt(mean(x^2) + eps) of one row, summed in double in feature order, rounded once
+static float rms_inv(const float *x, int C, double eps) {
+    double ss = 0.0;
+    for (int c = 0; c < C; c++)
+        ss += (double)x[c] * (double)x[c];
+    return (float)(1.0 / sqrt(ss / C + eps));
+}
+
 void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float eps) {
 #pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * C >= PAR_MIN) schedule(static)
     for (int t = 0; t < T; t++) {
         const float *x = in + (int64_t)t * C;
         float *o = out + (int64_t)t * C;
-        double ss = 0.0;
-        for (int c = 0; c < C; c++)
-            ss += (double)x[c] * (double)x[c];
-        float r = (float)(1.0 / sqrt(ss / C + (double)eps));
+        float r = rms_inv(x, C, (double)eps);
         for (int c = 0; c < C; c++)
             o[c] = x[c] * r * w[c];
     }
@@ -192,10 +197,7 @@ void op_rmsnorm_1p(float *out, const float *in, const float *w, int T, int C, do
     for (int t = 0; t < T; t++) {
         const float *x = in + (int64_t)t * C;
         float *o = out + (int64_t)t * C;
-        double ss = 0.0;
-        for (int c = 0; c < C; c++)
-            ss += (double)x[c] * (double)x[c];
-        float r = (float)(1.0 / sqrt(ss / C + eps));
+        float r = rms_inv(x, C, eps);
         for (int c = 0; c < C; c++)
             o[c] = x[c] * r * (1.0f + w[c]);
     }
