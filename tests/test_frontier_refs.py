@@ -9,6 +9,7 @@ where transformers' code leans on a torch op (a few seconds, no harvest binary n
   scale grid gives other values (caught), a scale of the wrong shape, an FP8 weight without its scale
   and a scale without its weight are errors naming the tensor; quantize -> dequantize within half an
   e4m3 step; the e4m3 table's landmarks (448, 2^-6, 2^-9, NaN codes).
+- The safetensors reader keeps F8_E4M3 and U8 tensors as their bytes and widens BF16 exactly.
 - MXFP4 (mxfp4.convert_moe_packed_tensors): a hand-decoded block (0x2F -> -6, +1; 0x71 -> 0.5, 6;
   scale byte 128 -> x 2), the transpose to (E, in, out); a decoder with the nibbles swapped fails it;
   values on the FP4 grid round-trip exactly; mismatched scales are refused.
@@ -114,6 +115,31 @@ class FP8(unittest.TestCase):
         self.assertTrue(np.all(np.abs(d - w) <= np.maximum(np.abs(w) * 2.0 ** -4, step) * (1 + 1e-12)))
         # the round-trip error is not zero: the test above is about rounding, not about identity
         self.assertGreater(np.abs(d - w).max(), 0)
+
+
+class Reader(unittest.TestCase):
+    def test_published_dtypes(self):
+        """read_safetensors_raw keeps F8_E4M3 and U8 as their bytes, widens BF16 exactly."""
+        import tempfile
+        t = {"w": ("F8_E4M3", np.array([[0x7E, 0x81], [0x38, 0x00]], np.uint8)),
+             "b": ("U8", np.arange(6, dtype=np.uint8).reshape(1, 2, 3)),
+             "n": ("BF16", np.array([0x3F80, 0xC040], np.uint16)),
+             "s": ("F32", np.array([[0.5]], np.float32))}
+        header, blob = {}, b""
+        for name, (dt, a) in t.items():
+            header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + a.nbytes]}
+            blob += a.tobytes()
+        h = json.dumps(header).encode()
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "model.safetensors")
+            with open(path, "wb") as f:
+                f.write(len(h).to_bytes(8, "little") + h + blob)
+            got = ds.read_safetensors_raw(path)
+        self.assertEqual(got["w"].dtype, np.uint8)
+        np.testing.assert_array_equal(ds.E4M3[got["w"]], [[448.0, -2.0 ** -9], [1.0, 0.0]])
+        np.testing.assert_array_equal(got["b"], t["b"][1])
+        np.testing.assert_array_equal(got["n"], [1.0, -3.0])
+        np.testing.assert_array_equal(got["s"], [[0.5]])
 
 
 class MXFP4(unittest.TestCase):
