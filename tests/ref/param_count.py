@@ -155,8 +155,8 @@ ARCH = {
         "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880,
         "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
         "num_local_experts": 32, "vocab_size": 201088, "attention_bias": True, "tie_word_embeddings": False},
-    # gpt-oss-120b: the 20b's dimensions with 36 layers and 128 experts (openai/gpt-oss model card:
-    # "36 layers, 128 experts"; a gpt_oss config dict with these values in another project's tests)
+    # gpt-oss-120b: the release config's values as transcribed in another project's test (citing
+    # huggingface.co/openai/gpt-oss-120b/raw/main/config.json): the 20b's with 36 layers, 128 experts
     "gpt-oss-120b": {
         "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880,
         "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
@@ -166,8 +166,8 @@ ARCH = {
         "architectures": ["OlmoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 1024,
         "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64,
         "num_experts_per_tok": 8, "vocab_size": 50304, "tie_word_embeddings": False},
-    # Phi-3.5-mini: Phi-3-mini's architecture (model card: "same tokenizer as Phi-3 Mini", 3.8B); the
-    # values of a Phi3ForCausalLM config.json quoted whole in another project (vocab 32064, untied)
+    # Phi-3.5-mini: the release config's values as transcribed in ONNX-export helpers (citing
+    # huggingface.co/microsoft/Phi-3.5-mini-instruct/blob/main/config.json); untied head
     "Phi-3.5-mini-instruct": {
         "architectures": ["Phi3ForCausalLM"], "hidden_size": 3072, "intermediate_size": 8192,
         "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064,
