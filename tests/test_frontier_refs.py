@@ -29,8 +29,10 @@ where transformers' code leans on a torch op (a few seconds, no harvest binary n
   renormalised; Phi-3's fused qkv/gate_up split, longrope switching to long_factor past
   original_max_position_embeddings with attention factor sqrt(1 + ln s / ln L0).
 - Parameter counts: Kimi-K2-Instruct (tests/ref/configs) plus its FP8 scales, routing-bias buffers and
-  inv_freq tensors equal the release checkpoint's tensor total (1,026,470,731,056); gpt-oss-20b equals
-  a bf16 re-save's total (20,914,757,184); every release within its model card's rounding.
+  inv_freq tensors equal the release checkpoint's tensor total (1,026,470,731,056), its bytes as
+  published 958.49 GiB; gpt-oss-20b (tests/ref/configs) equals a bf16 re-save's total (20,914,757,184),
+  the MXFP4 release's tensor total (11,956,805,184) and 12.82 GiB; every release within its model
+  card's rounding.
 """
 import itertools
 import json
@@ -569,8 +571,16 @@ class ParamCounts(unittest.TestCase):
         self.assertEqual(c["total"] + c["fp8_scales"] + c["buffers"] + 61 * 56, 1_026_470_731_056)
         self.assertEqual(c["mtp_unique"], 0)
 
-    def test_gpt_oss_20b_bf16_resave_total(self):
-        self.assertEqual(pc.count(pc.ARCH["gpt-oss-20b"])["total"], 20_914_757_184)
+    def test_kimi_k2_bytes_as_published(self):
+        b = pc.count(load_kimi())["stored_bytes"] + 61 * 56 * 2  # + the bf16 inv_freq tensors
+        self.assertEqual(round(b / 2 ** 30, 2), 958.49)  # the report's tensor total, 958.49 GB
+
+    def test_gpt_oss_20b_release_totals(self):
+        with open(os.path.join(REF, "configs", "gpt-oss-20b.json")) as f:
+            c = pc.count(json.load(f))
+        self.assertEqual(c["total"], 20_914_757_184)  # a bf16 re-save's tensor total
+        self.assertEqual(c["stored_elements"], 11_956_805_184)  # the MXFP4 release's tensor total
+        self.assertEqual(round(c["stored_bytes"] / 2 ** 30, 2), 12.82)  # its 12.82 GB of tensors
 
     def test_cards(self):
         got = {n: pc.count(cfg) for n, (cfg, _) in pc.release_configs().items()}
@@ -581,6 +591,16 @@ class ParamCounts(unittest.TestCase):
         for name, (want, half) in pc.CARDS.items():
             self.assertLessEqual(abs(got[name] - want), half, (name, got[name]))
         self.assertAlmostEqual(ds3["mtp_unique"] / 1e9, 11.6, delta=0.05)
+
+    def test_release_configs_read_by_the_references(self):
+        k = ds.DeepseekV3Ref(load_kimi(), {})
+        self.assertAlmostEqual(k.scaling, 192 ** -0.5 * (0.1 * math.log(32) + 1) ** 2, places=15)
+        self.assertEqual((k.A, k.inv.shape, k.first_dense, k.n_group, k.rsf), (1.0, (32,), 1, 1, 2.827))
+        with open(os.path.join(REF, "configs", "gpt-oss-20b.json")) as f:
+            g = go.GptOssRef(json.load(f), {})
+        self.assertAlmostEqual(g.A, 0.1 * math.log(32) + 1, places=15)
+        self.assertEqual((g.k, g.E, g.window, g.types[:2], g.inv.shape), (4, 32, 128, ["sliding_attention",
+                                                                                        "full_attention"], (32,)))
 
     def test_family_errors(self):
         with self.assertRaisesRegex(ValueError, "'LlamaForCausalLM'"):

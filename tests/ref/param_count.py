@@ -97,9 +97,14 @@ def deepseek_v3(cfg):
     mtp = cfg.get("num_nextn_predict_layers", 0) or 0
     unique = mtp * (2 * D + 2 * D * D + deepseek_layer(cfg, L) + D)  # enorm, hnorm, eh_proj, layer, norm
     block = tuple((cfg.get("quantization_config") or {}).get("weight_block_size") or (128, 128))
-    return {"total": total, "buffers": n_moe * cfg["n_routed_experts"], "mtp_unique": unique,
+    # as published: bfloat16 embedding, head, norms and router weights; every other weight FP8 (1 byte),
+    # its weight_scale_inv tiles and the routing-bias buffers float32
+    E, ql, kvl = cfg["n_routed_experts"], cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+    bf16 = 2 * V * D + D + L * (2 * D + (ql or 0) + kvl) + n_moe * E * D
+    scales = sum(deepseek_fp8_scales(cfg, i, block) for i in range(L))
+    return {"stored_bytes": (total - bf16) + 2 * bf16 + 4 * (scales + n_moe * E),"total": total, "buffers": n_moe * cfg["n_routed_experts"], "mtp_unique": unique,
             "mtp_stored": unique + mtp * 2 * V * D,
-            "fp8_scales": sum(deepseek_fp8_scales(cfg, i, block) for i in range(L)),
+            "fp8_scales": scales,
             "mtp_fp8_scales": mtp * deepseek_fp8_scales(cfg, L, block)}
 
 
@@ -110,7 +115,12 @@ def gpt_oss(cfg):
     b = 1 if cfg.get("attention_bias", True) else 0
     attn = D * H * hd + 2 * D * KV * hd + H * hd * D + b * (H * hd + 2 * KV * hd + D) + H  # + sinks
     mlp = E * D + E + E * D * 2 * I + E * 2 * I + E * I * D + E * D
-    return {"total": _embed_head(cfg) + L * (2 * D + attn + mlp)}
+    total = _embed_head(cfg) + L * (2 * D + attn + mlp)
+    # as published (mxfp4.py Mxfp4GptOssExperts): each expert matrix as blocks (E, out, in/32, 16) and
+    # scale bytes (E, out, in/32); everything else bfloat16
+    mx = E * 2 * I * (D // 32) * 17 + E * D * (I // 32) * 17
+    other = total - L * (E * D * 2 * I + E * I * D)
+    return {"total": total, "stored_elements": other + L * mx, "stored_bytes": 2 * other + L * mx}
 
 
 def olmoe(cfg):
@@ -150,11 +160,6 @@ ARCH = {
         "moe_intermediate_size": 2048, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "tie_word_embeddings": False, "attention_bias": False,
         "num_nextn_predict_layers": 1},
-    # GptOssConfig of a bf16 re-save of openai/gpt-oss-20b (a model report printing it in full)
-    "gpt-oss-20b": {
-        "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880,
-        "num_hidden_layers": 24, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-        "num_local_experts": 32, "vocab_size": 201088, "attention_bias": True, "tie_word_embeddings": False},
     # gpt-oss-120b: the release config's values as transcribed in another project's test (citing
     # huggingface.co/openai/gpt-oss-120b/raw/main/config.json): the 20b's with 36 layers, 128 experts
     "gpt-oss-120b": {
@@ -206,6 +211,8 @@ def main():
         if c.get("mtp_unique"):
             line += (f"  + MTP {c['mtp_unique'] / 1e9:.2f} B unique, {c['mtp_stored'] / 1e9:.2f} B as stored"
                      f" = {(c['total'] + c['mtp_stored']) / 1e9:.2f} B")
+        if c.get("stored_bytes"):
+            line += f"; {c['stored_bytes'] / 2 ** 30:.2f} GiB as published"
         print(f"{line}  [{src}]")
     return 0
 
