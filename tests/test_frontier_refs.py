@@ -31,8 +31,8 @@ where transformers' code leans on a torch op (a few seconds, no harvest binary n
 - Parameter counts: Kimi-K2-Instruct (tests/ref/configs) plus its FP8 scales, routing-bias buffers and
   inv_freq tensors equal the release checkpoint's tensor total (1,026,470,731,056), its bytes as
   published 958.49 GiB; gpt-oss-20b (tests/ref/configs) equals a bf16 re-save's total (20,914,757,184),
-  the MXFP4 release's tensor total (11,956,805,184) and 12.82 GiB; every release within its model
-  card's rounding.
+  the MXFP4 release's tensor total (11,956,805,184) and 12.82 GiB; DeepSeek-R1-0528's file carries
+  DeepSeek-V3's architecture values; every release within its model card's rounding.
 """
 import itertools
 import json
@@ -591,6 +591,17 @@ class ParamCounts(unittest.TestCase):
         for name, (want, half) in pc.CARDS.items():
             self.assertLessEqual(abs(got[name] - want), half, (name, got[name]))
         self.assertAlmostEqual(ds3["mtp_unique"] / 1e9, 11.6, delta=0.05)
+
+    def test_deepseek_r1_0528_has_v3_architecture(self):
+        """The verbatim DeepSeek-R1-0528 file stands for DeepSeek-V3's: every key the counter and the
+        reference read equals DeepSeek-V3's values as quoted elsewhere (param_count.ARCH)."""
+        with open(os.path.join(REF, "configs", "DeepSeek-R1-0528.json")) as f:
+            r1 = json.load(f)
+        self.assertEqual({k: r1[k] for k in pc.ARCH["DeepSeek-V3"]}, pc.ARCH["DeepSeek-V3"])
+        self.assertEqual(pc.count(r1)["total"], pc.count(pc.ARCH["DeepSeek-V3"])["total"])
+        ref = ds.DeepseekV3Ref(r1, {})
+        self.assertAlmostEqual(ref.scaling, 192 ** -0.5 * (0.1 * math.log(40) + 1) ** 2, places=15)
+        self.assertEqual((ref.A, ref.first_dense, ref.n_group, ref.topk_group), (1.0, 3, 8, 4))
 
     def test_release_configs_read_by_the_references(self):
         k = ds.DeepseekV3Ref(load_kimi(), {})
