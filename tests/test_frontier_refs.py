@@ -592,6 +592,13 @@ class ParamCounts(unittest.TestCase):
             self.assertLessEqual(abs(got[name] - want), half, (name, got[name]))
         self.assertAlmostEqual(ds3["mtp_unique"] / 1e9, 11.6, delta=0.05)
 
+    def test_gpt_oss_120b_checkpoint_size(self):
+        with open(os.path.join(REF, "configs", "gpt-oss-120b.json")) as f:
+            c = pc.count(json.load(f))
+        self.assertEqual(c["total"], 116_829_156_672)
+        # "Checkpoints are ~60.8 GiB (120b) and ~12.8 GiB (20b)" (a GPT-OSS overview quoting the card)
+        self.assertEqual(round(c["stored_bytes"] / 2 ** 30, 1), 60.8)
+
     def test_deepseek_r1_0528_has_v3_architecture(self):
         """The verbatim DeepSeek-R1-0528 file stands for DeepSeek-V3's: every key the counter and the
         reference read equals DeepSeek-V3's values as quoted elsewhere (param_count.ARCH)."""

@@ -160,12 +160,6 @@ ARCH = {
         "moe_intermediate_size": 2048, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "tie_word_embeddings": False, "attention_bias": False,
         "num_nextn_predict_layers": 1},
-    # gpt-oss-120b: the release config's values as transcribed in another project's test (citing
-    # huggingface.co/openai/gpt-oss-120b/raw/main/config.json): the 20b's with 36 layers, 128 experts
-    "gpt-oss-120b": {
-        "architectures": ["GptOssForCausalLM"], "hidden_size": 2880, "intermediate_size": 2880,
-        "num_hidden_layers": 36, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64,
-        "num_local_experts": 128, "vocab_size": 201088, "attention_bias": True, "tie_word_embeddings": False},
     # OLMoE-1B-7B: "the real routing shape" quoted in another project's tests, vocab 50304
     "OLMoE-1B-7B-0924": {
         "architectures": ["OlmoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 1024,
