@@ -324,7 +324,7 @@ class DeepseekV3Ref:
         self.scaling = self.d_qk ** -0.5  # DeepseekV3Attention.__init__
         if kind == "yarn":
             rp = dict(rs, rope_theta=rs.get("rope_theta", g("rope_theta", 10000.0)))
-            self.inv, self.A = yarn_inv_freq(rp, self.d_rope, g("max_position_embeddings", 163840))
+            self.inv, self.A = yarn_inv_freq(rp, self.d_rope, g("max_position_embeddings", 4096))
             msa = rs.get("mscale_all_dim", 0)
             if msa:
                 m = get_mscale(rs["factor"], msa)

@@ -120,7 +120,7 @@ class GptOssRef:
         self.hd = g("head_dim") or self.D // self.H
         self.eps = g("rms_norm_eps", 1e-5)
         self.k = g("num_experts_per_tok", g("experts_per_token", 4))
-        self.E = g("num_local_experts", 32)
+        self.E = g("num_local_experts", 128)  # GptOssConfig default
         self.alpha, self.limit = 1.702, g("swiglu_limit", 7.0)
         self.window = g("sliding_window", 128)
         self.types = layer_types(cfg)

@@ -160,7 +160,9 @@ ARCH = {
         "moe_intermediate_size": 2048, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "tie_word_embeddings": False, "attention_bias": False,
         "num_nextn_predict_layers": 1},
-    # OLMoE-1B-7B: "the real routing shape" quoted in another project's tests, vocab 50304
+    # OLMoE-1B-7B: "the real routing shape" quoted in another project's tests, and a whole OLMoE-1B-7B
+    # training checkpoint's config (step23842-hf, transformers 4.48.1: vocab 50304, untied) in another
+    # project's parameter-count script
     "OLMoE-1B-7B-0924": {
         "architectures": ["OlmoeForCausalLM"], "hidden_size": 2048, "intermediate_size": 1024,
         "num_hidden_layers": 16, "num_attention_heads": 16, "num_key_value_heads": 16, "num_experts": 64,
