@@ -24,7 +24,8 @@ where transformers' code leans on a torch op (a few seconds, no harvest binary n
 - Sinks: kept probabilities + the sink's share sum to 1 per row; the attention equals an explicit loop
   over heads, queries and keys; zeroed sinks change it (caught).
 - Forward passes of tiny random checkpoints of all four families (DeepSeek-V3 from FP8 bytes, gpt-oss
-  from MXFP4 blocks): residual identities, probability rows, routing identities, logits = head(norm).
+  from MXFP4 blocks; both also from a checkpoint folder written in the published dtypes, F8_E4M3 /
+  U8, giving the in-memory values, and a folder missing one weight_scale_inv refused naming it): residual identities, probability rows, routing identities, logits = head(norm).
   OLMoE's q/k norms over the whole projection (a per-head norm differs), softmax top-k weights not
   renormalised; Phi-3's fused qkv/gate_up split, longrope switching to long_factor past
   original_max_position_embeddings with attention factor sqrt(1 + ln s / ln L0).
@@ -119,6 +120,26 @@ class FP8(unittest.TestCase):
         self.assertGreater(np.abs(d - w).max(), 0)
 
 
+def write_safetensors(path, tensors, dtype_of):
+    """A minimal safetensors writer: name -> array, dtype_of(name, array) -> the header's dtype."""
+    header, blob = {}, b""
+    for name, a in tensors.items():
+        a = np.ascontiguousarray(a)
+        header[name] = {"dtype": dtype_of(name, a), "shape": list(a.shape),
+                        "data_offsets": [len(blob), len(blob) + a.nbytes]}
+        blob += a.tobytes()
+    h = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + blob)
+
+
+def write_checkpoint(d, cfg, raw, dtype_of):
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    write_safetensors(os.path.join(d, "model.safetensors"), raw, dtype_of)
+
+
 class Reader(unittest.TestCase):
     def test_published_dtypes(self):
         """read_safetensors_raw keeps F8_E4M3 and U8 as their bytes, widens BF16 exactly."""
@@ -127,15 +148,9 @@ class Reader(unittest.TestCase):
              "b": ("U8", np.arange(6, dtype=np.uint8).reshape(1, 2, 3)),
              "n": ("BF16", np.array([0x3F80, 0xC040], np.uint16)),
              "s": ("F32", np.array([[0.5]], np.float32))}
-        header, blob = {}, b""
-        for name, (dt, a) in t.items():
-            header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [len(blob), len(blob) + a.nbytes]}
-            blob += a.tobytes()
-        h = json.dumps(header).encode()
         with tempfile.TemporaryDirectory() as d:
             path = os.path.join(d, "model.safetensors")
-            with open(path, "wb") as f:
-                f.write(len(h).to_bytes(8, "little") + h + blob)
+            write_safetensors(path, {n: a for n, (_, a) in t.items()}, lambda n, a: t[n][0])
             got = ds.read_safetensors_raw(path)
         self.assertEqual(got["w"].dtype, np.uint8)
         np.testing.assert_array_equal(ds.E4M3[got["w"]], [[448.0, -2.0 ** -9], [1.0, 0.0]])
@@ -374,6 +389,22 @@ class DeepSeek(unittest.TestCase):
         want = t.view(b, h, s, d // 2, 2).transpose(4, 3).reshape(b, h, s, d).numpy()
         np.testing.assert_array_equal(ds.deinterleave(x), want)
 
+    def test_from_checkpoint_folder(self):
+        """The published layout on disk (F8_E4M3 weights, F32 scales) gives the same values."""
+        import tempfile
+        raw = publish_fp8(self.cfg, deepseek_tensors(self.cfg, np.random.default_rng(9)))
+        fp8 = lambda n, a: "F8_E4M3" if a.dtype == np.uint8 else "F32"
+        with tempfile.TemporaryDirectory() as d:
+            write_checkpoint(d, self.cfg, raw, fp8)
+            out = ds.load(d).forward(self.ids)
+            raw.pop("model.layers.1.mlp.experts.3.up_proj.weight_scale_inv")
+            write_checkpoint(d, self.cfg, raw, fp8)
+            with self.assertRaisesRegex(ValueError, r"model\.layers\.1\.mlp\.experts\.3\.up_proj\.weight: an FP8"):
+                ds.load(d)
+        self.assertEqual(out.keys(), self.out.keys())
+        for k in out:
+            np.testing.assert_array_equal(out[k], self.out[k], k)
+
     def test_bad_config(self):
         with self.assertRaisesRegex(ValueError, "rope_type 'dynamic'"):
             ds.DeepseekV3Ref(dict(self.cfg, rope_scaling={"type": "dynamic", "factor": 2.0}), self.w)
@@ -459,6 +490,16 @@ class GptOss(unittest.TestCase):
         w0 = dict(self.w, **{"model.layers.1.self_attn.sinks": np.zeros(4)})
         nosink = go.GptOssRef(self.cfg, w0).forward(self.ids)
         self.assertFalse(np.allclose(nosink["logits"], self.out["logits"]))
+
+    def test_from_checkpoint_folder(self):
+        import tempfile
+        raw = {k: v if v.dtype == np.uint8 else v.astype(np.float32)
+               for k, v in gpt_oss_raw(self.cfg, np.random.default_rng(10)).items()}
+        with tempfile.TemporaryDirectory() as d:
+            write_checkpoint(d, self.cfg, raw, lambda n, a: "U8" if a.dtype == np.uint8 else "F32")
+            out = go.load(d).forward(self.ids)
+        np.testing.assert_allclose(out["logits"], self.out["logits"], rtol=1e-6, atol=1e-6)  # weights as F32
+        np.testing.assert_array_equal(out["layers.1.expert_indices"], self.out["layers.1.expert_indices"])
 
     def test_swiglu_against_formula(self):
         x = self.out["layers.1.mlp_input"][0][2]

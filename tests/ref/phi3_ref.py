@@ -14,12 +14,13 @@ transformers' own code -- not from the C:
   Phi3Config: "su" is the old name of "longrope"; original_max_position_embeddings is a top-level key.
 
     outs = Phi3Ref(cfg, w).forward(ids)
+    outs = load(model_dir).forward(ids)   # from a checkpoint folder (read_checkpoint, widened)
 """
 import math
 
 import numpy as np
 
-from deepseek_v3_ref import causal_allowed, rmsnorm, rotate_half, silu, softmax
+from deepseek_v3_ref import causal_allowed, read_checkpoint, rmsnorm, rotate_half, silu, softmax
 
 
 def longrope_inv_freq(cfg, dim, seq_len):
@@ -128,3 +129,8 @@ class Phi3Ref:
         O = (P @ V).transpose(1, 0, 2)
         o("attention_head_outputs", O)
         return O.reshape(T, H * hd) @ w[a + "o_proj.weight"].T
+
+
+def load(model_dir):
+    cfg, raw = read_checkpoint(model_dir)
+    return Phi3Ref(cfg, {k: np.asarray(v, np.float64) for k, v in raw.items()})
