@@ -12,7 +12,8 @@ where transformers' code leans on a torch op (a few seconds, no harvest binary n
 - The safetensors reader keeps F8_E4M3 and U8 tensors as their bytes and widens BF16 exactly.
 - MXFP4 (mxfp4.convert_moe_packed_tensors): a hand-decoded block (0x2F -> -6, +1; 0x71 -> 0.5, 6;
   scale byte 128 -> x 2), the transpose to (E, in, out); a decoder with the nibbles swapped fails it;
-  values on the FP4 grid round-trip exactly; mismatched scales are refused.
+  values on the FP4 grid round-trip exactly; mismatched scales are refused; the function's own torch
+  ops replayed in torch on random bytes give the same values.
 - Group-limited routing (DeepseekV3TopkRouter.get_topk_indices) equal to a brute-force enumeration of
   every choice of topk_group groups, and (same expert sets) to transformers' torch ops replayed in
   torch; plain top-k without the group limit differs on some token (the mutation is caught); the
@@ -192,6 +193,26 @@ class MXFP4(unittest.TestCase):
             go.mxfp4_dequantize(blocks, scales[:, :, :1], "x")
         with self.assertRaisesRegex(ValueError, "without"):
             go.dequantize_checkpoint({}, {"m.experts.down_proj_blocks": blocks})
+
+
+class MXFP4Torch(unittest.TestCase):
+    @unittest.skipIf(torch is None, "torch not importable")
+    def test_convert_moe_packed_tensors_replayed_in_torch(self):
+        """mxfp4.convert_moe_packed_tensors' own torch ops (lut indexing, ldexp, reshape, transpose)
+        on random blocks and scale bytes, in float32: equal to the reference."""
+        rng = np.random.default_rng(13)
+        blocks = rng.integers(0, 256, (3, 6, 4, 16)).astype(np.uint8)
+        scales = rng.integers(110, 140, (3, 6, 4)).astype(np.uint8)
+        b, sc = torch.tensor(blocks), torch.tensor(scales).to(torch.int32) - 127
+        lut = torch.tensor(go.FP4_VALUES, dtype=torch.float32)
+        *prefix, G, B = b.shape
+        rows = b.reshape(-1, B)
+        out = torch.empty(rows.shape[0], B * 2, dtype=torch.float32)
+        out[:, 0::2] = lut[(rows & 0x0F).to(torch.long)]
+        out[:, 1::2] = lut[(rows >> 4).to(torch.long)]
+        out = torch.ldexp(out, sc.reshape(-1, 1))
+        out = out.reshape(*prefix, G, B * 2).view(*prefix, G * B * 2).transpose(1, 2).contiguous()
+        np.testing.assert_array_equal(go.mxfp4_dequantize(blocks, scales), out.numpy().astype(np.float64))
 
 
 def brute_route(s, bias, G, TG, k):
