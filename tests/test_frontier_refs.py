@@ -26,7 +26,8 @@ where transformers' code leans on a torch op (a few seconds, no harvest binary n
   over heads, queries and keys; zeroed sinks change it (caught).
 - Forward passes of tiny random checkpoints of all four families (DeepSeek-V3 from FP8 bytes, gpt-oss
   from MXFP4 blocks; both also from a checkpoint folder written in the published dtypes, F8_E4M3 /
-  U8, giving the in-memory values, and a folder missing one weight_scale_inv refused naming it): residual identities, probability rows, routing identities, logits = head(norm).
+  U8, giving the in-memory values, and a folder missing one weight_scale_inv refused naming it):
+  residual identities, probability rows, routing identities, logits = head(norm).
   OLMoE's q/k norms over the whole projection (a per-head norm differs), softmax top-k weights not
   renormalised; Phi-3's fused qkv/gate_up split, longrope switching to long_factor past
   original_max_position_embeddings with attention factor sqrt(1 + ln s / ln L0).
