@@ -35,7 +35,9 @@ where transformers' code leans on a torch op (a few seconds, no harvest binary n
   inv_freq tensors equal the release checkpoint's tensor total (1,026,470,731,056), its bytes as
   published 958.49 GiB; gpt-oss-20b (tests/ref/configs) equals a bf16 re-save's total (20,914,757,184),
   the MXFP4 release's tensor total (11,956,805,184) and 12.82 GiB; DeepSeek-R1-0528's file carries
-  DeepSeek-V3's architecture values; every release within its model card's rounding.
+  DeepSeek-V3's architecture values; every release within its model card's rounding; block_bytes
+  summing to the published size, and rank_bytes for cuts into stages x expert shards covering each
+  stage's experts once and the rest once a shard, shards within one expert a block of each other.
 """
 import itertools
 import json
@@ -682,6 +684,36 @@ class ParamCounts(unittest.TestCase):
         self.assertAlmostEqual(g.A, 0.1 * math.log(32) + 1, places=15)
         self.assertEqual((g.k, g.E, g.window, g.types[:2], g.inv.shape), (4, 32, 128, ["sliding_attention",
                                                                                         "full_attention"], (32,)))
+
+    def test_block_bytes_sum_to_the_published_total(self):
+        """param_count.block_bytes, the per-block split a plan of S stages x E expert shards adds up,
+        summed with the embedding and head, is the whole published size."""
+        for name in ("Kimi-K2-Instruct", "DeepSeek-R1-0528", "gpt-oss-20b", "gpt-oss-120b"):
+            with open(os.path.join(REF, "configs", name + ".json")) as f:
+                cfg = json.load(f)
+            blocks = [pc.block_bytes(cfg, i) for i in range(cfg["num_hidden_layers"])]
+            e = pc.edge_bytes(cfg)
+            total = sum(b["shared"] + b["experts"] for b in blocks) + e["embed"] + e["head"]
+            self.assertEqual(total, pc.count(cfg)["stored_bytes"], name)
+            self.assertGreater(min(b["experts"] for b in blocks[-3:]), max(b["shared"] for b in blocks[-3:]))
+
+    def test_rank_bytes_cover_the_checkpoint(self):
+        """Any cut into stages and any number of expert shards: each stage's shards together hold its
+        experts once and everything else once a shard, the stages together the whole published size,
+        and shards of one stage differ by at most one expert a mixture block."""
+        cfg = load_kimi()
+        L, e = cfg["num_hidden_layers"], pc.edge_bytes(cfg)
+        one_expert = pc.block_bytes(cfg, L - 1)["experts"] // 384
+        for cuts, E in (([0, 8, 16, 24, 32, 40, 48, 54, L], 8), ([0, 1, 20, L], 5), ([0, L], 1)):
+            whole = 0
+            for a, b in zip(cuts, cuts[1:]):
+                shards = [pc.rank_bytes(cfg, a, b, s, E) for s in range(E)]
+                blocks = [pc.block_bytes(cfg, i) for i in range(a, b)]
+                every = sum(x["shared"] for x in blocks) + (e["embed"] if a == 0 else 0) + (e["head"] if b == L else 0)
+                self.assertEqual(sum(shards), E * every + sum(x["experts"] for x in blocks))
+                self.assertLessEqual(max(shards) - min(shards), (b - a) * one_expert)
+                whole += every + sum(x["experts"] for x in blocks)
+            self.assertEqual(whole, pc.count(cfg)["stored_bytes"])
 
     def test_family_errors(self):
         with self.assertRaisesRegex(ValueError, "'LlamaForCausalLM'"):

@@ -150,6 +150,61 @@ def phi3(cfg):
     return {"total": _embed_head(cfg) + L * layer}
 
 
+def block_bytes(cfg, i):
+    """Bytes of block i as published, split the way expert shards hold them: 'shared' (every shard of
+    the stage holds it: attention, norms, router, DeepSeek's shared experts and dense MLPs) and
+    'experts' (the routed experts, n_experts of them, divided among the shards). FP8 weights 1 byte,
+    their scales and DeepSeek's routing bias 4, MXFP4 blocks and scale bytes 1, everything else
+    bfloat16. Summed over the blocks, plus edge_bytes, it is count(cfg)['stored_bytes']."""
+    fam, D = _family(cfg), cfg["hidden_size"]
+    if fam == "deepseek_v3" and _quant(cfg) == "fp8":
+        block = tuple(cfg["quantization_config"].get("weight_block_size") or (128, 128))
+        E, ql, kvl = cfg["n_routed_experts"], cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+        norms = 2 * D + (ql or 0) + kvl
+        moe = i >= cfg.get("first_k_dense_replace", 3)
+        fp8_all = deepseek_layer(cfg, i) - norms - (E * D if moe else 0)
+        scales_all = deepseek_fp8_scales(cfg, i, block)
+        if not moe:
+            return {"shared": 2 * norms + fp8_all + 4 * scales_all, "experts": 0, "n_experts": 0}
+        Im = cfg["moe_intermediate_size"]
+        ex_w = E * 3 * D * Im
+        ex_s = E * (2 * _tiles(Im, D, block) + _tiles(D, Im, block))
+        shared = 2 * (norms + E * D) + (fp8_all - ex_w) + 4 * (scales_all - ex_s) + 4 * E
+        return {"shared": shared, "experts": ex_w + 4 * ex_s, "n_experts": E}
+    if fam == "gpt_oss" and _quant(cfg) == "mxfp4":
+        E, I = cfg["num_local_experts"], cfg["intermediate_size"]
+        H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+        hd = cfg.get("head_dim") or D // H
+        b = 1 if cfg.get("attention_bias", True) else 0
+        attn = D * H * hd + 2 * D * KV * hd + H * hd * D + b * (H * hd + 2 * KV * hd + D) + H
+        experts = E * 2 * I * (D // 32) * 17 + E * D * (I // 32) * 17 + 2 * (E * 2 * I + E * D)
+        return {"shared": 2 * (2 * D + attn + E * D + E), "experts": experts, "n_experts": E}
+    raise ValueError("block_bytes: only the FP8 DeepSeek-V3 and MXFP4 gpt-oss layouts are described")
+
+
+def edge_bytes(cfg):
+    """bfloat16 embedding (first stage) and head + final norm (last stage), as published."""
+    V, D = cfg["vocab_size"], cfg["hidden_size"]
+    return {"embed": 2 * V * D, "head": 2 * V * D * (0 if cfg.get("tie_word_embeddings") else 1) + 2 * D}
+
+
+def rank_bytes(cfg, first, last, shard, n_shards):
+    """Bytes of the weights, as published, that shard `shard` of `n_shards` holds for the stage of
+    blocks [first, last): every block's shared part, experts [s*n/E, (s+1)*n/E) of each mixture block
+    (docs/parallel.md's split; all experts of one block weigh the same), the embedding on the stage
+    holding block 0 and the head (with the final norm) on the one holding the last block."""
+    n = 0
+    for i in range(first, last):
+        b = block_bytes(cfg, i)
+        n += b["shared"]
+        if b["n_experts"]:
+            E = b["n_experts"]
+            mine = (shard + 1) * E // n_shards - shard * E // n_shards
+            n += b["experts"] // E * mine
+    e = edge_bytes(cfg)
+    return n + (e["embed"] if first == 0 else 0) + (e["head"] if last == cfg["num_hidden_layers"] else 0)
+
+
 def count(cfg):
     return {"deepseek_v3": deepseek_v3, "gpt_oss": gpt_oss, "olmoe": olmoe, "phi3": phi3}[_family(cfg)](cfg)
 
