@@ -190,7 +190,10 @@ static int key_k(const struct config *c, struct sae *s, bool required, struct ah
         v = cfg_get(c, cfg_get(c, NULL, "activation_fn_kwargs"), "k");
         where = "activation_fn_kwargs.k";
     }
-    if (!v && !required) return 0;
+    if (!v && !required && s->k <= s->d_sae) return 0;
+    if (!v && !required)
+        return ah_fail(err, AH_EINVAL, "%s: no \"k\": the default %d is more than d_sae = %lld",
+                       c->path, s->k, (long long)s->d_sae);
     if (!v)
         return ah_fail(err, AH_EINVAL, "%s: missing \"k\" (a TopK SAE's latents a token)", c->path);
     double d = cfg_kind(c, v) == CFG_NUMBER ? cfg_number(c, v) : (double)NAN;

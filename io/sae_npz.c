@@ -117,7 +117,7 @@ static int zip_directory(const unsigned char *m, size_t size, size_t *cd, uint64
     if (*n_entries == 0xffff || off == 0xffffffff || *cd_size == 0xffffffff) { // Zip64
         if (e < 20 || le(m + e - 20, 4) != 0x07064b50) return -1;
         uint64_t z = le(m + e - 20 + 8, 8);
-        if (z > size - 56 || le(m + z, 4) != 0x06064b50) return -1;
+        if (size < 56 || z > size - 56 || le(m + z, 4) != 0x06064b50) return -1;
         *n_entries = le(m + z + 32, 8), *cd_size = le(m + z + 40, 8), off = le(m + z + 48, 8);
     }
     if (off > size || *cd_size > size - off) return -1;
@@ -207,7 +207,7 @@ int sae_npz_member(struct sae_npz_data *d, const void *map, size_t size, const c
     int rc = zip_find(m, size, name, &z);
     if (rc == 1) return 1;
     if (rc < 0) return ah_fail(err, AH_EFORMAT, "%s: not a readable zip archive (npz)", path);
-    if (z.off > size - 30 || le(m + z.off, 4) != 0x04034b50)
+    if (size < 30 || z.off > size - 30 || le(m + z.off, 4) != 0x04034b50)
         return ah_fail(err, AH_EFORMAT, "%s: %s: damaged local header", path, name);
     uint64_t data = z.off + 30 + le(m + z.off + 26, 2) + le(m + z.off + 28, 2);
     if (data > size || z.csize > size - data)

@@ -121,6 +121,9 @@ for arch in ("relu", "jumprelu", "topk"):
 f = copy(base["topk"], "opt-topk-old-k")
 edit_cfg(f, k=None, activation_fn_kwargs={"k": 5}, activation_fn="topk")
 check(compare(f, X, "saelens topk, activation_fn_kwargs.k")["k"] == 5, "k from activation_fn_kwargs")
+f = copy(f"{work}/sparsify-topk-f32", "opt-sparsify-defaults")
+edit_cfg(f, k=None, activation=None, num_latents=None, expansion_factor=D_SAE // D_IN)
+check(compare(f, X, "sparsify, SparseCoderConfig's defaults (k 32)")["k"] == 32, "sparsify k 32")
 f = copy(base["relu"], "opt-no-arch")
 edit_cfg(f, architecture=None, apply_b_dec_to_input=False)
 compare(f, X, "saelens, no architecture key (standard)")
@@ -242,6 +245,11 @@ for key, v in [("activation", "groupmax"), ("skip_connection", True), ("transcod
     refused(f, ["sae.safetensors" if key in ("num_latents", "d_in") else "cfg.json",
                 '"encoder.weight"' if key in ("num_latents", "d_in") else f'"{key}"'],
             what=f"sparsify {key}={v}")
+f = init(f"{work}/bad-sp-small", "sparsify", "topk", "--k", "4")
+edit_cfg(f, k=None, num_latents=16)
+t = sae_ref.read_safetensors(f"{f}/sae.safetensors")
+write_safetensors(f"{f}/sae.safetensors", {n: (a[:16] if n != "b_dec" else a) for n, a in t.items()})
+refused(f, ["cfg.json", '"k"', "32"], what="sparsify's default k 32 > d_sae 16")
 f = copy(sl, "bad-cfg-missing-d_in")
 edit_cfg(f, d_in=None)
 refused(f, ["cfg.json", '"d_in"'], what="no d_in")
