@@ -14,7 +14,8 @@ float64 arrays and lower-case w_ names, as SAELens renames them).
 Bad inputs are exit 1 naming the file and the key or tensor: a missing tensor, a wrong shape,
 d_in / d_sae disagreeing with the tensors, an unknown architecture and each option not
 implemented (named with its value), k <= 0 or > d_sae, a NaN in a weight, a damaged npz (CRC),
-no SAE or two in one folder, activations of the wrong width. init-sae refuses a non-empty
+no SAE or two in one folder, activations of the wrong width; seeded truncations and byte flips
+of every file are exit 0 or 1, never a crash. init-sae refuses a non-empty
 OUT_DIR without --overwrite, and with it replaces the files (a hard link in OUT_DIR is replaced,
 its other name keeps its bytes) and removes the other layouts' files.
 Mutation caught: sparsify read without relu_first (selecting among pre, as SAELens does) fails
@@ -273,6 +274,25 @@ f = copy(sl, "bad-two")
 shutil.copy(f"{work}/gemmascope-jumprelu-f32/params.npz", f)
 refused(f, ["sae_weights.safetensors", "params.npz"], what="two SAEs in one folder")
 refused(sl, ["x.npy", f"(N, {D_IN})"], x=X[:, :D_IN - 1], what="activations of the wrong width")
+
+# damaged files never crash: seeded truncations and byte flips of each file are exit 0 or 1,
+# and a refusal names the folder
+rnd = np.random.RandomState(5)
+for src, leaf in [(f"{work}/npz-savez", "params.npz"), (f"{work}/npz-savez_compressed", "params.npz"),
+                  (sl, "sae_weights.safetensors"), (sl, "cfg.json"), (sp, "sae.safetensors")]:
+    blob = open(f"{src}/{leaf}", "rb").read()
+    for t in range(40):
+        b = bytearray(blob[:rnd.randint(len(blob))] if t % 3 == 0 else blob)
+        for _ in range(0 if t % 3 == 0 else rnd.randint(1, 4)):
+            b[rnd.randint(len(b))] = rnd.randint(256)
+        f = copy(src, "damaged")
+        open(f"{f}/{leaf}", "wb").write(bytes(b))
+        xp = os.path.join(work, "x.npy")
+        np.save(xp, X)
+        p = subprocess.run([ENC, f, xp, f"{work}/enc"], capture_output=True, timeout=120)
+        check(p.returncode in (0, 1) and (p.returncode == 0 or f.encode() in p.stderr),
+              f"damaged {leaf} #{t}: exit {p.returncode}: {p.stderr[-300:]!r}")
+print("ok damaged files: exit 0 or 1, never a crash")
 
 # ---- init-sae: OUT_DIR, --overwrite, links, flag combinations ----
 f = f"{work}/saelens-relu-f32"
