@@ -1,7 +1,7 @@
 """SAEs in their published layouts (issue 23, first layer; io/sae.c, model/sae.c, harvest init-sae):
 every layout x architecture that `harvest init-sae` writes (SAELens standard, jumprelu, topk and
 batchtopk - saved as jumprelu, as SAELens saves it for inference -; sparsify topk; Gemma Scope
-jumprelu), in float32 and bfloat16, is read and encoded by the C code (through tests/sae_encode.c)
+jumprelu), in float32 and bfloat16 (and float16, and float32 not aligned in the file), is read and encoded by the C code (through tests/sae_encode.c)
 and compared with the float64 numpy reference tests/ref/sae_ref.py, written from SAELens's and
 sparsify's code: the same CSR counts and latent indices, values within 1e-5 relative (1e-6
 absolute), the reconstruction within 1e-5. Then SAELens's options by editing cfg.json
@@ -131,15 +131,17 @@ compare(f, X, "saelens, no architecture key (standard)")
 
 
 # ---- ties: zero encoder columns with equal biases give equal pre-activations ----
-def write_safetensors(path, tensors):
+def write_safetensors(path, tensors, dtype="F32", misalign=False):
+    """F32 or F16 tensors; misalign: the data starts 2 bytes off a multiple of 4 (copied, not
+    mapped, by the loader)"""
     header, blobs, off = {}, [], 0
     for name, a in tensors.items():
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        a = np.ascontiguousarray(a, dtype=np.float32 if dtype == "F32" else np.float16)
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
         blobs.append(a.tobytes())
         off += a.nbytes
     h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
+    h += b" " * ((-len(h) % 8) + (2 if misalign else 0))
     with open(path, "wb") as fp:
         fp.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
@@ -170,6 +172,14 @@ check(np.all(val.reshape(N, 6)[:, :4] == 0) and np.all(val.reshape(N, 6)[:, 4:] 
       "sparsify: the zeros stored, exactly k a row")
 compare(f, X, "sparsify topk, ties at zero")
 
+
+# float16 tensors, and float32 data not 4-byte aligned in the file (converted, not mapped)
+for dtype, mis in (("F16", False), ("F32", True), ("F16", True)):
+    for src, leaf in ((f"{work}/saelens-jumprelu-f32", "sae_weights.safetensors"),
+                      (f"{work}/sparsify-topk-f32", "sae.safetensors")):
+        f = copy(src, f"st-{dtype}-{mis}-{leaf}")
+        write_safetensors(f"{f}/{leaf}", sae_ref.read_safetensors(f"{f}/{leaf}"), dtype, mis)
+        compare(f, X, f"{leaf} {dtype}{' misaligned' if mis else ''}")
 
 # ---- params.npz as numpy writes it ----
 with np.load(f"{work}/gemmascope-jumprelu-f32/params.npz") as d:
