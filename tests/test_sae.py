@@ -4,7 +4,8 @@ batchtopk - saved as jumprelu, as SAELens saves it for inference -; sparsify top
 jumprelu), in float32 and bfloat16 (and float16, and float32 not aligned in the file), is read and encoded by the C code (through tests/sae_encode.c)
 and compared with the float64 numpy reference tests/ref/sae_ref.py, written from SAELens's and
 sparsify's code: the same CSR counts and latent indices, values within 1e-5 relative (1e-6
-absolute), the reconstruction within 1e-5. Then SAELens's options by editing cfg.json
+absolute), the reconstruction within 1e-5 (and the reference's TopK selection equal to torch.topk's where
+the k-th value is no tie). Then SAELens's options by editing cfg.json
 (apply_b_dec_to_input false, normalize_activations constant_norm_rescale / layer_norm /
 expected_average_only_in / a boolean, k in activation_fn_kwargs as before SAELens 6), exact TopK
 ties (zero encoder columns: equal pre-activations) broken by the smaller index in both layouts,
@@ -28,6 +29,7 @@ import subprocess
 import sys
 
 import numpy as np
+import torch
 
 from util import args, check, finish, run
 import sae_ref
@@ -66,6 +68,15 @@ def compare(folder, x, what):
     check(np.all(err <= 1e-5 + 1e-5 * np.abs(rrec)), f"{what}: reconstruction off by {err.max():.3g}")
     if sae["arch"] == "topk":
         check(np.all(np.diff(ip) == sae["k"]), f"{what}: TopK stores exactly k a row")
+        # the reference's selection against torch.topk itself, on rows without a tie at the k-th
+        key = torch.from_numpy(np.maximum(pre, 0.0) if sae["relu_first"] else pre)
+        top = torch.topk(key, sae["k"] + 1 if sae["k"] < pre.shape[1] else sae["k"], dim=-1)
+        for r in range(N):
+            v = top.values[r].numpy()
+            if len(v) > sae["k"] and v[sae["k"] - 1] == v[sae["k"]]:
+                continue
+            check(set(top.indices[r, :sae["k"]].tolist()) == set(ridx[rip[r]:rip[r + 1]].tolist()),
+                  f"{what}: row {r}: the reference's top k differ from torch.topk's")
     print(f"ok {what}: {line}; {len(idx)} latents, {len(idx) / N:.1f} a row")
     return sae
 
