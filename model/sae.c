@@ -155,6 +155,7 @@ static void topk_row(int32_t *idx, float *val, const float *p, const struct sae 
 void sae_fill(int32_t *idx, float *val, const int64_t *indptr, const float *pre,
               const struct sae *s, int64_t N) {
     int64_t L = s->d_sae;
+    AH_ASSERT(N >= 0 && (s->arch != SAE_TOPK || (s->k >= 1 && s->k <= L)));
     int nt = rows_threads(N, L);
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < N; r++) {
