@@ -163,6 +163,7 @@ int cmd_run(int argc, char **argv);
 int cmd_activations(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_init_model(int argc, char **argv);
+int cmd_init_sae(int argc, char **argv); // initsae.c
 int cmd_bench(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);

@@ -21,6 +21,9 @@ static const char usage_text[] =
     "  init-model --family encdec [--preset NAME] [--seed N] [--dtype f32|f16|bf16]\n"
     "             [--shards N] OUT_DIR                  write a random-weight checkpoint\n"
     "  init-model --family laguna --preset XS-2.1|XS.2|S-2.1|M.1 [--seed N] [--shards N] OUT_DIR\n"
+    "  init-sae --layout saelens|sparsify|gemmascope --arch relu|jumprelu|topk|batchtopk\n"
+    "           --d-in N --d-sae M [--k K] [--dtype f32|bf16] [--seed S] [--overwrite] OUT_DIR\n"
+    "                                                   write a random SAE\n"
     "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n"
     "  export OUT.h5 --shards DIR [--names N1,N2] [--dtype D] [--shard-tokens N] [--seed S]\n"
     "         [--val FRACTION] [--allow-partial] [--quiet]  shuffled training shards\n"
@@ -35,6 +38,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "activations")) return cmd_activations(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "init-model")) return cmd_init_model(argc - 2, argv + 2);
+    if (!strcmp(cmd, "init-sae")) return cmd_init_sae(argc - 2, argv + 2);
     if (!strcmp(cmd, "plan")) return cmd_plan(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "stats")) return cmd_stats(argc - 2, argv + 2);
