@@ -21,14 +21,14 @@ static const char style[] =
     "h1{font-size:22px}h2{font-size:18px;border-bottom:1px solid #ccc;margin-top:32px}\n"
     "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ddd;padding:2px 8px;"
     "text-align:left;font-variant-numeric:tabular-nums}th{background:#f4f4f4}\n"
-    "figure{display:inline-block;margin:8px 12px 8px 0;vertical-align:top}\n"
+    "figure{display:inline-block;margin:8px 6px 8px 0;vertical-align:top}\n"
     "figcaption{font-weight:600;margin-bottom:2px}\n"
     "svg .area{fill:#fafafa;stroke:#bbb}svg .grid{stroke:#e4e4e4}\n"
     "svg .series{fill:none;stroke-width:1.6}svg .band{stroke:none;opacity:.35}\n"
     "svg text{font-size:11px;fill:#444}svg .axis{font-size:12px;fill:#222}\n"
     "svg .bars rect{fill:#1f77b4}svg .bars rect:hover{fill:#d62728}\n"
     ".notes li{color:#8a5a00}pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:320px}\n"
-    ".small figure{width:370px}.small figcaption{font-size:12px;height:34px;overflow:hidden}\n"
+    ".small figure{width:280px}.small figcaption{font-size:12px;height:34px;overflow:hidden}\n"
     "</style>\n";
 
 // a note saying what is missing and which job key gives it
@@ -274,7 +274,7 @@ static void statistics(FILE *f, const struct rpt_data *d) {
         double lo, hi;
         char id[48], title[RPT_NAME_MAX + 96];
         struct svg_chart c = {
-            .id = id, .title = title, .ylabel = "features", .width = 360, .height = 200};
+            .id = id, .title = title, .ylabel = "features", .width = 280, .height = 180};
         hist_of(s->mean, s->d, false, cnt, &lo, &hi);
         snprintf(id, sizeof id, "stats-mean-%d", i);
         snprintf(title, sizeof title, "%s: feature means (d %lld, %lld rows)", s->name,
@@ -317,8 +317,8 @@ static void attention(FILE *f, const struct rpt_data *d) {
                               .title = title,
                               .xlabel = "key",
                               .ylabel = "query",
-                              .width = 360,
-                              .height = 340};
+                              .width = 280,
+                              .height = 270};
         svg_heatmap(f, &c, v, rows, cols, NULL);
         free(v);
     }
@@ -391,11 +391,11 @@ int html_report_write(FILE *f, const struct rpt_data *d, const char *name, struc
     html_escape(f, base);
     fputs("</h1>\n", f);
     notes(f, d);
-    selection(f, d);
     norms(f, d);
     statistics(f, d);
     attention(f, d);
     experts(f, d);
+    selection(f, d);
     provenance(f, d);
     fputs("</body></html>\n", f);
     if (fflush(f) != 0 || ferror(f)) return ah_fail(err, AH_EIO, "%s: write failed", name);

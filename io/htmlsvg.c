@@ -14,6 +14,7 @@ struct frame {
     double w, h, pw, ph; // the svg, the plot area
     double y0, y1;       // y range (log10 of it when logy)
     bool logy;
+    bool cat; // a categorical x axis: the points in the middle of n equal steps
 };
 
 void html_escape(FILE *f, const char *s) {
@@ -93,6 +94,7 @@ static double fy(const struct frame *fr, double v) {
     return MT + fr->ph * (1 - (t - fr->y0) / (fr->y1 - fr->y0));
 }
 static double fx(const struct frame *fr, int64_t i, int64_t n) {
+    if (fr->cat) return ML + fr->pw * ((double)i + 0.5) / (double)n;
     return ML + (n > 1 ? fr->pw * (double)i / (double)(n - 1) : fr->pw / 2);
 }
 
@@ -121,20 +123,26 @@ static void close_plot(FILE *f, const struct svg_chart *c, const struct frame *f
 }
 
 // y ticks and grid lines over [y0, y1]
+static void y_tick(FILE *f, const struct frame *fr, double t, double label) {
+    double y = MT + fr->ph * (1 - (t - fr->y0) / (fr->y1 - fr->y0));
+    fprintf(f, "<line class=\"grid\" x1=\"%d\" x2=\"%g\" y1=\"%.2f\" y2=\"%.2f\"/>", ML,
+            ML + fr->pw, y, y);
+    fprintf(f, "<text class=\"tick\" x=\"%d\" y=\"%.2f\" text-anchor=\"end\">%.4g</text>\n", ML - 4,
+            y + 4, label);
+}
+
+// y ticks and grid lines over [y0, y1]; on a log axis of less than two decades, round values
 static void y_axis(FILE *f, const struct frame *fr) {
+    if (fr->logy && fr->y1 - fr->y0 < 2) {
+        double lo = pow(10, fr->y0), hi = pow(10, fr->y1), st = tick_step(hi - lo);
+        for (double v = ceil(lo / st) * st; v <= hi; v += st)
+            if (v > 0) y_tick(f, fr, log10(v), v);
+        return;
+    }
     double st = tick_step(fr->y1 - fr->y0);
     if (fr->logy) st = st < 1 ? 1 : round(st);
-    for (double t = ceil(fr->y0 / st) * st; t <= fr->y1 + st * 1e-9; t += st) {
-        double y = MT + fr->ph * (1 - (t - fr->y0) / (fr->y1 - fr->y0));
-        fprintf(f, "<line class=\"grid\" x1=\"%d\" x2=\"%g\" y1=\"%.2f\" y2=\"%.2f\"/>", ML,
-                ML + fr->pw, y, y);
-        fprintf(f, "<text class=\"tick\" x=\"%d\" y=\"%.2f\" text-anchor=\"end\">", ML - 4, y + 4);
-        if (fr->logy)
-            fprintf(f, "%.3g", pow(10, t));
-        else
-            fprintf(f, "%.4g", fabs(t) < st * 1e-9 ? 0.0 : t);
-        fputs("</text>\n", f);
-    }
+    for (double t = ceil(fr->y0 / st) * st; t <= fr->y1 + st * 1e-9; t += st)
+        y_tick(f, fr, t, fr->logy ? pow(10, t) : fabs(t) < st * 1e-9 ? 0.0 : t);
 }
 
 // x ticks of n points: names (at most about 16 shown) or numbers
@@ -143,7 +151,10 @@ static void x_axis(FILE *f, const struct frame *fr, const struct svg_chart *c, i
     if (!c->xnames && n > 1) every = (int64_t)tick_step((double)(n - 1)), every += !every;
     for (int64_t i = 0; i < n; i += every) {
         double x = fx(fr, i, n), y = MT + fr->ph + 14;
-        if (c->xnames) {
+        if (c->xnames && n <= 8) {
+            fprintf(f, "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">", x, y);
+            html_escape(f, c->xnames[i]);
+        } else if (c->xnames) {
             fprintf(f,
                     "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\" "
                     "transform=\"rotate(-25 %.2f %.2f)\">",
@@ -204,7 +215,7 @@ static void legend(FILE *f, const struct frame *fr, int i, const char *label, co
 
 void svg_lines(FILE *f, const struct svg_chart *c, int64_t n, const struct svg_series *s, int ns,
                const struct svg_band *b, int nb) {
-    struct frame fr = {.logy = c->logy};
+    struct frame fr = {.logy = c->logy, .cat = c->xnames != NULL};
     double lo = INFINITY, hi = -INFINITY;
     for (int k = 0; k < ns; k++)
         range_of(s[k].y, n, c->logy, &lo, &hi);
