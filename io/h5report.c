@@ -322,7 +322,12 @@ int rpt_read(struct rpt_data *d, const char *path, const int64_t *prompts, int n
         int64_t dims[TAP_MAX_DIMS] = {0};
         if (dset_shape(f, "prompts/length", &nd, dims) == 0 && nd == 1) d->n_prompts = dims[0];
         if (dset_shape(f, "tokens/input_ids", &nd, dims) == 0 && nd == 1) d->n_tokens = dims[0];
-        rc = read_dsets(d, f);
+        rc = d->complete == 1
+                 ? read_dsets(d, f)
+                 : ah_fail(err, AH_EINVAL,
+                           "%s: the output is incomplete (%lld prompts done): finish it with "
+                           "`harvest run JOB --resume` first",
+                           path, (long long)d->prompts_done);
     }
     if (rc == 0) rc = read_profiles(d, f, err);
     if (rc == 0) rc = read_stats(d, f);

@@ -104,11 +104,12 @@ struct rpt_data {
 extern const char *const rpt_count_names[RPT_N_COUNTS];
 
 // Reads the output at path: refused as inspect and stats refuse (-AH_EINVAL naming the file) if it
-// is no harvest output, or is damaged (h5out_check: a renamed copy, a missing or truncated
-// segment). prompts (n_prompts of them; NULL: prompt 0) are the prompts whose attention patterns
-// are read; a prompt beyond the output's is -AH_EINVAL naming it. The profiles are ordered as the
-// job's "norm_profile" lists them (a glob's matches in natural order), the rest in natural order.
-// Returns 0, -AH_EINVAL, -AH_ENOMEM or -AH_EIO; d is then freed already.
+// is no harvest output, is incomplete (attribute complete not 1: its missing rows would read as
+// NaN and 0), or is damaged (h5out_check: a renamed copy, a missing or truncated segment). prompts
+// (n_prompts of them; NULL: prompt 0) are the prompts whose attention patterns are read; a prompt
+// beyond the output's is -AH_EINVAL naming it. The profiles are ordered as the job's "norm_profile"
+// lists them (a glob's matches in natural order), the rest in natural order. Returns 0, -AH_EINVAL,
+// -AH_ENOMEM or -AH_EIO; d is then freed already.
 int rpt_read(struct rpt_data *d, const char *path, const int64_t *prompts, int n_prompts,
              struct ah_error *err);
 void rpt_free(struct rpt_data *d); // safe on a zeroed struct

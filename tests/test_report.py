@@ -20,7 +20,8 @@ attention probabilities stored, and a /norm_profile. Each page:
 - leaves out, with a note naming the job key, what the output lacks (no /norm_profile, no
   expert_indices on a dense model).
 The token layout's expert load is checked too (an MoE output with token rows).
-Adversarial: a renamed copy and a copy with a segment missing (refused as inspect refuses them),
+Adversarial: a renamed copy, a copy with a segment missing (refused as inspect refuses them) and
+an incomplete output (complete 0: refused as stats refuses it),
 -o equal to the input or to a file of its parts folder, a missing output, an -o in a folder that
 does not exist or under a regular file, --prompts beyond the output or not a number: exit 1 naming
 the file or the flag, nothing written (no REPORT.html, no REPORT.html.tmp), the output unchanged.
@@ -485,6 +486,12 @@ shutil.copytree(moe + ".parts", f"{adv}/copy/out.h5.parts")
 seg = sorted(s for s in os.listdir(f"{adv}/copy/out.h5.parts") if s.startswith("seg-"))[0]
 os.remove(f"{adv}/copy/out.h5.parts/{seg}")
 refused("a segment missing", f"{adv}/copy/out.h5", f"{adv}/r2.html")
+os.makedirs(f"{adv}/stopped")  # a run stopped before its end: complete 0
+shutil.copy(moe, f"{adv}/stopped/out.h5")
+shutil.copytree(moe + ".parts", f"{adv}/stopped/out.h5.parts")
+with h5py.File(f"{adv}/stopped/out.h5", "a") as f:
+    f.attrs["complete"] = np.int64(0)
+refused("an incomplete output", f"{adv}/stopped/out.h5", f"{adv}/r6.html")
 refused("-o the input", moe, moe)
 refused("-o a file of the parts folder", moe, moe + ".parts/index.h5",
         names=[moe + ".parts/index.h5"])
