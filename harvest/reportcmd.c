@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static const char report_usage[] =
@@ -95,21 +96,24 @@ static int check_target(const char *path, const char *html, const char *tmp, str
 
 // the token text of each outlier, with the tokenizer of the job's model folder (as written in the
 // job, from the working directory or the output's folder); none found: the text is left out
-static void outlier_text(struct rpt_data *d, bool quiet) {
+// (path: the tokenizer.json read, "" if none; PATH_LEN bytes)
+#define PATH_LEN 4200
+static void outlier_text(struct rpt_data *d, bool quiet, char *path) {
     cJSON *j = d->job ? cJSON_Parse(d->job) : NULL;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, "model");
-    char path[4200] = "";
+    path[0] = 0;
     struct tokenizer *tok = NULL;
     struct ah_error err = {0};
     if (cJSON_IsString(m)) {
-        snprintf(path, sizeof path, "%s/tokenizer.json", m->valuestring);
+        snprintf(path, PATH_LEN, "%s/tokenizer.json", m->valuestring);
         if (access(path, F_OK) != 0 && m->valuestring[0] != '/') {
             const char *slash = strrchr(d->path, '/');
-            snprintf(path, sizeof path, "%.*s/%s/tokenizer.json",
-                     slash ? (int)(slash - d->path) : 1, slash ? d->path : ".", m->valuestring);
+            snprintf(path, PATH_LEN, "%.*s/%s/tokenizer.json", slash ? (int)(slash - d->path) : 1,
+                     slash ? d->path : ".", m->valuestring);
         }
         if (access(path, F_OK) != 0 || tok_load(&tok, path, &err) < 0) tok = NULL;
     }
+    if (!tok) path[0] = 0;
     cJSON_Delete(j);
     if (!tok && d->n_prof && !quiet)
         fprintf(stderr, "harvest report: no tokenizer.json in the job's model folder: the "
@@ -126,9 +130,21 @@ static void outlier_text(struct rpt_data *d, bool quiet) {
     tok_free(tok);
 }
 
-// the page into tmp, then renamed to html
-static int write_page(const struct rpt_data *d, const char *html, const char *tmp,
+// the page into tmp, then renamed to html; neither may be the tokenizer read, nor html a folder
+static int write_page(const struct rpt_data *d, const char *html, const char *tmp, const char *tok,
                       struct ah_error *err) {
+    const char *in[1] = {tok[0] ? tok : NULL};
+    const char *hit = outlock_input_at(html, false, in, 1)  ? html
+                      : outlock_input_at(tmp, false, in, 1) ? tmp
+                                                            : NULL;
+    if (hit)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: -o: report would write this file, and it is %s, the tokenizer it "
+                       "reads; give another -o",
+                       hit, tok);
+    struct stat st;
+    if (stat(html, &st) == 0 && S_ISDIR(st.st_mode))
+        return ah_fail(err, AH_EINVAL, "%s: -o: is a folder; give the page's file name", html);
     FILE *f = fopen(tmp, "w");
     if (!f) {
         int e = errno;
@@ -157,8 +173,9 @@ int cmd_report(int argc, char **argv) {
     struct rpt_data d = {0};
     int rc = check_target(o.path, o.html, tmp, &err);
     if (rc == 0) rc = rpt_read(&d, o.path, o.n_prompts ? o.prompts : NULL, o.n_prompts, &err);
-    if (rc == 0) outlier_text(&d, o.quiet);
-    if (rc == 0) rc = write_page(&d, o.html, tmp, &err);
+    char tok[PATH_LEN] = "";
+    if (rc == 0) outlier_text(&d, o.quiet, tok);
+    if (rc == 0) rc = write_page(&d, o.html, tmp, tok, &err);
     if (rc == 0 && !o.quiet) fprintf(stderr, "harvest report: wrote %s\n", o.html);
     rpt_free(&d);
     free(tmp);

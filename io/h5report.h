@@ -51,13 +51,18 @@ struct rpt_stat {
     double norm_mean, norm_var;
 };
 
-// The attention pattern of one prompt in one dataset: the mean over heads of its probabilities.
+// The attention pattern of one prompt in one dataset: the mean over heads of its probabilities,
+// as block means when a side is longer than RPT_HEAT_MAX (blocks of bq queries x bk keys, the
+// last ones smaller; bq = ceil(T / RPT_HEAT_MAX)), so a long prompt costs a 64 x 64 grid.
+#define RPT_HEAT_MAX 64
 struct rpt_attn {
     char name[RPT_NAME_MAX];
-    int64_t prompt, T; // T = length[prompt]: queries shown
-    int64_t n_key;     // keys shown: T, or 2T on a global+local-key axis
+    int64_t prompt, T; // T = length[prompt]: queries
+    int64_t n_key;     // keys: T, or 2T on a global+local-key axis
     int64_t heads;
-    double *p; // (T, n_key) owned
+    int64_t bq, bk;     // queries and keys a cell averages (1 up to RPT_HEAT_MAX a side)
+    int64_t rows, cols; // ceil(T / bq), ceil(n_key / bk)
+    double *p;          // (rows, cols) owned
 };
 
 // The experts of one block: load (from expert_indices) and router entropy (from router_logits).

@@ -72,6 +72,18 @@ static bool is_attention(const struct rpt_dset *s) {
            !strcmp(s->dtype, "float32") && (strstr(s->name, "prob") || strstr(s->name, "pattern"));
 }
 
+// the cells (rows, cols) of a's grid from one head's (T, nk) probabilities
+static void add_head(struct rpt_attn *a, const float *x) {
+    for (int64_t q = 0; q < a->T; q++) {
+        int64_t r = q / a->bq, nq = r == a->rows - 1 ? a->T - r * a->bq : a->bq;
+        for (int64_t k = 0; k < a->n_key; k++) {
+            int64_t c = k / a->bk, nk = c == a->cols - 1 ? a->n_key - c * a->bk : a->bk;
+            a->p[r * a->cols + c] += (double)x[q * a->n_key + k] / (double)(a->heads * nq * nk);
+        }
+    }
+}
+
+// one head at a time: memory T x n_key floats
 static int read_pattern(struct rpt_attn *a, hid_t g, const struct rpt_dset *s, int64_t p,
                         int64_t T) {
     bool two = !strcmp(s->axes[3], "global+local-key");
@@ -79,17 +91,20 @@ static int read_pattern(struct rpt_attn *a, hid_t g, const struct rpt_dset *s, i
     if (nk > s->dims[3]) nk = s->dims[3];
     snprintf(a->name, sizeof a->name, "%s", s->name);
     a->prompt = p, a->T = T, a->n_key = nk, a->heads = H;
-    a->p = calloc((size_t)(T * nk > 0 ? T * nk : 1), sizeof *a->p);
-    float *buf = malloc(sizeof *buf * (size_t)(H * T * nk > 0 ? H * T * nk : 1));
-    hsize_t start[4] = {(hsize_t)p, 0, 0, 0}, count[4] = {1, (hsize_t)H, (hsize_t)T, (hsize_t)nk};
+    a->bq = (T + RPT_HEAT_MAX - 1) / RPT_HEAT_MAX, a->bk = (nk + RPT_HEAT_MAX - 1) / RPT_HEAT_MAX;
+    a->rows = (T + a->bq - 1) / a->bq, a->cols = (nk + a->bk - 1) / a->bk;
+    a->p = calloc((size_t)(a->rows * a->cols), sizeof *a->p);
+    float *buf = malloc(sizeof *buf * (size_t)(T * nk));
+    hsize_t start[4] = {(hsize_t)p, 0, 0, 0}, count[4] = {1, 1, (hsize_t)T, (hsize_t)nk};
     hid_t ds = H5Dopen2(g, s->name, H5P_DEFAULT);
     hid_t fs = ds >= 0 ? H5Dget_space(ds) : -1, ms = H5Screate_simple(4, count, NULL);
     herr_t e = a->p && buf && fs >= 0 ? 0 : -1;
-    if (e >= 0) e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
-    if (e >= 0) e = H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
-    for (int64_t h = 0; e >= 0 && h < H; h++) // (H, T, nk) -> mean over heads (T, nk)
-        for (int64_t i = 0; i < T * nk; i++)
-            a->p[i] += (double)buf[h * T * nk + i] / (double)H;
+    for (int64_t h = 0; e >= 0 && h < H; h++) {
+        start[1] = (hsize_t)h;
+        e = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, count, NULL);
+        if (e >= 0) e = H5Dread(ds, H5T_NATIVE_FLOAT, ms, fs, H5P_DEFAULT, buf);
+        if (e >= 0) add_head(a, buf);
+    }
     H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     if (ds >= 0) H5Dclose(ds);

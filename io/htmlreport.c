@@ -12,7 +12,6 @@
 #include <string.h>
 
 #define HIST_BINS   30 // bins of the feature mean / variance histograms
-#define HEAT_MAX    64 // an attention pattern larger than this a side is shown block-averaged
 #define OUTLIERS_AT 8  // outliers a profiled value lists
 
 static const char style[] =
@@ -27,7 +26,8 @@ static const char style[] =
     "svg .series{fill:none;stroke-width:1.6}svg .band{stroke:none;opacity:.35}\n"
     "svg text{font-size:11px;fill:#444}svg .axis{font-size:12px;fill:#222}\n"
     "svg .bars rect{fill:#1f77b4}svg .bars rect:hover{fill:#d62728}\n"
-    ".notes li{color:#8a5a00}pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:320px}\n"
+    "code{white-space:pre;background:#eef}.notes "
+    "li{color:#8a5a00}pre{background:#f6f6f6;padding:8px;overflow:auto;max-height:320px}\n"
     ".small figure{width:280px}.small figcaption{font-size:12px;height:34px;overflow:hidden}\n"
     "</style>\n";
 
@@ -182,9 +182,13 @@ done:
 
 static void norm_by_position(FILE *f, const struct rpt_data *d) {
     int n = d->n_prof;
-    int64_t T = 0;
+    int64_t T = 0; // up to the last position any profile counted
     for (int i = 0; i < n; i++)
-        T = d->prof[i].T > T ? d->prof[i].T : T;
+        for (int64_t t = d->prof[i].T - 1; t >= T; t--)
+            if (d->prof[i].count[t] > 0) {
+                T = t + 1;
+                break;
+            }
     double *v = malloc(sizeof *v * (size_t)(2 * n * T) + 1);
     struct svg_series *s = calloc((size_t)(2 * n) + 1, sizeof *s);
     char(*col)[8] = calloc((size_t)n + 1, sizeof *col);
@@ -228,7 +232,8 @@ static void outliers(FILE *f, const struct rpt_data *d) {
             fprintf(f, "</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%lld</td><td>",
                     (long long)k + 1, (long long)p->o_prompt[k], (long long)p->o_pos[k],
                     (long long)p->o_tok[k]);
-            if (p->o_text && p->o_text[k]) html_escape(f, p->o_text[k]);
+            if (p->o_text && p->o_text[k]) fputs("<code>", f), html_escape(f, p->o_text[k]);
+            if (p->o_text && p->o_text[k]) fputs("</code>", f);
             fprintf(f, "</td><td>%.6g</td><td>%.3g</td></tr>\n", p->o_norm[k],
                     p->o_norm[k] / p->mean);
         }
@@ -299,28 +304,16 @@ static void attention(FILE *f, const struct rpt_data *d) {
           f);
     for (int i = 0; i < d->n_attn; i++) {
         const struct rpt_attn *a = &d->attn[i];
-        int64_t bq = (a->T + HEAT_MAX - 1) / HEAT_MAX, bk = (a->n_key + HEAT_MAX - 1) / HEAT_MAX;
-        int64_t rows = (a->T + bq - 1) / bq, cols = (a->n_key + bk - 1) / bk;
-        double *v = calloc((size_t)(rows * cols), sizeof *v);
-        if (!v) continue;
-        for (int64_t q = 0; q < a->T; q++) // block means (blocks of bq x bk, the last ones smaller)
-            for (int64_t k = 0; k < a->n_key; k++) {
-                int64_t nq = q / bq == rows - 1 ? a->T - (rows - 1) * bq : bq;
-                int64_t nk = k / bk == cols - 1 ? a->n_key - (cols - 1) * bk : bk;
-                v[(q / bq) * cols + k / bk] += a->p[q * a->n_key + k] / (double)(nq * nk);
-            }
         char id[48], title[RPT_NAME_MAX + 96];
         snprintf(id, sizeof id, "attention-%d", i);
         snprintf(title, sizeof title, "%s, prompt %lld (%lld tokens, %lld heads)", a->name,
                  (long long)a->prompt, (long long)a->T, (long long)a->heads);
-        struct svg_chart c = {.id = id,
-                              .title = title,
-                              .xlabel = "key",
-                              .ylabel = "query",
-                              .width = 280,
-                              .height = 270};
-        svg_heatmap(f, &c, v, rows, cols, NULL);
-        free(v);
+        char xl[64], yl[64];
+        snprintf(xl, sizeof xl, a->bk > 1 ? "key (blocks of %lld)" : "key", (long long)a->bk);
+        snprintf(yl, sizeof yl, a->bq > 1 ? "query (blocks of %lld)" : "query", (long long)a->bq);
+        struct svg_chart c = {
+            .id = id, .title = title, .xlabel = xl, .ylabel = yl, .width = 280, .height = 270};
+        svg_heatmap(f, &c, a->p, a->rows, a->cols, NULL);
     }
     fputs("</div>\n", f);
 }

@@ -22,8 +22,8 @@ attention probabilities stored, and a /norm_profile. Each page:
 The token layout's expert load is checked too (an MoE output with token rows).
 Adversarial: a renamed copy, a copy with a segment missing (refused as inspect refuses them) and
 an incomplete output (complete 0: refused as stats refuses it),
--o equal to the input or to a file of its parts folder, a missing output, an -o in a folder that
-does not exist or under a regular file, --prompts beyond the output or not a number: exit 1 naming
+-o equal to the input, to a file of its parts folder or to the tokenizer.json it reads, -o a
+folder, a missing output, an -o in a folder that does not exist or under a regular file, --prompts beyond the output or not a number: exit 1 naming
 the file or the flag, nothing written (no REPORT.html, no REPORT.html.tmp), the output unchanged.
 
 Until the norm-profile consumer lands, the /norm_profile groups are added here with h5py exactly
@@ -504,6 +504,12 @@ if os.geteuid() != 0:  # root writes into a mode 555 folder anyway
     os.makedirs(f"{adv}/ro")
     os.chmod(f"{adv}/ro", 0o555)
     refused("-o in an unwritable folder", moe, f"{adv}/ro/r.html", names=[f"{adv}/ro/r.html"])
+os.makedirs(f"{adv}/folder.html")
+refused("-o a folder", moe, f"{adv}/folder.html", names=[f"{adv}/folder.html"])
+tok = f"{work}/spec/model/tokenizer.json"
+before = digest(tok)
+refused("-o the tokenizer it reads", spec, tok, names=[tok])
+check(digest(tok) == before, "-o the tokenizer: the tokenizer changed")
 refused("--prompts beyond the output", moe, f"{adv}/r4.html", "--prompts", "0,6",
         names=[moe, "prompt 6"])
 refused("--prompts not a number", moe, f"{adv}/r5.html", "--prompts", "1x", names=["--prompts"])
