@@ -15,7 +15,8 @@ attention probabilities stored, and a /norm_profile. Each page:
   profile's histogram as docs/report.md defines, and the median within the bin of the true one),
   the outlier table (prompt, position, token id; the token's text on the spec model), the feature
   mean histograms (from /stats), the head-mean attention pattern of each chosen prompt
-  (--prompts 0,2 on the spec model), the expert load counts (np.bincount of expert_indices) and
+  (--prompts 0,2 on the spec model; prompts of 70 and 99 tokens as block means), the expert load
+  counts (np.bincount of expert_indices) and
   the router entropy (softmax of router_logits in float64), the selection counts;
 - leaves out, with a note naming the job key, what the output lacks (no /norm_profile, no
   expert_indices on a dense model).
@@ -313,6 +314,13 @@ def check_stats(label, pg, out):
     print(f"{label}: {len(ids)} feature mean/variance histogram pairs == numpy", flush=True)
 
 
+def block_mean(a):
+    """docs/report.md: a side longer than 64 as block means of ceil(side / 64)"""
+    bq, bk = -(-a.shape[0] // 64), -(-a.shape[1] // 64)
+    return np.array([[a[r:r + bq, c:c + bk].mean() for c in range(0, a.shape[1], bk)]
+                     for r in range(0, a.shape[0], bq)])
+
+
 def check_attention(label, pg, out, names, prompts):
     with h5py.File(out, "r") as f:
         L = f["prompts/length"][()]
@@ -322,7 +330,7 @@ def check_attention(label, pg, out, names, prompts):
             two = list(x.attrs["stored_axes"])[3] == "global+local-key"
             for p in prompts:
                 T = L[p]
-                want = x[p, :, :T, :(2 * T if two else T)].astype(np.float64).mean(0)
+                want = block_mean(x[p, :, :T, :(2 * T if two else T)].astype(np.float64).mean(0))
                 g = group(pg, f"attention-{k}", "heatmap")
                 got = nums(g["data-v"]).reshape(int(g["data-rows"]), int(g["data-cols"]))
                 close(f"{label}: {n} prompt {p}: head-mean pattern", got, want, 1e-7)
@@ -378,11 +386,12 @@ def report(out, html, *extra, code=0):
 
 
 # ---- the three models -----------------------------------------------------------------------------
-def harvest_model(name, init, acts, vocab, layout="prompt", extra=None):
+def harvest_model(name, init, acts, vocab, layout="prompt", extra=None,
+                  lengths=(9, 14, 21, 5, 17, 12)):
     d = f"{work}/{name}"
     os.makedirs(d)
     run(harvest, *init, f"{d}/model", check=0)
-    write_prompts(f"{d}/prompts.jsonl", [9, 14, 21, 5, 17, 12], seed=3, vocab=vocab)
+    write_prompts(f"{d}/prompts.jsonl", lengths, seed=3, vocab=vocab)
     job = dict(activations=acts, max_seq_len=32, batch_size=2, statistics=True,
                select={"skip_first": 1}, output={"path": "out.h5", "layout": layout})
     job.update(extra or {})
@@ -451,6 +460,16 @@ pg = render("moe token layout", f"{shots}/moet.html", ["expert-load", "router-en
 check_experts("moe token layout", pg, moet, 4)
 check({"norm_profile", "attention"} <= set(pg.notes) and "norm-by-layer" not in pg.figs,
       f"moe token layout: the missing parts' notes {pg.notes}")
+
+# prompts longer than 64 tokens: their patterns as block means (99 queries x 198 keys: 50 x 50
+# cells of 2 x 4, the last row and column smaller); the page's numbers read from the file itself
+lng = harvest_model("long", ["init-model", "--family", "encdec", "--seed", "2"],
+                    ["encoder_0_attn_probs", "decoder_0_attn_probs"], 3000,
+                    extra={"max_seq_len": 128}, lengths=(70, 99))
+report(lng, f"{shots}/long.html", "--prompts", "1,0")
+pg = Page()
+pg.feed(open(f"{shots}/long.html", encoding="utf-8").read())
+check_attention("long prompts", pg, lng, ["decoder_0_attn_probs", "encoder_0_attn_probs"], [1, 0])
 
 # the console check can fail: a page that logs is caught
 with open(f"{shots}/logs.html", "w") as f:
