@@ -311,8 +311,13 @@ static void attention(FILE *f, const struct rpt_data *d) {
         char xl[64], yl[64];
         snprintf(xl, sizeof xl, a->bk > 1 ? "key (blocks of %lld)" : "key", (long long)a->bk);
         snprintf(yl, sizeof yl, a->bq > 1 ? "query (blocks of %lld)" : "query", (long long)a->bq);
-        struct svg_chart c = {
-            .id = id, .title = title, .xlabel = xl, .ylabel = yl, .width = 280, .height = 270};
+        struct svg_chart c = {.id = id,
+                              .title = title,
+                              .xlabel = xl,
+                              .ylabel = yl,
+                              .width = 280,
+                              .height = 270,
+                              .xunit = a->bk};
         svg_heatmap(f, &c, a->p, a->rows, a->cols, NULL);
     }
     fputs("</div>\n", f);

@@ -355,9 +355,11 @@ void svg_heatmap(FILE *f, const struct svg_chart *c, const double *v, int64_t ro
         fputs("</text>\n", f);
     }
     fputs("</g>\n", f);
-    for (int i = 0; i <= 4; i++) // column ticks
+    int64_t every = cols <= 16 ? 1 : (int64_t)tick_step((double)cols); // column ticks, centred
+    int64_t unit = c->xunit > 0 ? c->xunit : 1;
+    for (int64_t k = 0; k < cols; k += every ? every : 1)
         fprintf(f,
                 "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%lld</text>\n",
-                ML + fr.pw * i / 4, MT + fr.ph + 14, (long long)((cols - 1) * i / 4));
+                ML + (k + 0.5) * cw, MT + fr.ph + 14, (long long)(k * unit));
     close_plot(f, c, &fr);
 }

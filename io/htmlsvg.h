@@ -20,6 +20,7 @@ struct svg_chart {
     const char *const *xnames;   // (n) a name for each x (a categorical axis), or NULL: 0, 1, ...
     int width, height;           // of the plot, in CSS pixels (0: 720 x 280)
     bool logy;                   // log10 y axis (values <= 0 are gaps)
+    int64_t xunit; // heatmap: what a column's index is multiplied by in its tick (0: 1)
 };
 
 struct svg_series {

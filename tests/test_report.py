@@ -22,7 +22,7 @@ attention probabilities stored, and a /norm_profile. Each page:
   expert_indices on a dense model).
 The token layout's expert load is checked too (an MoE output with token rows).
 Adversarial: a renamed copy, a copy with a segment missing (refused as inspect refuses them) and
-an incomplete output (complete 0: refused as stats refuses it),
+an incomplete output (complete 0: refused as stats refuses it), a malformed /norm_profile group,
 -o equal to the input, to a file of its parts folder or to the tokenizer.json it reads, -o a
 folder, a missing output, an -o in a folder that does not exist or under a regular file, --prompts beyond the output or not a number: exit 1 naming
 the file or the flag, nothing written (no REPORT.html, no REPORT.html.tmp), the output unchanged.
@@ -511,6 +511,14 @@ shutil.copytree(moe + ".parts", f"{adv}/stopped/out.h5.parts")
 with h5py.File(f"{adv}/stopped/out.h5", "a") as f:
     f.attrs["complete"] = np.int64(0)
 refused("an incomplete output", f"{adv}/stopped/out.h5", f"{adv}/r6.html")
+os.makedirs(f"{adv}/badprof")  # a norm profile whose hist is not 130 bins
+shutil.copy(spec, f"{adv}/badprof/out.h5")
+shutil.copytree(spec + ".parts", f"{adv}/badprof/out.h5.parts")
+with h5py.File(f"{adv}/badprof/out.h5", "a") as f:
+    del f["norm_profile/encoder_1_output/hist"]
+    f["norm_profile/encoder_1_output/hist"] = np.zeros(129, np.int64)
+refused("a malformed norm profile", f"{adv}/badprof/out.h5", f"{adv}/r7.html",
+        names=[f"{adv}/badprof/out.h5", "/norm_profile/encoder_1_output"])
 refused("-o the input", moe, moe)
 refused("-o a file of the parts folder", moe, moe + ".parts/index.h5",
         names=[moe + ".parts/index.h5"])
@@ -543,4 +551,8 @@ check("spec" in open(f"{adv}/again.html").read() and not os.path.exists(f"{adv}/
 # the screenshot the README shows (docs/report.png) comes from the MoE page: keep it for make-docs
 if os.environ.get("REPORT_SHOT"):
     shutil.copy(f"{shots}/moe.png", os.environ["REPORT_SHOT"])
+if os.environ.get("REPORT_KEEP"):  # keep the outputs and pages when all passed (a failure keeps them)
+    import util
+    if not util.failures:
+        sys.exit(print(f"all checks passed; kept {work}"))
 finish()
