@@ -60,15 +60,20 @@ def edges():
 
 
 def norm_rows(f, name):
-    """(norms, prompt, position, token) of every stored token row of /activations/name, float64."""
+    """(norms, prompt, position, token) of every token row of /activations/name (prompt layout)
+    that the selection kept (/tokens/selected; the norm profile takes those only), float64."""
     x = f["activations/" + name]
     lengths = f["prompts/length"][()]
     off = f["prompts/token_offset"][()]
     ids = f["tokens/input_ids"][()]
+    sel = f["tokens/selected"][()].astype(bool) if "tokens/selected" in f else \
+        np.ones(len(ids), bool)
     out = []
     for p, T in enumerate(lengths):
         a = x[p, :T].astype(np.float64).reshape(T, -1)
-        out += [(np.sqrt((a * a).sum(1)), np.full(T, p), np.arange(T), ids[off[p]:off[p] + T])]
+        k = sel[off[p]:off[p] + T]
+        out += [(np.sqrt((a * a).sum(1))[k], np.full(T, p)[k], np.arange(T)[k],
+                 ids[off[p]:off[p] + T][k])]
     return [np.concatenate(c) for c in zip(*out)]
 
 
