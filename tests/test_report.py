@@ -27,9 +27,10 @@ an incomplete output (complete 0: refused as stats refuses it), a malformed /nor
 folder, a missing output, an -o in a folder that does not exist or under a regular file, --prompts beyond the output or not a number: exit 1 naming
 the file or the flag, nothing written (no REPORT.html, no REPORT.html.tmp), the output unchanged.
 
-Until the norm-profile consumer lands, the /norm_profile groups are added here with h5py exactly
-per its layout (add_norm_profile, marked NORM_PROFILE_STANDIN): the merge switches it to the job
-key "norm_profile"."""
+The /norm_profile groups come from the job key "norm_profile"; a binary without it (before the
+norm-profile consumer is merged) refuses the key, and the groups are then added with h5py exactly
+per the consumer's layout (add_norm_profile, marked NORM_PROFILE_STANDIN: remove it after the
+merge). Either way the page's numbers are checked against numpy over the activations."""
 import hashlib
 import html.parser
 import json
@@ -392,7 +393,9 @@ def report(out, html, *extra, code=0):
 
 # ---- the three models -----------------------------------------------------------------------------
 def harvest_model(name, init, acts, vocab, layout="prompt", extra=None,
-                  lengths=(9, 14, 21, 5, 17, 12)):
+                  lengths=(9, 14, 21, 5, 17, 12), profile=None):
+    """the output of a run; profile: the values of its norm profile (the job key when the binary
+    has it, else NORM_PROFILE_STANDIN)"""
     d = f"{work}/{name}"
     os.makedirs(d)
     run(harvest, *init, f"{d}/model", check=0)
@@ -400,27 +403,36 @@ def harvest_model(name, init, acts, vocab, layout="prompt", extra=None,
     job = dict(activations=acts, max_seq_len=32, batch_size=2, statistics=True,
                select={"skip_first": 1}, output={"path": "out.h5", "layout": layout})
     job.update(extra or {})
-    run(harvest, "run", write_job(f"{d}/job.json", **job), "--quiet", check=0)
+    if profile:
+        p = run(harvest, "run", write_job(f"{d}/job.json", **job, norm_profile=profile), "--quiet")
+        if p.returncode == 0:
+            return f"{d}/out.h5"
+        # NORM_PROFILE_STANDIN: a binary without the job key refuses it (exit 1 naming it)
+        check(p.returncode == 1 and "norm_profile" in p.stderr,
+              f"{name}: the job with norm_profile: exit {p.returncode}: {p.stderr[-500:]}")
+        print(f"{name}: no job key norm_profile in this binary: /norm_profile added with h5py",
+              flush=True)
+    run(harvest, "run", write_job(f"{d}/job.json", **job), "--quiet", "--overwrite", check=0)
+    if profile:
+        add_norm_profile(f"{d}/out.h5", profile)  # NORM_PROFILE_STANDIN
     return f"{d}/out.h5"
 
 
 os.makedirs(f"{work}/home", exist_ok=True)
 # the spec model with its tokenizer (ids below its vocabulary, so each outlier has a text)
+spec_names = [f"encoder_{i}_output" for i in range(4)] + [f"decoder_{i}_output" for i in range(4)]
 spec = harvest_model("spec", ["init-model", "--family", "encdec", "--seed", "1"],
                      ["encoder_*_output", "decoder_*_output", "encoder_0_attn_probs",
-                      "decoder_3_attn_probs"], 3000)
+                      "decoder_3_attn_probs"], 3000, profile=spec_names)
 shutil.copy(os.path.join(HERE, "..", "data", "tokenizer.json"), f"{work}/spec/model")
-spec_names = [f"encoder_{i}_output" for i in range(4)] + [f"decoder_{i}_output" for i in range(4)]
-add_norm_profile(spec, spec_names)  # NORM_PROFILE_STANDIN: the job key "norm_profile"
 llama = harvest_model("llama", ["init-model", "--family", "llama", "--preset", "Llama-3.2-1B"],
                       ["layers.*.layer_output", "layers.0.attention_probabilities",
-                       "layers.1.attention_probabilities"], 96)
-add_norm_profile(llama, ["layers.0.layer_output", "layers.1.layer_output"])  # NORM_PROFILE_STANDIN
+                       "layers.1.attention_probabilities"], 96,
+                      profile=["layers.0.layer_output", "layers.1.layer_output"])
+moe_names = [f"layers.{i}.layer_output" for i in range(3)]
 moe = harvest_model("moe", ["init-model", "--family", "qwen3_moe", "--preset", "Qwen3-MoE"],
                     ["layers.*.layer_output", "layers.*.expert_indices", "layers.*.router_logits",
-                     "layers.2.attention_probabilities"], 96)
-moe_names = [f"layers.{i}.layer_output" for i in range(3)]
-add_norm_profile(moe, moe_names)  # NORM_PROFILE_STANDIN
+                     "layers.2.attention_probabilities"], 96, profile=moe_names)
 print("three outputs harvested", flush=True)
 
 BASE = ["norm-by-layer", "norm-mean-by-position", "norm-max-by-position", "selection-counts",
