@@ -12,7 +12,7 @@
 #include <string.h>
 
 #define HIST_BINS   30 // bins of the feature mean / variance histograms
-#define OUTLIERS_AT 8  // outliers a profiled value lists
+#define OUTLIERS_AT 5  // outliers a profiled value lists
 
 static const char style[] =
     "<style>\n"

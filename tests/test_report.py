@@ -289,7 +289,7 @@ def check_norms(label, pg, out, names, tokenizer):
     for n, r in zip(names, rows):
         mine = [row for row in table if row[0] == n]
         o = np.argmax(r[0])
-        if check(len(mine) == 8, f"{label}: {n}: {len(mine)} outlier rows, expected 8"):
+        if check(len(mine) == 5, f"{label}: {n}: {len(mine)} outlier rows, expected 5"):
             got = [int(v) for v in mine[0][2:5]]
             check(got == [r[1][o], r[2][o], r[3][o]], f"{label}: {n}: largest norm at "
                   f"{got}, numpy says prompt {r[1][o]} position {r[2][o]} token {r[3][o]}")
