@@ -11,8 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define HIST_BINS   30 // bins of the feature mean / variance histograms
-#define OUTLIERS_AT 5  // outliers a profiled value lists
+#define HIST_BINS   30  // bins of the feature mean / variance histograms
+#define OUTLIERS_AT 5   // outliers a profiled value lists
+#define POS_MAX     256 // positions a norm-by-position curve draws (more: blocks of positions)
 
 static const char style[] =
     "<style>\n"
@@ -180,6 +181,20 @@ done:
     free(names);
 }
 
+// positions [b * B, b * B + B) of p: the mean (sum over count) and the largest norm there
+static void position_block(const struct rpt_profile *p, int64_t b, int64_t B, double *mean,
+                           double *max) {
+    double s = 0, m = -INFINITY;
+    int64_t c = 0;
+    for (int64_t t = b * B; t < b * B + B && t < p->T; t++) {
+        if (p->count[t] <= 0) continue;
+        s += p->sum[t], c += p->count[t];
+        m = p->max[t] > m ? p->max[t] : m;
+    }
+    *mean = c ? s / (double)c : (double)NAN;
+    *max = c ? m : (double)NAN;
+}
+
 static void norm_by_position(FILE *f, const struct rpt_data *d) {
     int n = d->n_prof;
     int64_t T = 0; // up to the last position any profile counted
@@ -189,32 +204,32 @@ static void norm_by_position(FILE *f, const struct rpt_data *d) {
                 T = t + 1;
                 break;
             }
-    double *v = malloc(sizeof *v * (size_t)(2 * n * T) + 1);
+    int64_t B = (T + POS_MAX - 1) / POS_MAX, nb = B ? (T + B - 1) / B : 0; // blocks of B
+    double *v = malloc(sizeof *v * (size_t)(2 * n * nb) + 1);
     struct svg_series *s = calloc((size_t)(2 * n) + 1, sizeof *s);
-    char(*col)[8] = calloc((size_t)n + 1, sizeof *col);
+    char(*col)[8] = calloc((size_t)n + 1, sizeof *col), xl[64];
     if (!v || !s || !col) goto done;
     for (int i = 0; i < n; i++) {
-        const struct rpt_profile *p = &d->prof[i];
-        for (int64_t t = 0; t < T; t++) {
-            bool in = t < p->T && p->count[t] > 0;
-            v[(size_t)(2 * i) * T + t] = in ? p->sum[t] / (double)p->count[t] : (double)NAN;
-            v[(size_t)(2 * i + 1) * T + t] = in ? p->max[t] : (double)NAN;
-        }
+        double *mean = v + (size_t)(2 * i) * nb, *max = mean + nb;
+        for (int64_t b = 0; b < nb; b++)
+            position_block(&d->prof[i], b, B, &mean[b], &max[b]);
         svg_color(col[i], i, n);
-        s[i] = (struct svg_series){p->value, col[i], v + (size_t)(2 * i) * T, false};
-        s[n + i] = (struct svg_series){p->value, col[i], v + (size_t)(2 * i + 1) * T, false};
+        s[i] = (struct svg_series){d->prof[i].value, col[i], mean, false};
+        s[n + i] = (struct svg_series){d->prof[i].value, col[i], max, false};
     }
+    snprintf(xl, sizeof xl, B > 1 ? "position (blocks of %lld)" : "position", (long long)B);
     struct svg_chart c = {.id = "norm-mean-by-position",
                           .title = "Mean norm by position (an attention sink: a position far above "
                                    "the rest)",
-                          .xlabel = "position",
+                          .xlabel = xl,
                           .ylabel = "mean L2 norm",
                           .width = 1100,
                           .height = 320,
-                          .logy = true};
-    svg_lines(f, &c, T, s, n, NULL, 0);
+                          .logy = true,
+                          .xunit = B};
+    svg_lines(f, &c, nb, s, n, NULL, 0);
     c.id = "norm-max-by-position", c.title = "Largest norm by position", c.ylabel = "max L2 norm";
-    svg_lines(f, &c, T, s + n, n, NULL, 0);
+    svg_lines(f, &c, nb, s + n, n, NULL, 0);
 done:
     free(v), free(s), free(col);
 }

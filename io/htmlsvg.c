@@ -162,7 +162,7 @@ static void x_axis(FILE *f, const struct frame *fr, const struct svg_chart *c, i
             html_escape(f, c->xnames[i]);
         } else {
             fprintf(f, "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%lld", x,
-                    y, (long long)i);
+                    y, (long long)(i * (c->xunit > 0 ? c->xunit : 1)));
         }
         fputs("</text>\n", f);
     }

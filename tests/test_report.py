@@ -15,7 +15,8 @@ attention probabilities stored, and a /norm_profile. Each page:
   profile's histogram as docs/report.md defines, and the median within the bin of the true one),
   the outlier table (prompt, position, token id; the token's text on the spec model), the feature
   mean histograms (from /stats), the head-mean attention pattern of each chosen prompt
-  (--prompts 0,2 on the spec model; prompts of 70 and 99 tokens as block means), the expert load
+  (--prompts 0,2 on the spec model; prompts of 70 and 299 tokens as block means, and their norms
+  by position in blocks of 2 positions), the expert load
   counts (np.bincount of expert_indices) and
   the router entropy (softmax of router_logits in float64), the selection counts;
 - leaves out, with a note naming the job key, what the output lacks (no /norm_profile, no
@@ -277,14 +278,17 @@ def check_norms(label, pg, out, names, tokenizer):
     for n, r, m in zip(names, rows, med):  # the true median lies within the interpolated one's bin
         true = np.median(r[0])
         check(abs(np.log2(m / true)) <= 0.25 + 1e-9, f"{label}: {n}: median {m} vs true {true}")
+    T = max(r[2].max() + 1 for r in rows)  # up to the last position reached
+    B = -(-T // 256)  # docs/report.md: more than 256 positions are drawn as blocks of B
     for n, r in zip(names, rows):
+        blk = r[2] // B
         mean = series(pg, "norm-mean-by-position", n)
-        cnt = np.bincount(r[2], minlength=len(mean))
-        want = np.bincount(r[2], r[0], minlength=len(mean)) / np.where(cnt, cnt, 1)
+        cnt = np.bincount(blk, minlength=-(-T // B))
+        want = np.bincount(blk, r[0], minlength=len(cnt)) / np.where(cnt, cnt, 1)
         close(f"{label}: {n}: mean norm by position", mean, np.where(cnt, want, np.nan))
         mx = series(pg, "norm-max-by-position", n)
         close(f"{label}: {n}: max norm by position", mx,
-              [r[0][r[2] == t].max() if cnt[t] else np.nan for t in range(len(mx))])
+              [r[0][blk == b].max() if cnt[b] else np.nan for b in range(len(cnt))])
     table = pg.tables.get("outliers", [])[1:]
     for n, r in zip(names, rows):
         mine = [row for row in table if row[0] == n]
@@ -478,15 +482,19 @@ check_experts("moe token layout", pg, moet, 4)
 check({"norm_profile", "attention"} <= set(pg.notes) and "norm-by-layer" not in pg.figs,
       f"moe token layout: the missing parts' notes {pg.notes}")
 
-# prompts longer than 64 tokens: their patterns as block means (99 queries x 198 keys: 50 x 50
-# cells of 2 x 4, the last row and column smaller); the page's numbers read from the file itself
+# long prompts: attention patterns as block means (299 queries x 598 keys: 60 x 60 cells of 5 x
+# 10, the last row and column smaller), norms by position in blocks of 2 positions (299 > 256);
+# the page's numbers read from the file itself
 lng = harvest_model("long", ["init-model", "--family", "encdec", "--seed", "2"],
-                    ["encoder_0_attn_probs", "decoder_0_attn_probs"], 3000,
-                    extra={"max_seq_len": 128}, lengths=(70, 99))
+                    ["encoder_0_output", "encoder_0_attn_probs", "decoder_0_attn_probs"], 3000,
+                    extra={"max_seq_len": 300}, lengths=(70, 299), profile=["encoder_0_output"])
 report(lng, f"{shots}/long.html", "--prompts", "1,0")
 pg = Page()
 pg.feed(open(f"{shots}/long.html", encoding="utf-8").read())
 check_attention("long prompts", pg, lng, ["decoder_0_attn_probs", "encoder_0_attn_probs"], [1, 0])
+check(len(series(pg, "norm-mean-by-position", "encoder_0_output")) == 150,
+      "long prompts: 299 positions are not 150 blocks of 2")
+check_norms("long prompts", pg, lng, ["encoder_0_output"], False)
 
 # the console check can fail: a page that logs is caught
 with open(f"{shots}/logs.html", "w") as f:
