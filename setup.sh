@@ -17,9 +17,11 @@ PACKAGES=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libhdf5-op
           python3-numpy python3-h5py libdnnl-dev)
 # the Slurm tests start a real single-node cluster (slurmctld, slurmd, munge); the fuzz test
 # needs clang's libFuzzer; the tokenizer test compares with a JavaScript reference (node + npm);
-# format-check runs clang-format; the export test feeds the reader's torch batches to torch
+# format-check runs clang-format; the export test feeds the reader's torch batches to torch; the
+# report test renders `harvest report`'s page in headless Chromium
 if [ "${1:-}" = test ]; then
-    PACKAGES+=(slurm-wlm clang libclang-rt-dev clang-format python3-torch python3-venv python3-pip)
+    PACKAGES+=(slurm-wlm clang libclang-rt-dev clang-format python3-torch python3-venv python3-pip
+               chromium)
     command -v npm >/dev/null 2>&1 || PACKAGES+=(nodejs npm)
 fi
 

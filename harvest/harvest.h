@@ -169,6 +169,7 @@ int cmd_plan(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_stats(int argc, char **argv); // statscmd.c
 int cmd_export(int argc, char **argv);
+int cmd_report(int argc, char **argv); // reportcmd.c
 
 // prints "harvest: MSG" and returns the exit code of rc
 int report(int rc, const struct ah_error *err);

@@ -27,7 +27,8 @@ static const char usage_text[] =
     "  bench [--prompts N] [--T N] [--batch N] [--dir DIR]  forward and HDF5 throughput\n"
     "  export OUT.h5 --shards DIR [--names N1,N2] [--dtype D] [--shard-tokens N] [--seed S]\n"
     "         [--val FRACTION] [--allow-partial] [--quiet]  shuffled training shards\n"
-    "  export OUT.h5 --probe DIR [--names N1,N2] [--pool last,mean]  pooled rows + fields\n";
+    "  export OUT.h5 --probe DIR [--names N1,N2] [--pool last,mean]  pooled rows + fields\n"
+    "  report OUT.h5 -o REPORT.html [--prompts P,..] [--quiet]  a page of plots of an output\n";
 
 int main(int argc, char **argv) {
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
@@ -43,6 +44,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "stats")) return cmd_stats(argc - 2, argv + 2);
     if (!strcmp(cmd, "export")) return cmd_export(argc - 2, argv + 2);
+    if (!strcmp(cmd, "report")) return cmd_report(argc - 2, argv + 2);
     if (strcmp(cmd, "run") && strcmp(cmd, "bench")) {
         fprintf(stderr, "harvest: unknown command \"%s\"\n%s", cmd, usage_text);
         return 1;
