@@ -176,6 +176,75 @@ static int read_exact(FILE *f, void *p, size_t n) {
     return fread(p, 1, n, f) == n ? 0 : -1;
 }
 
+// a Megatron index after its file's name: the token dtype and the sequences' sizes and offsets
+struct mmidx {
+    uint8_t code;   // numpy's dtype code: 1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 8 u16
+    int w;          // its bytes
+    uint64_t count; // sequences
+    int32_t *sizes; // (count) tokens, owned
+    int64_t *ptrs;  // (count) byte offsets into PREFIX.bin, owned
+};
+
+static int mmidx_read(struct loader *l, FILE *fi, const char *idx, struct mmidx *m) {
+    char magic[9];
+    uint64_t version = 0, docs = 0;
+    if (read_exact(fi, magic, 9) || memcmp(magic, "MMIDIDX\0\0", 9) ||
+        read_exact(fi, &version, 8) || version != 1 || read_exact(fi, &m->code, 1) ||
+        read_exact(fi, &m->count, 8) || read_exact(fi, &docs, 8) || m->count > (1ull << 40))
+        return ah_fail(l->err, AH_EFORMAT,
+                       "%s: not a Megatron index (expected \"MMIDIDX\" version 1)", idx);
+    static const int width[9] = {0, 1, 1, 2, 4,
+                                 8, 0, 0, 2}; // 1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 8 u16
+    m->w = m->code < 9 ? width[m->code] : 0;
+    if (!m->w)
+        return ah_fail(l->err, AH_EFORMAT, "%s: token dtype code %u is not an integer type", idx,
+                       m->code);
+    m->sizes = malloc(m->count * sizeof *m->sizes + 1);
+    m->ptrs = malloc(m->count * sizeof *m->ptrs + 1);
+    if (!m->sizes || !m->ptrs) return nomem(l->err, "a Megatron index", m->count * 12);
+    if (read_exact(fi, m->sizes, m->count * sizeof *m->sizes) ||
+        read_exact(fi, m->ptrs, m->count * sizeof *m->ptrs))
+        return ah_fail(l->err, AH_EFORMAT, "%s: truncated (%llu sequences announced)", idx,
+                       (unsigned long long)m->count);
+    return 0;
+}
+
+// sequence i of PREFIX.bin (fb) into l->ids, through *raw (*raw_cap bytes, grown), then a prompt
+static int mmidx_sequence(struct loader *l, const struct mmidx *m, uint64_t i, FILE *fb,
+                          const char *idx, const char *where, unsigned char **raw,
+                          size_t *raw_cap) {
+    l->p->n_lines = (int64_t)i + 1;
+    l->ids.n = 0;
+    if (m->sizes[i] < 0 || fseeko(fb, (off_t)m->ptrs[i], SEEK_SET) != 0)
+        return ah_fail(l->err, AH_EFORMAT, "%s: bad size or offset in %s", where, idx);
+    size_t bytes = (size_t)m->sizes[i] * (size_t)m->w;
+    if (bytes > *raw_cap) {
+        unsigned char *nr = realloc(*raw, bytes);
+        size_t ncap = (size_t)m->sizes[i];
+        int64_t *nv = nr ? realloc(l->ids.v, ncap * sizeof *nv + 1) : NULL;
+        if (nr) *raw = nr;
+        if (!nv) return nomem(l->err, "a Megatron sequence", bytes + ncap * 8);
+        l->ids.v = nv;
+        l->ids.cap = ncap;
+        *raw_cap = bytes;
+    }
+    if (read_exact(fb, *raw, bytes))
+        return ah_fail(l->err, AH_EFORMAT, "%s: past the end of the file", where);
+    for (int32_t k = 0; k < m->sizes[i]; k++) { // little-endian, as numpy writes them
+        const unsigned char *q = *raw + (size_t)k * (size_t)m->w;
+        uint64_t u = 0;
+        for (int b = m->w - 1; b >= 0; b--)
+            u = u << 8 | q[b];
+        int64_t v = (int64_t)u; // sign-extend the signed types
+        if (m->code == 2) v = (int8_t)u;
+        if (m->code == 3) v = (int16_t)u;
+        if (m->code == 4) v = (int32_t)u;
+        l->ids.v[k] = v;
+    }
+    l->ids.n = (size_t)m->sizes[i];
+    return add_prompt(l, (long)i, where, "tokens");
+}
+
 static int load_megatron(struct loader *l, const char *path) {
     size_t n = strlen(path), cap = n + 8;
     char *idx = malloc(cap), *bin = malloc(cap), *where = malloc(cap + 64);
@@ -187,94 +256,25 @@ static int load_megatron(struct loader *l, const char *path) {
     snprintf(idx, cap, "%.*s.idx", (int)n, path);
     snprintf(bin, cap, "%.*s.bin", (int)n, path);
     FILE *fi = fopen(idx, "rb"), *fb = fopen(bin, "rb");
+    struct mmidx m = {0};
     int rc = 0;
-    char magic[9];
-    uint64_t version = 0, count = 0, docs = 0;
-    uint8_t code = 0;
-    int32_t *sizes = NULL;
-    int64_t *ptrs = NULL;
-    if (!fi || !fb) {
+    if (!fi || !fb)
         rc = ah_fail(l->err, AH_ENOENT,
                      "%s: cannot open (a Megatron dataset is PREFIX.bin and "
                      "PREFIX.idx)",
                      !fi ? idx : bin);
-        goto done;
-    }
-    if (read_exact(fi, magic, 9) || memcmp(magic, "MMIDIDX\0\0", 9) ||
-        read_exact(fi, &version, 8) || version != 1 || read_exact(fi, &code, 1) ||
-        read_exact(fi, &count, 8) || read_exact(fi, &docs, 8) || count > (1ull << 40)) {
-        rc = ah_fail(l->err, AH_EFORMAT,
-                     "%s: not a Megatron index (expected \"MMIDIDX\" version 1)", idx);
-        goto done;
-    }
-    static const int width[9] = {0, 1, 1, 2, 4,
-                                 8, 0, 0, 2}; // 1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 8 u16
-    int w = code < 9 ? width[code] : 0;
-    if (!w) {
-        rc = ah_fail(l->err, AH_EFORMAT, "%s: token dtype code %u is not an integer type", idx,
-                     code);
-        goto done;
-    }
-    sizes = malloc(count * sizeof *sizes + 1);
-    ptrs = malloc(count * sizeof *ptrs + 1);
-    if (!sizes || !ptrs) {
-        rc = nomem(l->err, "a Megatron index", count * 12);
-        goto done;
-    }
-    if (read_exact(fi, sizes, count * sizeof *sizes) ||
-        read_exact(fi, ptrs, count * sizeof *ptrs)) {
-        rc = ah_fail(l->err, AH_EFORMAT, "%s: truncated (%llu sequences announced)", idx,
-                     (unsigned long long)count);
-        goto done;
-    }
+    if (rc == 0) rc = mmidx_read(l, fi, idx, &m);
     unsigned char *raw = NULL;
     size_t raw_cap = 0;
-    for (uint64_t i = 0; i < count && rc == 0; i++) {
+    for (uint64_t i = 0; i < m.count && rc == 0; i++) {
         snprintf(where, cap + 64, "%s: sequence %llu", bin, (unsigned long long)i);
-        l->p->n_lines = (int64_t)i + 1;
-        l->ids.n = 0;
-        if (sizes[i] < 0 || fseeko(fb, (off_t)ptrs[i], SEEK_SET) != 0) {
-            rc = ah_fail(l->err, AH_EFORMAT, "%s: bad size or offset in %s", where, idx);
-            break;
-        }
-        size_t bytes = (size_t)sizes[i] * (size_t)w;
-        if (bytes > raw_cap) {
-            unsigned char *nr = realloc(raw, bytes);
-            size_t ncap = (size_t)sizes[i];
-            int64_t *nv = nr ? realloc(l->ids.v, ncap * sizeof *nv + 1) : NULL;
-            if (nr) raw = nr;
-            if (!nv) {
-                rc = nomem(l->err, "a Megatron sequence", bytes + ncap * 8);
-                break;
-            }
-            l->ids.v = nv;
-            l->ids.cap = ncap;
-            raw_cap = bytes;
-        }
-        if (read_exact(fb, raw, bytes)) {
-            rc = ah_fail(l->err, AH_EFORMAT, "%s: past the end of the file", where);
-            break;
-        }
-        for (int32_t k = 0; k < sizes[i]; k++) { // little-endian, as numpy writes them
-            const unsigned char *q = raw + (size_t)k * (size_t)w;
-            uint64_t u = 0;
-            for (int b = w - 1; b >= 0; b--)
-                u = u << 8 | q[b];
-            int64_t v = (int64_t)u; // sign-extend the signed types
-            if (code == 2) v = (int8_t)u;
-            if (code == 3) v = (int16_t)u;
-            if (code == 4) v = (int32_t)u;
-            l->ids.v[k] = v;
-        }
-        l->ids.n = (size_t)sizes[i];
-        if (rc == 0) rc = add_prompt(l, (long)i, where, "tokens");
+        rc = mmidx_sequence(l, &m, i, fb, idx, where, &raw, &raw_cap);
     }
     free(raw);
-done:
     if (fi) fclose(fi);
     if (fb) fclose(fb);
-    free(sizes);
-    free(ptrs);
+    free(m.sizes);
+    free(m.ptrs);
     free(idx), free(bin), free(where);
     return rc;
 }

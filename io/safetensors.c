@@ -152,90 +152,78 @@ static int check_layout(const struct st_file *f, const unsigned char *data, stru
     return rc;
 }
 
-int st_open(struct st_file *f, const char *path, struct ah_error *err) {
-    memset(f, 0, sizeof *f);
-    f->fd = -1;
-    int rc = 0;
-    cJSON *h = NULL;
-    char *text = NULL;
-    f->path = strdup(path);
-    if (!f->path) return -AH_ENOMEM;
+// f->fd and f->map: the file opened, checked to be a regular file of at least 8 bytes, mapped
+static int st_map(struct st_file *f, const char *path, struct ah_error *err) {
     f->fd = open(path, O_RDONLY | O_NONBLOCK); // a FIFO without a writer must not block
-    if (f->fd < 0) {
-        rc = ah_fail(err, errno == ENOENT || errno == ENOTDIR ? AH_ENOENT : AH_EIO,
-                     "%s: cannot open: %s", path, strerror(errno));
-        goto fail;
-    }
+    if (f->fd < 0)
+        return ah_fail(err, errno == ENOENT || errno == ENOTDIR ? AH_ENOENT : AH_EIO,
+                       "%s: cannot open: %s", path, strerror(errno));
     struct stat sb;
-    if (fstat(f->fd, &sb) != 0) {
-        rc = ah_fail(err, AH_EIO, "%s: cannot stat: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
-        rc = not_regular(path, &sb, err);
-        goto fail;
-    }
+    if (fstat(f->fd, &sb) != 0)
+        return ah_fail(err, AH_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return not_regular(path, &sb, err);
     f->size = (size_t)sb.st_size;
-    if (f->size < 8) {
-        rc = ah_fail(err, AH_EFORMAT, "%s: %zu bytes, too short for a safetensors header", path,
-                     f->size);
-        goto fail;
-    }
+    if (f->size < 8)
+        return ah_fail(err, AH_EFORMAT, "%s: %zu bytes, too short for a safetensors header", path,
+                       f->size);
     f->map = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, f->fd, 0);
     if (f->map == MAP_FAILED) {
         f->map = NULL;
-        rc = ah_fail(err, AH_EIO, "%s: cannot mmap: %s", path, strerror(errno));
-        goto fail;
+        return ah_fail(err, AH_EIO, "%s: cannot mmap: %s", path, strerror(errno));
     }
-    const unsigned char *p = f->map;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--)
-        hlen = hlen << 8 | p[i];
-    if (hlen > f->size - 8) {
-        rc = ah_fail(err, AH_EFORMAT, "%s: header length %llu past the end of the %zu-byte file",
-                     path, (unsigned long long)hlen, f->size);
-        goto fail;
-    }
-    text = malloc(hlen + 1);
-    if (!text) {
-        rc = -AH_ENOMEM;
-        goto fail;
-    }
-    memcpy(text, p + 8, hlen);
-    text[hlen] = '\0';
-    h = cJSON_Parse(text);
-    if (!cJSON_IsObject(h)) {
-        rc = ah_fail(err, AH_EFORMAT, "%s: header is not a JSON object", path);
-        goto fail;
-    }
+    return 0;
+}
+
+// f->t: the tensors of the JSON header h, their views into the data after the header (hlen bytes)
+static int st_tensors(struct st_file *f, const cJSON *h, uint64_t hlen, const char *path,
+                      struct ah_error *err) {
     size_t data_size = f->size - 8 - hlen;
-    const unsigned char *data = p + 8 + hlen;
+    const unsigned char *data = (const unsigned char *)f->map + 8 + hlen;
     f->t = calloc((size_t)cJSON_GetArraySize(h) + 1, sizeof *f->t);
-    if (!f->t) {
-        rc = -AH_ENOMEM;
-        goto fail;
-    }
+    if (!f->t) return -AH_ENOMEM;
     const cJSON *e;
+    int rc;
     cJSON_ArrayForEach(e, h) {
         if (!strcmp(e->string, "__metadata__")) continue;
         struct st_tensor *t = &f->t[f->n];
         t->name = strdup(e->string);
-        if (!t->name) {
-            rc = -AH_ENOMEM;
-            goto fail;
-        }
+        if (!t->name) return -AH_ENOMEM;
         f->n++;
-        if ((rc = parse_entry(t, e, data_size, path, err)) < 0) goto fail;
+        if ((rc = parse_entry(t, e, data_size, path, err)) < 0) return rc;
         t->data = data + (uintptr_t)t->data;
     }
-    if ((rc = check_layout(f, data, err)) < 0) goto fail;
+    return check_layout(f, data, err);
+}
+
+// the header: its little-endian length, then the JSON object of the tensors
+static int st_header(struct st_file *f, const char *path, struct ah_error *err) {
+    const unsigned char *p = f->map;
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = hlen << 8 | p[i];
+    if (hlen > f->size - 8)
+        return ah_fail(err, AH_EFORMAT, "%s: header length %llu past the end of the %zu-byte file",
+                       path, (unsigned long long)hlen, f->size);
+    char *text = malloc(hlen + 1);
+    if (!text) return -AH_ENOMEM;
+    memcpy(text, p + 8, hlen);
+    text[hlen] = '\0';
+    cJSON *h = cJSON_Parse(text);
+    int rc = cJSON_IsObject(h) ? st_tensors(f, h, hlen, path, err)
+                               : ah_fail(err, AH_EFORMAT, "%s: header is not a JSON object", path);
     free(text);
     cJSON_Delete(h);
-    return 0;
-fail:
-    free(text);
-    cJSON_Delete(h);
-    st_close(f);
+    return rc;
+}
+
+int st_open(struct st_file *f, const char *path, struct ah_error *err) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    f->path = strdup(path);
+    if (!f->path) return -AH_ENOMEM;
+    int rc = st_map(f, path, err);
+    if (rc == 0) rc = st_header(f, path, err);
+    if (rc < 0) st_close(f);
     return rc;
 }
 
