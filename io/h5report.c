@@ -137,12 +137,6 @@ static int read_dsets(struct rpt_data *d, hid_t f) {
     return 0;
 }
 
-const struct rpt_dset *rpt_find_dset(const struct rpt_data *d, const char *name) {
-    for (int i = 0; i < d->n_dsets; i++)
-        if (!strcmp(d->dsets[i].name, name)) return &d->dsets[i];
-    return NULL;
-}
-
 // ----------------------------------------------------------------------------
 // /norm_profile
 

@@ -10,6 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+const struct rpt_dset *rpt_find_dset(const struct rpt_data *d, const char *name) {
+    for (int i = 0; i < d->n_dsets; i++)
+        if (!strcmp(d->dsets[i].name, name)) return &d->dsets[i];
+    return NULL;
+}
+
 #define TOKEN_BLOCK 4096 // token rows read at once (token layout)
 
 // rows [r0, r0 + nr) of a prompt (prompt layout: its positions [0, nr) of prompt r0) or of the
