@@ -42,21 +42,55 @@ struct dec_rope {
     int original_max_pos; // llama3 original_max_position_embeddings
 };
 
+// ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
+// spirit of llama.cpp's build_norm / build_attn / build_ffn options. A family's config reader
+// (model/families/*.c) fills it; the forward never asks which family it runs.
+enum dec_norm { DEC_NORM_RMS, DEC_NORM_RMS_1P }; // RMSNorm times w; times (1 + w) (Gemma)
+// where a block's norms sit: PRE before attention and MLP (input_layernorm and the MLP's),
+// POST on what they add (post_attention / post_feedforward); SANDWICH both (Gemma)
+enum dec_norm_at { DEC_NORM_PRE = 1, DEC_NORM_POST = 2, DEC_NORM_SANDWICH = 3 };
+// q/k norms: none, over each head's hd (Qwen3, Gemma 3), over the whole projection before the
+// heads are split (OLMo 2)
+enum dec_qk_norm { DEC_QK_NONE, DEC_QK_HEAD, DEC_QK_PROJ };
+
+struct dec_block {
+    enum dec_norm norm;              // every RMSNorm of the model (q/k and final too)
+    enum dec_norm_at norm_at;        // bits
+    enum dec_qk_norm qk_norm;        //
+    bool qkv_bias, o_bias, mlp_bias; // biases of q/k/v, o_proj, the dense MLP's projections
+    enum op_act_kind act;            // the gated MLP (and experts): act(gate(x)) * up(x)
+    float scale;                     // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
+    float attn_cap;                  // soft-cap of the scores (Gemma 2; 0: none)
+    bool norm_topk;                  // mixture: renormalise the top-k softmax weights
+    // model level
+    bool tied;             // the head is the embedding
+    float embed_scale;     // the embedding times this (Gemma: sqrt(D) rounded to float32; else 1)
+    bool embed_tap_scaled; // token_embeddings after the scale (Gemma 3), else before (Gemma 2)
+    float final_cap;       // soft-cap of the logits (Gemma 2; 0: none)
+};
+
+// ---- a family's tensor names (as llama.cpp's LLM_TENSOR_NAMES): leaves of the checkpoint's
+// names, to which ".weight" / ".bias" are added; the block's under "{layers}.{i}.". NULL: the
+// family has no such tensor (a description that needs it must not be paired with the table).
+struct dec_names {
+    const char *embed, *norm, *head, *layers; // "model.embed_tokens", "model.norm", "lm_head", ...
+    const char *attn_norm, *mlp_norm;         // the pre norms
+    const char *post_attn_norm, *post_mlp_norm;
+    const char *q, *k, *v, *o, *q_norm, *k_norm; // "self_attn.q_proj", ...
+    const char *gate, *up, *down;                // the dense MLP: "mlp.gate_proj", ...
+    const char *router, *experts;                // "mlp.gate", "mlp.experts" (+ ".{e}.")
+    const char *egate, *eup, *edown; // an expert's: "gate_proj", ... (Mixtral "w1", ...)
+};
+
 struct dec_config {
     enum dec_kind kind;
-    const char *arch; // the architecture's name (static)
+    const struct dec_names *names; // static
+    const char *arch;              // the architecture's name (static)
     int n_layer, hidden, vocab, n_head, n_kv_head, head_dim, ffn, max_pos;
     int n_expert, top_k, expert_ffn; // 0 experts: dense everywhere
-    bool norm_topk;                  // renormalise the top-k weights (Mixtral always)
     int window;                      // sliding_window of sliding layers (0: none)
     double eps;
-    bool qkv_bias, o_bias, mlp_bias, qk_norm, tied;
-    bool gemma; // RMSNorm (1 + w), sandwich norms, embeddings times sqrt(D)
-    enum op_act_kind act;
-    float scale;         // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
-    float attn_cap;      // Gemma 2 attn_logit_softcapping (0: none)
-    float final_cap;     // Gemma 2 final_logit_softcapping (0: none)
-    float embed_scale;   // Gemma: sqrt(D) rounded to float32; else 1
+    struct dec_block blk;
     int bytes_per_param; // torch_dtype as published: 2 (bf16/f16) or 4
     bool bf16;           // torch_dtype bfloat16 (without the files: their matrices' guess)
     bool *sliding;       // (L) sliding-window layer; owned
@@ -71,6 +105,8 @@ int dec_config_read(const struct config *cf, struct dec_config *c, struct ah_err
 
 // Parameters as transformers instantiates the model (tests/ref/hf/params.py), of layer i.
 int64_t dec_layer_params(const struct dec_config *c, int i, bool experts);
+// the RMSNorm weights of a block: its pre and post norms, the q/k norms
+int64_t dec_block_norm_params(const struct dec_config *c);
 int64_t dec_params(const struct dec_config *c);
 
 // inv_freq (n_rot / 2 = hd / 2 entries, double) of a layer type for a prompt of T tokens
@@ -87,8 +123,8 @@ struct dec_mat {
 };
 
 struct dec_block_w {
-    const float *attn_norm, *mlp_norm, *post_attn_norm, *post_mlp_norm; // (D); the last two Gemma
-    const float *q_norm, *k_norm;                                       // (hd)
+    const float *attn_norm, *mlp_norm, *post_attn_norm, *post_mlp_norm; // (D) as norm_at says
+    const float *q_norm, *k_norm;   // (hd) per head, or (H hd) and (KV hd) over the projection
     struct dec_mat wq, wk, wv, wo;  // (H hd, D) (KV hd, D) x2 (D, H hd)
     const float *bq, *bk, *bv, *bo; // (H hd) (KV hd) x2 (D)
     struct dec_mat gate, up, down;  // dense: (I, D) x2, (D, I)

@@ -27,6 +27,28 @@ static const struct {
 };
 #define N_KINDS (int)(sizeof kinds / sizeof kinds[0])
 
+#define LLAMA_NAMES                                                                      \
+    .embed = "model.embed_tokens", .norm = "model.norm", .head = "lm_head",              \
+    .layers = "model.layers", .attn_norm = "input_layernorm", .q = "self_attn.q_proj",   \
+    .k = "self_attn.k_proj", .v = "self_attn.v_proj", .o = "self_attn.o_proj",           \
+    .q_norm = "self_attn.q_norm", .k_norm = "self_attn.k_norm", .gate = "mlp.gate_proj", \
+    .up = "mlp.up_proj", .down = "mlp.down_proj"
+static const struct dec_names llama_names = {
+    LLAMA_NAMES,          .mlp_norm = "post_attention_layernorm",
+    .router = "mlp.gate", .experts = "mlp.experts",
+    .egate = "gate_proj", .eup = "up_proj",
+    .edown = "down_proj"};
+static const struct dec_names mixtral_names = {LLAMA_NAMES,
+                                               .mlp_norm = "post_attention_layernorm",
+                                               .router = "block_sparse_moe.gate",
+                                               .experts = "block_sparse_moe.experts",
+                                               .egate = "w1",
+                                               .eup = "w3",
+                                               .edown = "w2"};
+static const struct dec_names gemma_names = {LLAMA_NAMES, .mlp_norm = "pre_feedforward_layernorm",
+                                             .post_attn_norm = "post_attention_layernorm",
+                                             .post_mlp_norm = "post_feedforward_layernorm"};
+
 // the first of "architectures" that is ours, else model_type (model/families.c's order)
 static int kind_of(const struct config *cf, struct dec_config *c, struct ah_error *err) {
     const struct cfg_value *a = cfg_get(cf, NULL, "architectures");
@@ -140,7 +162,7 @@ static int read_act(const struct config *cf, struct dec_config *c, struct ah_err
     }
     const char *s = cfg_kind(cf, v) <= CFG_NULL ? (is_gemma(c->kind) ? "gelu_pytorch_tanh" : "silu")
                                                 : cfg_string(cf, v);
-    return block_cfg_act(cf->path, key, s, &c->act, err);
+    return block_cfg_act(cf->path, key, s, &c->blk.act, err);
 }
 
 // The scaling dict sc (at `where`) of one layer type: rope_type (or the older "type") linear,
@@ -304,7 +326,7 @@ static int read_experts(const struct config *cf, struct dec_config *c, struct ah
         return rc;
     if (!mx && (rc = read_only_layers(cf, err)) < 0) return rc;
     if (mx) c->expert_ffn = c->ffn;
-    c->norm_topk = mx || opt_bool(cf, "norm_topk_prob", false);
+    c->blk.norm_topk = mx || opt_bool(cf, "norm_topk_prob", false);
     if (c->n_expert > 0 && c->top_k > c->n_expert)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"num_experts_per_tok\": %d is more than the %d experts", cf->path,
@@ -316,14 +338,19 @@ static int read_experts(const struct config *cf, struct dec_config *c, struct ah
 static int read_flags(const struct config *cf, struct dec_config *c, struct ah_error *err) {
     enum dec_kind k = c->kind;
     bool ab = opt_bool(cf, "attention_bias", false);
-    c->gemma = is_gemma(k);
-    c->qk_norm = k == DEC_QWEN3 || k == DEC_QWEN3_MOE || k == DEC_GEMMA3;
-    c->qkv_bias = k == DEC_QWEN2 || ab;
-    c->o_bias = k != DEC_QWEN2 && ab;
-    c->mlp_bias = opt_bool(cf, "mlp_bias", false);
-    c->tied = opt_bool(cf, "tie_word_embeddings", is_gemma(k));
-    c->scale = (float)(1.0 / sqrt((double)c->head_dim));
-    c->embed_scale = c->gemma ? (float)sqrt((double)c->hidden) : 1.0f;
+    struct dec_block *b = &c->blk;
+    c->names = is_gemma(k) ? &gemma_names : k == DEC_MIXTRAL ? &mixtral_names : &llama_names;
+    b->norm = is_gemma(k) ? DEC_NORM_RMS_1P : DEC_NORM_RMS;
+    b->norm_at = is_gemma(k) ? DEC_NORM_SANDWICH : DEC_NORM_PRE;
+    b->qk_norm =
+        k == DEC_QWEN3 || k == DEC_QWEN3_MOE || k == DEC_GEMMA3 ? DEC_QK_HEAD : DEC_QK_NONE;
+    b->qkv_bias = k == DEC_QWEN2 || ab;
+    b->o_bias = k != DEC_QWEN2 && ab;
+    b->mlp_bias = opt_bool(cf, "mlp_bias", false);
+    b->tied = opt_bool(cf, "tie_word_embeddings", is_gemma(k));
+    b->scale = (float)(1.0 / sqrt((double)c->head_dim));
+    b->embed_scale = is_gemma(k) ? (float)sqrt((double)c->hidden) : 1.0f;
+    b->embed_tap_scaled = k == DEC_GEMMA3;
     if (opt_bool(cf, "use_bidirectional_attention", false))
         return ah_fail(err, AH_EINVAL,
                        "%s: \"use_bidirectional_attention\": true is not a causal LM (not "
@@ -332,7 +359,7 @@ static int read_flags(const struct config *cf, struct dec_config *c, struct ah_e
     const char *dt = cfg_str(cf, "torch_dtype") ? cfg_str(cf, "torch_dtype") : cfg_str(cf, "dtype");
     c->bytes_per_param = dt && !strcmp(dt, "float32") ? 4 : 2;
     c->bf16 = dt && !strcmp(dt, "bfloat16");
-    if (!c->gemma) return 0;
+    if (!is_gemma(k)) return 0;
     double qs, ac, fc,
         dac = k == DEC_GEMMA2 && !null_key(cf, "attn_logit_softcapping") ? 50.0 : 0.0;
     double dfc = k == DEC_GEMMA2 && !null_key(cf, "final_logit_softcapping") ? 30.0 : 0.0;
@@ -341,9 +368,9 @@ static int read_flags(const struct config *cf, struct dec_config *c, struct ah_e
         (rc = opt_num(cf, NULL, NULL, "attn_logit_softcapping", dac, &ac, err)) < 0 ||
         (rc = opt_num(cf, NULL, NULL, "final_logit_softcapping", dfc, &fc, err)) < 0)
         return rc;
-    c->scale = (float)(1.0 / sqrt(qs));
-    c->attn_cap = ac > 0 ? (float)ac : 0.0f;
-    c->final_cap = fc > 0 ? (float)fc : 0.0f;
+    b->scale = (float)(1.0 / sqrt(qs));
+    b->attn_cap = ac > 0 ? (float)ac : 0.0f;
+    b->final_cap = fc > 0 ? (float)fc : 0.0f;
     return 0;
 }
 

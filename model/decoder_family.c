@@ -72,10 +72,11 @@ static double dc_block_flops(const void *fm, int b, int T) {
 
 // vectors (norms, biases) of layer i: float32 whatever the checkpoint's dtype
 static int64_t layer_vectors(const struct dec_config *c, int i) {
+    const struct dec_block *b = &c->blk;
     int64_t D = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
     int64_t KVD = (int64_t)c->n_kv_head * c->head_dim, I = c->moe[i] ? 0 : c->ffn;
-    return (c->gemma ? 4 : 2) * D + 2 * c->head_dim * c->qk_norm + (HD + 2 * KVD) * c->qkv_bias +
-           D * c->o_bias + (c->mlp_bias && I ? 2 * I + D : 0);
+    return dec_block_norm_params(c) + (HD + 2 * KVD) * b->qkv_bias + D * b->o_bias +
+           (b->mlp_bias && I ? 2 * I + D : 0);
 }
 
 // BF16 matrices stay BF16 (mapped), any other dtype is held as float32; vectors float32. With
@@ -91,7 +92,7 @@ static int64_t dc_stage_bytes(const void *fm, int b0, int b1, bool head, int sha
         n += dec_layer_params(c, i, false) + (E ? dec_layer_params(c, i, true) * mine / E : 0);
         vec += layer_vectors(c, i);
     }
-    n += (b0 == 0 ? vd : 0) + (head && !(c->tied && b0 == 0) ? vd : 0);
+    n += (b0 == 0 ? vd : 0) + (head && !(c->blk.tied && b0 == 0) ? vd : 0);
     *kind = m->any_bf16 ? "BF16 matrices mapped, vectors float32" : "float32";
     return w * (n - vec + c->hidden * (int64_t)head) + 4 * vec;
 }
@@ -111,7 +112,7 @@ static void dc_describe(const void *fm, char *line, size_t n, int64_t *params, i
     if (k > 0 && (size_t)k < n)
         snprintf(line + k, n - (size_t)k, "), hidden %d, %d heads (%d key/value) of %d, vocab %d%s",
                  c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->vocab,
-                 c->tied ? ", tied embeddings" : "");
+                 c->blk.tied ? ", tied embeddings" : "");
     *params = dec_params(c);
     *bytes = *params * c->bytes_per_param;
     *stored = c->bytes_per_param == 4 ? "float32 (config.json's torch_dtype)"
