@@ -2,9 +2,10 @@
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
 // MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text). The float64 definition is
 // tests/ref/hf/decoder.py (written from transformers' modeling_*.py); the names and what each
-// means per family are tests/ref/hf/NAMES.md. The differences are flags of struct dec_config, set
-// once from config.json (model/decoder_config.c) with transformers' defaults for absent keys
-// (tests/ref/hf/config.py).
+// means per family are tests/ref/hf/NAMES.md. The differences are options of struct dec_config
+// (its block description struct dec_block and its tensor names struct dec_names), set once from
+// config.json by the family's reader (model/families/*.c, model/decoder_family.h) with
+// transformers' defaults for absent keys (tests/ref/hf/config.py).
 //
 // L = layers, D = hidden, H = query heads, KV = key/value heads, hd = head_dim, I = MLP width,
 // E = routed experts, k = experts a token goes to, Ie = an expert's width, V = vocab
@@ -22,16 +23,6 @@ struct config;
 struct ah_error;
 struct laguna_shard;
 
-enum dec_kind {
-    DEC_LLAMA,
-    DEC_MISTRAL,
-    DEC_QWEN2,
-    DEC_QWEN3,
-    DEC_QWEN3_MOE,
-    DEC_MIXTRAL,
-    DEC_GEMMA2,
-    DEC_GEMMA3
-};
 enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
 
 // modeling_rope_utils.py's parameters of one layer type
@@ -83,9 +74,8 @@ struct dec_names {
 };
 
 struct dec_config {
-    enum dec_kind kind;
-    const struct dec_names *names; // static
     const char *arch;              // the architecture's name (static)
+    const struct dec_names *names; // the family's tensor names (static)
     int n_layer, hidden, vocab, n_head, n_kv_head, head_dim, ffn, max_pos;
     int n_expert, top_k, expert_ffn; // 0 experts: dense everywhere
     int window;                      // sliding_window of sliding layers (0: none)
@@ -99,9 +89,7 @@ struct dec_config {
 };
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct
-// Reads config.json of one of the architectures (model/decoder_config.c); errors name
-// config.json and the key (an unknown rope type or hidden_act, a list of the wrong length).
-int dec_config_read(const struct config *cf, struct dec_config *c, struct ah_error *err);
+// A family's reader fills a dec_config from config.json: model/decoder_family.h.
 
 // Parameters as transformers instantiates the model (tests/ref/hf/params.py), of layer i.
 int64_t dec_layer_params(const struct dec_config *c, int i, bool experts);

@@ -5,10 +5,12 @@
 // run state are opaque pointers the family allocates and frees.
 //
 // Adding a family: one model file defining `const struct model_family NAME_family`, its line in
-// model/families.c, and its test.
+// model/families.c, and its test. A Llama-style family is a config reader and tables
+// (model/decoder_family.h, model/families/).
 #ifndef AH_FAMILY_H
 #define AH_FAMILY_H
 
+#include "model/aliases.h"
 #include "model/batch.h"
 #include "model/blocks.h"
 #include "model/config.h"
@@ -86,6 +88,10 @@ struct model_family {
     void (*describe)(const void *fm, char *line, size_t n, int64_t *params, int64_t *bytes,
                      const char **stored);
 
+    // the family's own alias rows (model/aliases.h), tried before the shared ones; ended by a
+    // zeroed row; NULL: none
+    const struct alias_row *aliases;
+
     // ---- init-model ----
     const struct model_preset *presets;
     int n_presets;
@@ -105,5 +111,7 @@ extern const struct model_family *const model_families[];
 int model_family_of(const struct config *c, const struct model_family **fam, struct ah_error *err);
 // The family whose name is `name` (init-model's --family), or NULL.
 const struct model_family *model_family_named(const char *name);
+// The family one of whose ids ("architectures" entry, model_type, ...) is `id`, or NULL.
+const struct model_family *model_family_with_id(const char *id);
 
 #endif

@@ -139,6 +139,19 @@ static const char gpt2_tiny[] =
 
 static const struct model_preset gpt2_presets[] = {{"gpt2", gpt2_tiny}};
 
+// GPT-2's own aliases (model/aliases.h): no rotary, so TransformerLens's q / k are the queries
+// and keys entering attention; its module paths
+static const struct alias_row gpt2_aliases[] = {
+    {"blocks.{i}.attn.hook_q", "layers.{i}.attention_queries", NULL, NULL, NULL},
+    {"blocks.{i}.attn.hook_k", "layers.{i}.attention_keys", NULL, NULL, NULL},
+    {"transformer.h.{i}", "layers.{i}.layer_output", NULL, NULL, NULL},
+    {"transformer.h.{i}.attn", "layers.{i}.attention_output", NULL, NULL, NULL},
+    {"transformer.h.{i}.mlp", "layers.{i}.mlp_output", NULL, NULL, NULL},
+    {"h.{i}", "layers.{i}.layer_output", NULL, NULL, NULL},
+    {"h.{i}.attn", "layers.{i}.attention_output", NULL, NULL, NULL},
+    {"h.{i}.mlp", "layers.{i}.mlp_output", NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
 static const char *const gpt2_ids[] = {"GPT2LMHeadModel", "gpt2", NULL};
 
 const struct model_family gpt2_family = {
@@ -146,6 +159,7 @@ const struct model_family gpt2_family = {
     .ids = gpt2_ids,
     .open = gpt2_open,
     LNB_FAMILY_OPS,
+    .aliases = gpt2_aliases,
     .presets = gpt2_presets,
     .n_presets = 1,
     .init_what = {"a tiny GPT-2 ", " checkpoint"},

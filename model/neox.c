@@ -129,6 +129,16 @@ static const char neox_tiny[] = "{\"architectures\": [\"GPTNeoXForCausalLM\"], "
 
 static const struct model_preset neox_presets[] = {{"pythia-160m", neox_tiny}};
 
+// GPT-NeoX's own aliases (model/aliases.h): a parallel-residual block has no mid stream; its
+// module paths
+static const struct alias_row neox_aliases[] = {
+    {"blocks.{i}.hook_resid_mid", NULL, NULL, NULL,
+     "a parallel-residual block (GPT-NeoX) has no mid stream, nor a TransformerLens hook there"},
+    {"gpt_neox.layers.{i}", "layers.{i}.layer_output", NULL, NULL, NULL},
+    {"gpt_neox.layers.{i}.attention", "layers.{i}.attention_output", NULL, NULL, NULL},
+    {"gpt_neox.layers.{i}.mlp", "layers.{i}.mlp_output", NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
 static const char *const neox_ids[] = {"GPTNeoXForCausalLM", "gpt_neox", NULL};
 
 const struct model_family neox_family = {
@@ -136,6 +146,7 @@ const struct model_family neox_family = {
     .ids = neox_ids,
     .open = neox_open,
     LNB_FAMILY_OPS,
+    .aliases = neox_aliases,
     .presets = neox_presets,
     .n_presets = 1,
     .init_cut = true, // --config CONFIG.json --layers N: a release's dimensions
