@@ -21,7 +21,7 @@
 
 struct config;
 struct ah_error;
-struct laguna_shard;
+struct expert_shard;
 
 enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
 
@@ -144,7 +144,7 @@ int64_t dec_axis_size(const struct decoder *m, int block, const char *axis);
 
 struct dec_state; // model/decoder.c
 int dec_state_init(struct dec_state **s, const struct decoder *m, int max_T, int64_t max_tokens,
-                   const uint8_t *want, const struct laguna_shard *shard);
+                   const uint8_t *want, const struct expert_shard *shard);
 void dec_state_free(struct dec_state *s);
 float *dec_state_stream(struct dec_state *s); // (N, D) the residual stream
 void dec_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,

@@ -37,7 +37,12 @@ void dec_fam_info(const void *fm, struct model_info *out) {
     if (c->rope_full.type == DEC_ROPE_DYNAMIC && c->rope_full.factor > 1.0)
         lim *= c->rope_full.factor;
     int max_pos = lim < (double)(1 << 30) ? (int)lim : 1 << 30;
-    *out = (struct model_info){c->n_layer, max_pos, c->vocab, c->hidden, c->n_expert, c->top_k};
+    *out = (struct model_info){.n_blocks = c->n_layer,
+                               .max_pos = max_pos,
+                               .vocab = c->vocab,
+                               .hidden = c->hidden,
+                               .n_experts = c->n_expert,
+                               .top_k = c->top_k};
 }
 
 int dec_fam_n_taps(const void *fm) {
@@ -53,7 +58,7 @@ int64_t dec_fam_axis_size(const void *fm, int block, const char *axis) {
 }
 
 int dec_fam_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens,
-                       const uint8_t *want, const struct laguna_shard *shard) {
+                       const uint8_t *want, const struct expert_shard *shard) {
     return dec_state_init((struct dec_state **)fs, fm, max_T, max_tokens, want, shard);
 }
 

@@ -103,7 +103,7 @@ int dec_fam_n_taps(const void *fm);
 void dec_fam_catalogue(const void *fm, struct tap_desc *out);
 int64_t dec_fam_axis_size(const void *fm, int block, const char *axis);
 int dec_fam_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens,
-                       const uint8_t *want, const struct laguna_shard *shard);
+                       const uint8_t *want, const struct expert_shard *shard);
 void dec_fam_state_free(void *fs);
 void dec_fam_forward(const void *fm, void *fs, const struct mbatch *bt, const struct tap *tp,
                      int blk_begin, int blk_end);

@@ -37,7 +37,7 @@ struct dec_state {
     double *inv;                                          // (h2)
     int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
     int *order, *start;  // (N k) slots grouped by expert; (2 E + 1) offsets and cursors
-    const struct laguna_shard *shard;
+    const struct expert_shard *shard;
     void *arena;
 };
 
@@ -79,7 +79,7 @@ static bool wants_kind(const struct decoder *m, const uint8_t *want, int kind) {
 }
 
 int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, int64_t max_tokens,
-                   const uint8_t *want, const struct laguna_shard *shard) {
+                   const uint8_t *want, const struct expert_shard *shard) {
     const struct dec_config *c = &m->cfg;
     struct dec_state *s = calloc(1, sizeof *s);
     if (!(*out = s)) return -AH_ENOMEM;
