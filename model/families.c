@@ -19,6 +19,7 @@
     X(mixtral_family)     \
     X(gemma2_family)      \
     X(gemma3_family)      \
+    X(olmo2_family)       \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;
