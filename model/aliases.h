@@ -6,8 +6,8 @@
 //
 // A pattern's "{i}" stands for a layer number (decimal digits), the same in alias and canonical
 // name. Rows that hold for some families only (Gemma's post-norm outputs, GPT-2's module paths,
-// the non-rotary queries) are those families' own rows; the first row that holds for the family
-// decides. `family` is a registry family's name or one of its ids ("gemma3_text").
+// the non-rotary queries) are those families' own rows; the first matching row decides. `family` is
+// a registry family's name or one of its ids ("gemma3_text").
 #ifndef AH_ALIASES_H
 #define AH_ALIASES_H
 
@@ -18,10 +18,9 @@
 // model/aliases.c, so that a family's row decides for its aliases.
 struct alias_row {
     const char *alias;     // pattern, "{i}" a layer number; NULL ends a family's rows
-    const char *canonical; // pattern, or NULL: the family has no such value (why says so)
-    const char *only;      // shared rows: families the row holds for (space-separated), NULL: all
-    const char *except;    // shared rows: families it does not hold for, NULL: none
-    const char *why;       // with canonical NULL: the reason
+    const char *canonical; // pattern, or NULL: the family has no such value
+    const char *why;       // with canonical NULL: the reason (the alias is refused with it);
+                           // NULL too: the name is no alias for the family (a family row)
 };
 
 // Whether name is an alias for a model of `family` (its name as struct model says it: "laguna",

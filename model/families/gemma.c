@@ -97,15 +97,15 @@ static const struct dec_names gemma_names = {
 // Gemma's own aliases (model/aliases.h): with sandwich norms what the block adds to the residual
 // stream is after the post norm; TransformerLens folds Gemma 2's sqrt(D) into W_E, which
 // Hugging Face applies after the embedding (layers.0.layer_input)
-#define GEMMA_ADDS                                                                             \
-    {"blocks.{i}.hook_attn_out", "layers.{i}.attention_post_norm_output", NULL, NULL, NULL}, { \
-        "blocks.{i}.hook_mlp_out", "layers.{i}.mlp_post_norm_output", NULL, NULL, NULL         \
-    }
 static const struct alias_row gemma2_aliases[] = {
-    GEMMA_ADDS,
-    {"hook_embed", "layers.0.layer_input", NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL}};
-static const struct alias_row gemma3_aliases[] = {GEMMA_ADDS, {NULL, NULL, NULL, NULL, NULL}};
+    {.alias = "blocks.{i}.hook_attn_out", .canonical = "layers.{i}.attention_post_norm_output"},
+    {.alias = "blocks.{i}.hook_mlp_out", .canonical = "layers.{i}.mlp_post_norm_output"},
+    {.alias = "hook_embed", .canonical = "layers.0.layer_input"},
+    {0}};
+static const struct alias_row gemma3_aliases[] = {
+    {.alias = "blocks.{i}.hook_attn_out", .canonical = "layers.{i}.attention_post_norm_output"},
+    {.alias = "blocks.{i}.hook_mlp_out", .canonical = "layers.{i}.mlp_post_norm_output"},
+    {0}};
 
 // init-model presets: tests/ref/hf/make_tiny.py's tiny_config, pasted as the config.json text
 // (every key of the release config in tests/ref/hf-configs that the preset is cut from,

@@ -142,15 +142,19 @@ static const struct model_preset gpt2_presets[] = {{"gpt2", gpt2_tiny}};
 // GPT-2's own aliases (model/aliases.h): no rotary, so TransformerLens's q / k are the queries
 // and keys entering attention; its module paths
 static const struct alias_row gpt2_aliases[] = {
-    {"blocks.{i}.attn.hook_q", "layers.{i}.attention_queries", NULL, NULL, NULL},
-    {"blocks.{i}.attn.hook_k", "layers.{i}.attention_keys", NULL, NULL, NULL},
-    {"transformer.h.{i}", "layers.{i}.layer_output", NULL, NULL, NULL},
-    {"transformer.h.{i}.attn", "layers.{i}.attention_output", NULL, NULL, NULL},
-    {"transformer.h.{i}.mlp", "layers.{i}.mlp_output", NULL, NULL, NULL},
-    {"h.{i}", "layers.{i}.layer_output", NULL, NULL, NULL},
-    {"h.{i}.attn", "layers.{i}.attention_output", NULL, NULL, NULL},
-    {"h.{i}.mlp", "layers.{i}.mlp_output", NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL}};
+    {.alias = "blocks.{i}.attn.hook_q", .canonical = "layers.{i}.attention_queries"},
+    {.alias = "blocks.{i}.attn.hook_k", .canonical = "layers.{i}.attention_keys"},
+    {.alias = "transformer.h.{i}", .canonical = "layers.{i}.layer_output"},
+    {.alias = "transformer.h.{i}.attn", .canonical = "layers.{i}.attention_output"},
+    {.alias = "transformer.h.{i}.mlp", .canonical = "layers.{i}.mlp_output"},
+    {.alias = "h.{i}", .canonical = "layers.{i}.layer_output"},
+    {.alias = "h.{i}.attn", .canonical = "layers.{i}.attention_output"},
+    {.alias = "h.{i}.mlp", .canonical = "layers.{i}.mlp_output"},
+    // the shared Hugging Face module paths of the Llama-style models are none of its names
+    {.alias = "model.layers.{i}"},
+    {.alias = "model.layers.{i}.self_attn"},
+    {.alias = "model.layers.{i}.mlp"},
+    {0}};
 
 static const char *const gpt2_ids[] = {"GPT2LMHeadModel", "gpt2", NULL};
 

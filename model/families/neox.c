@@ -132,12 +132,17 @@ static const struct model_preset neox_presets[] = {{"pythia-160m", neox_tiny}};
 // GPT-NeoX's own aliases (model/aliases.h): a parallel-residual block has no mid stream; its
 // module paths
 static const struct alias_row neox_aliases[] = {
-    {"blocks.{i}.hook_resid_mid", NULL, NULL, NULL,
-     "a parallel-residual block (GPT-NeoX) has no mid stream, nor a TransformerLens hook there"},
-    {"gpt_neox.layers.{i}", "layers.{i}.layer_output", NULL, NULL, NULL},
-    {"gpt_neox.layers.{i}.attention", "layers.{i}.attention_output", NULL, NULL, NULL},
-    {"gpt_neox.layers.{i}.mlp", "layers.{i}.mlp_output", NULL, NULL, NULL},
-    {NULL, NULL, NULL, NULL, NULL}};
+    {.alias = "blocks.{i}.hook_resid_mid",
+     .why = "a parallel-residual block (GPT-NeoX) has no mid stream, nor a TransformerLens hook "
+            "there"},
+    {.alias = "gpt_neox.layers.{i}", .canonical = "layers.{i}.layer_output"},
+    {.alias = "gpt_neox.layers.{i}.attention", .canonical = "layers.{i}.attention_output"},
+    {.alias = "gpt_neox.layers.{i}.mlp", .canonical = "layers.{i}.mlp_output"},
+    // the shared Hugging Face module paths of the Llama-style models are none of its names
+    {.alias = "model.layers.{i}"},
+    {.alias = "model.layers.{i}.self_attn"},
+    {.alias = "model.layers.{i}.mlp"},
+    {0}};
 
 static const char *const neox_ids[] = {"GPTNeoXForCausalLM", "gpt_neox", NULL};
 

@@ -58,15 +58,17 @@ static const struct dec_names olmo2_names = {
 // OLMo 2's own aliases (model/aliases.h): what attention and MLP add to the residual stream is
 // after their post norms; there is no norm before them for TransformerLens's ln1 / ln2
 static const struct alias_row olmo2_aliases[] = {
-    {"blocks.{i}.hook_attn_out", "layers.{i}.attention_post_norm_output", NULL, NULL, NULL},
-    {"blocks.{i}.hook_mlp_out", "layers.{i}.mlp_post_norm_output", NULL, NULL, NULL},
-    {"blocks.{i}.ln1.hook_normalized", NULL, NULL, NULL,
-     "OLMo 2 has no norm before the attention, which reads layers.{i}.layer_input; its norm is "
-     "after it: layers.{i}.attention_post_norm_output"},
-    {"blocks.{i}.ln2.hook_normalized", NULL, NULL, NULL,
-     "OLMo 2 has no norm before the MLP, which reads layers.{i}.layer_mid; its norm is after it: "
-     "layers.{i}.mlp_post_norm_output"},
-    {NULL, NULL, NULL, NULL, NULL}};
+    {.alias = "blocks.{i}.hook_attn_out", .canonical = "layers.{i}.attention_post_norm_output"},
+    {.alias = "blocks.{i}.hook_mlp_out", .canonical = "layers.{i}.mlp_post_norm_output"},
+    {.alias = "blocks.{i}.ln1.hook_normalized",
+     .why =
+         "OLMo 2 has no norm before the attention, which reads layers.{i}.layer_input; its norm is "
+         "after it: layers.{i}.attention_post_norm_output"},
+    {.alias = "blocks.{i}.ln2.hook_normalized",
+     .why = "OLMo 2 has no norm before the MLP, which reads layers.{i}.layer_mid; its norm is "
+            "after it: "
+            "layers.{i}.mlp_post_norm_output"},
+    {0}};
 
 // init-model preset: configuration_olmo2.py's keys with the dimensions shrunk. The release
 // config.json of allenai/OLMo-2-1124-7B was not found with the search tools, so this is not cut
