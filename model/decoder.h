@@ -1,8 +1,9 @@
 // decoder.h - the Llama-style decoder families of Hugging Face transformers, one model for all:
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
-// MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text). The float64 definition is
-// tests/ref/hf/decoder.py (written from transformers' modeling_*.py); the names and what each
-// means per family are tests/ref/hf/NAMES.md. The differences are options of struct dec_config
+// MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text), Olmo2ForCausalLM. The float64
+// definition is tests/ref/hf/decoder.py (written from transformers' modeling_*.py; OLMo 2's
+// tests/ref/olmo2_ref.py); the names and what each means per family are tests/ref/hf/NAMES.md and
+// docs/families.md. The differences are options of struct dec_config
 // (its block description struct dec_block and its tensor names struct dec_names), set once from
 // config.json by the family's reader (model/families/*.c, model/decoder_family.h) with
 // transformers' defaults for absent keys (tests/ref/hf/config.py).
@@ -35,7 +36,10 @@ struct dec_rope {
 
 // ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
 // spirit of llama.cpp's build_norm / build_attn / build_ffn options. A family's config reader
-// (model/families/*.c) fills it; the forward never asks which family it runs.
+// (model/families/*.c) fills it; the forward never asks which family it runs. Not options yet
+// (no family here has them): fused q/k/v or gate/up projections, sigmoid routing, shared
+// experts. The RoPE of each layer type (struct dec_rope), which layers slide and which are
+// mixtures (dec_config's sliding, moe) and the experts' counts are dec_config's.
 enum dec_norm { DEC_NORM_RMS, DEC_NORM_RMS_1P }; // RMSNorm times w; times (1 + w) (Gemma)
 // where a block's norms sit: PRE before attention and MLP (input_layernorm and the MLP's),
 // POST on what they add (post_attention / post_feedforward); SANDWICH both (Gemma)
@@ -46,8 +50,8 @@ enum dec_qk_norm { DEC_QK_NONE, DEC_QK_HEAD, DEC_QK_PROJ };
 
 struct dec_block {
     enum dec_norm norm;              // every RMSNorm of the model (q/k and final too)
-    enum dec_norm_at norm_at;        // bits
-    enum dec_qk_norm qk_norm;        //
+    enum dec_norm_at norm_at;        // where the block's norms sit (PRE and POST are bits)
+    enum dec_qk_norm qk_norm;        // q/k norms and their width
     bool qkv_bias, o_bias, mlp_bias; // biases of q/k/v, o_proj, the dense MLP's projections
     enum op_act_kind act;            // the gated MLP (and experts): act(gate(x)) * up(x)
     float scale;                     // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
