@@ -10,7 +10,8 @@ layer_output == layer_mid + mlp_post_norm_output (bit for bit), mlp_input == lay
 norms recomputed from the stored module outputs, q_norm over the whole projection (recomputed from
 layer_input; a per-head norm would not match), probability rows summing to 1, logits ==
 lm_head(final_norm_output). The mutation the test must catch: the reference with the same norms
-moved before attention and MLP differs from harvest's values. Then the aliases (hook_attn_out is
+moved before attention and MLP differs from harvest's values. Two pipeline stages (np 2) store
+the same bits as one rank. Then the aliases (hook_attn_out is
 the post-norm output; ln1.hook_normalized is refused naming the reason) and a sliding_window in
 config.json refused naming the key; `plan`'s parameter count at OLMo 2 7B's sizes as the modules
 count it (7,298,617,344)."""
@@ -21,7 +22,9 @@ import sys
 import h5py
 import numpy as np
 
-from util import args, check, compare_row, finish, run, write_job, write_prompts
+import subprocess
+
+from util import MPI_ENV, args, check, compare_row, finish, output_diff, BOOKKEEPING, run, write_job, write_prompts
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import olmo2_ref  # noqa: E402
 from hf.safetensors_io import load_checkpoint, write_safetensors  # noqa: E402
@@ -139,6 +142,16 @@ run(harvest, "init-model", "--family", "olmo2", "--preset", "OLMo-2-1124-7B", "-
 golden("preset", preset)
 variant(preset, f"{work}/variant")
 golden("variant", f"{work}/variant")
+
+# ---- two pipeline stages (np 2) store the same bits as one rank ----
+job2 = write_job(f"{work}/run-preset/job2.json", model=preset, batch_size=3, output={"path": "out2.h5"},
+                 parallel={"pipeline_stages": 2})
+p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", harvest, "run", job2, "--quiet"],
+                   capture_output=True, text=True, env=MPI_ENV, timeout=600)
+check(p.returncode == 0, f"2 stages: exit {p.returncode}: {p.stderr[-1000:]}")
+if p.returncode == 0:
+    d = output_diff(f"{work}/run-preset/out.h5", f"{work}/run-preset/out2.h5", ignore=BOOKKEEPING | {"job"})
+    check(d is None, f"2 pipeline stages differ from one rank: {d}")
 
 # ---- the names: listed, aliases, refusals ----
 listing = run(harvest, "activations", preset, check=0).stdout
