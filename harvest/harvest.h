@@ -9,7 +9,7 @@
 #include "jobs/job.h"
 #include "model/ah.h"
 #include "model/family.h"
-#include "model/laguna.h" // struct laguna_shard
+#include "model/moe.h" // struct expert_shard
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -44,7 +44,7 @@ struct model_state {
 // want (catalogue-indexed) sizes tap-only buffers; NULL = anything may be asked for.
 // shard: Laguna's expert shard of this rank (NULL: every expert), borrowed.
 int model_state_init(const struct model *m, struct model_state *s, int max_T, int64_t max_tokens,
-                     const uint8_t *want, const struct laguna_shard *shard);
+                     const uint8_t *want, const struct expert_shard *shard);
 void model_state_free(struct model_state *s);
 void model_forward(const struct model *m, struct model_state *s, const struct mbatch *bt,
                    const struct tap *tp, int blk_begin, int blk_end);

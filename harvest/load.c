@@ -72,7 +72,7 @@ int64_t model_axis_size(const struct model *m, int block, const char *axis) {
 }
 
 int model_state_init(const struct model *m, struct model_state *s, int max_T, int64_t max_tokens,
-                     const uint8_t *want, const struct laguna_shard *shard) {
+                     const uint8_t *want, const struct expert_shard *shard) {
     memset(s, 0, sizeof *s);
     s->fam = m->fam;
     int64_t before = arena_bytes_allocated();

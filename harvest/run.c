@@ -97,7 +97,7 @@ struct rank_run {
     struct wstats *ws;     // write-time statistics (the second consumer), or NULL
     uint8_t *keep;         // (max_tokens) the batch's chosen positions under "select"
     struct model_state st;
-    struct laguna_shard shard; // this rank's routed experts
+    struct expert_shard shard; // this rank's routed experts
     struct exchange ex;        // expert shards' slots
     struct pipe pipe;
     int64_t *mine; // (n_mine) this replica's batches
@@ -162,9 +162,11 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
         return ah_fail(err, AH_ENOMEM, "out of memory: the tables of %lld batches",
                        (long long)pl->K);
     rr->n_mine = rounds_share(pl->K, done, g->replica, g->n_replicas, rr->mine);
-    rr->shard = (struct laguna_shard){(int)((int64_t)g->n_experts * g->shard / g->n_shards),
-                                      (int)((int64_t)g->n_experts * (g->shard + 1) / g->n_shards),
-                                      exchange_slots, &rr->ex};
+    rr->shard =
+        (struct expert_shard){.e0 = (int)((int64_t)g->n_experts * g->shard / g->n_shards),
+                              .e1 = (int)((int64_t)g->n_experts * (g->shard + 1) / g->n_shards),
+                              .exchange = exchange_slots,
+                              .u = &rr->ex};
     int rc = rank_consumers(rr, err);
     if (rc == 0)
         rc = model_state_init(&pl->m, &rr->st, (int)pl->S, max_tokens, rr->cons.want,

@@ -128,7 +128,7 @@ struct exchange {
 int exchange_init(struct exchange *x, const struct grid *g, int64_t max_tokens, int top_k,
                   int hidden, struct ah_error *err);
 void exchange_free(struct exchange *x);
-// laguna_shard's callback: u is a struct exchange. Collective over the shards of a replica.
+// expert_shard's callback: u is a struct exchange. Collective over the shards of a replica.
 void exchange_slots(void *u, float *eo, const int64_t *idx, int64_t n_slots, int D);
 
 #endif

@@ -15,84 +15,47 @@
 //   - module paths: the module's own output (the block, self_attn, mlp).
 #include "model/aliases.h"
 
+#include "model/family.h"
+
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#define GEMMA \
-    "gemma2 gemma3 gemma3_text" // gemma3: harvest's family name, gemma3_text: the model_type
-
-struct alias_row {
-    const char *alias;     // pattern, "{i}" a layer number
-    const char *canonical; // pattern, or NULL: the family has no such value (why says so)
-    const char *only;      // families the row holds for (space-separated), NULL: all
-    const char *except;    // families it does not hold for, NULL: none
-    const char *why;       // with canonical NULL: the reason
-};
-
 static const struct alias_row rows[] = {
     // TransformerLens hook names
-    {"blocks.{i}.hook_resid_pre", "layers.{i}.layer_input", NULL, NULL, NULL},
-    {"blocks.{i}.hook_resid_mid", NULL, "gpt_neox", NULL,
-     "a parallel-residual block (GPT-NeoX) has no mid stream, nor a TransformerLens hook there"},
-    {"blocks.{i}.hook_resid_mid", "layers.{i}.layer_mid", NULL, NULL, NULL},
-    {"blocks.{i}.hook_resid_post", "layers.{i}.layer_output", NULL, NULL, NULL},
-    {"blocks.{i}.hook_attn_out", "layers.{i}.attention_post_norm_output", GEMMA, NULL, NULL},
-    {"blocks.{i}.hook_attn_out", "layers.{i}.attention_output", NULL, NULL, NULL},
-    {"blocks.{i}.hook_mlp_out", "layers.{i}.mlp_post_norm_output", GEMMA, NULL, NULL},
-    {"blocks.{i}.hook_mlp_out", "layers.{i}.mlp_output", NULL, NULL, NULL},
-    {"blocks.{i}.attn.hook_q", "layers.{i}.attention_queries", "gpt2", NULL, NULL},
-    {"blocks.{i}.attn.hook_q", "layers.{i}.attention_queries_pre_rope", NULL, NULL, NULL},
-    {"blocks.{i}.attn.hook_k", "layers.{i}.attention_keys", "gpt2", NULL, NULL},
-    {"blocks.{i}.attn.hook_k", "layers.{i}.attention_keys_pre_rope", NULL, NULL, NULL},
-    {"blocks.{i}.attn.hook_v", "layers.{i}.attention_values", NULL, NULL, NULL},
-    {"blocks.{i}.attn.hook_z", "layers.{i}.attention_head_outputs", NULL, NULL, NULL},
-    {"blocks.{i}.attn.hook_pattern", "layers.{i}.attention_probabilities", NULL, NULL, NULL},
-    {"blocks.{i}.attn.hook_attn_scores", "layers.{i}.attention_scores", NULL, NULL, NULL},
-    {"blocks.{i}.mlp.hook_post", "layers.{i}.mlp_neurons", NULL, NULL, NULL},
-    {"ln_final.hook_normalized", "final_norm_output", NULL, NULL, NULL},
-    {"hook_embed", "layers.0.layer_input", "gemma2", NULL, NULL},
-    {"hook_embed", "token_embeddings", NULL, NULL, NULL},
-    {"blocks.{i}.ln1.hook_normalized", NULL, NULL, NULL,
+    {"blocks.{i}.hook_resid_pre", "layers.{i}.layer_input", NULL},
+    {"blocks.{i}.hook_resid_mid", "layers.{i}.layer_mid", NULL},
+    {"blocks.{i}.hook_resid_post", "layers.{i}.layer_output", NULL},
+    {"blocks.{i}.hook_attn_out", "layers.{i}.attention_output", NULL},
+    {"blocks.{i}.hook_mlp_out", "layers.{i}.mlp_output", NULL},
+    {"blocks.{i}.attn.hook_q", "layers.{i}.attention_queries_pre_rope", NULL},
+    {"blocks.{i}.attn.hook_k", "layers.{i}.attention_keys_pre_rope", NULL},
+    {"blocks.{i}.attn.hook_v", "layers.{i}.attention_values", NULL},
+    {"blocks.{i}.attn.hook_z", "layers.{i}.attention_head_outputs", NULL},
+    {"blocks.{i}.attn.hook_pattern", "layers.{i}.attention_probabilities", NULL},
+    {"blocks.{i}.attn.hook_attn_scores", "layers.{i}.attention_scores", NULL},
+    {"blocks.{i}.mlp.hook_post", "layers.{i}.mlp_neurons", NULL},
+    {"ln_final.hook_normalized", "final_norm_output", NULL},
+    {"hook_embed", "token_embeddings", NULL},
+    {"blocks.{i}.ln1.hook_normalized", NULL,
      "TransformerLens's hook_normalized is before the norm's weight; harvest has the norm's "
      "output after it: layers.{i}.attention_norm_output"},
-    {"blocks.{i}.ln2.hook_normalized", NULL, NULL, NULL,
+    {"blocks.{i}.ln2.hook_normalized", NULL,
      "TransformerLens's hook_normalized is before the norm's weight; harvest has the norm's "
      "output after it: layers.{i}.mlp_norm_output"},
-    {"blocks.{i}.mlp.hook_pre", NULL, NULL, NULL,
+    {"blocks.{i}.mlp.hook_pre", NULL,
      "the MLP's pre-activation, which harvest does not store; it has layers.{i}.mlp_activation "
      "(after the activation)"},
-    {"blocks.{i}.attn.hook_result", NULL, NULL, NULL,
+    {"blocks.{i}.attn.hook_result", NULL,
      "each head's output after W_O, which harvest does not compute; it has "
      "layers.{i}.attention_head_outputs (before W_O), layers.{i}.attention_output (the sum)"},
-    // Hugging Face module paths (nnsight, sparsify): the module's output
-    {"transformer.h.{i}", "layers.{i}.layer_output", "gpt2", NULL, NULL},
-    {"transformer.h.{i}.attn", "layers.{i}.attention_output", "gpt2", NULL, NULL},
-    {"transformer.h.{i}.mlp", "layers.{i}.mlp_output", "gpt2", NULL, NULL},
-    {"h.{i}", "layers.{i}.layer_output", "gpt2", NULL, NULL},
-    {"h.{i}.attn", "layers.{i}.attention_output", "gpt2", NULL, NULL},
-    {"h.{i}.mlp", "layers.{i}.mlp_output", "gpt2", NULL, NULL},
-    {"gpt_neox.layers.{i}", "layers.{i}.layer_output", "gpt_neox", NULL, NULL},
-    {"gpt_neox.layers.{i}.attention", "layers.{i}.attention_output", "gpt_neox", NULL, NULL},
-    {"gpt_neox.layers.{i}.mlp", "layers.{i}.mlp_output", "gpt_neox", NULL, NULL},
-    {"model.layers.{i}", "layers.{i}.layer_output", NULL, "gpt2 gpt_neox", NULL},
-    {"model.layers.{i}.self_attn", "layers.{i}.attention_output", NULL, "gpt2 gpt_neox", NULL},
-    {"model.layers.{i}.mlp", "layers.{i}.mlp_output", NULL, "gpt2 gpt_neox", NULL},
+    // Hugging Face module paths (nnsight, sparsify): the module's output (GPT-2 and GPT-NeoX
+    // have their own, and rows saying these are none of theirs)
+    {"model.layers.{i}", "layers.{i}.layer_output", NULL},
+    {"model.layers.{i}.self_attn", "layers.{i}.attention_output", NULL},
+    {"model.layers.{i}.mlp", "layers.{i}.mlp_output", NULL},
 };
 #define N_ROWS (int)(sizeof rows / sizeof rows[0])
-
-// whether the space-separated list holds word
-static bool in_list(const char *list, const char *word) {
-    size_t n = strlen(word);
-    for (const char *p = list; (p = strstr(p, word)) != NULL; p += n)
-        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == '\0')) return true;
-    return false;
-}
-
-static bool holds(const struct alias_row *r, const char *family) {
-    if (r->only && !in_list(r->only, family)) return false;
-    return !(r->except && in_list(r->except, family));
-}
 
 // Whether name matches pattern; the digits "{i}" stood for go to num (at most 15 of them).
 static bool match(const char *pattern, const char *name, char *num) {
@@ -122,19 +85,45 @@ static void expand(const char *pattern, const char *num, char *out, size_t cap) 
     }
 }
 
-// the first row holding for family whose alias pattern is r's (r decides for its aliases iff it
+// the registry family named `family` (its name, else one of its ids), or NULL
+static const struct model_family *family_of(const char *family) {
+    const struct model_family *f = model_family_named(family);
+    return f ? f : model_family_with_id(family);
+}
+
+// the k-th row for f: its own rows, then the shared ones; NULL past the last
+static const struct alias_row *row_at(const struct model_family *f, int k) {
+    for (const struct alias_row *r = f ? f->aliases : NULL; r && r->alias; r++)
+        if (k-- == 0) return r;
+    return k < N_ROWS ? &rows[k] : NULL;
+}
+
+// the k-th row for f in listing order: the shared rows, then its own (the order the aliases of
+// one canonical name are listed in); NULL past the last
+static const struct alias_row *listed_at(const struct model_family *f, int k) {
+    if (k < N_ROWS) return &rows[k];
+    k -= N_ROWS;
+    for (const struct alias_row *r = f ? f->aliases : NULL; r && r->alias; r++)
+        if (k-- == 0) return r;
+    return NULL;
+}
+
+// the first row for f whose alias pattern is alias_pattern (a row decides for its aliases iff it
 // is that row)
-static const struct alias_row *deciding(const char *family, const char *alias_pattern) {
-    for (int k = 0; k < N_ROWS; k++)
-        if (!strcmp(rows[k].alias, alias_pattern) && holds(&rows[k], family)) return &rows[k];
+static const struct alias_row *deciding(const struct model_family *f, const char *alias_pattern) {
+    const struct alias_row *r;
+    for (int k = 0; (r = row_at(f, k)) != NULL; k++)
+        if (!strcmp(r->alias, alias_pattern)) return r;
     return NULL;
 }
 
 int alias_resolve(const char *family, const char *name, char *canon, size_t cap) {
     char num[16];
-    for (int k = 0; k < N_ROWS; k++) {
-        const struct alias_row *r = &rows[k];
-        if (!holds(r, family) || !match(r->alias, name, num)) continue;
+    const struct model_family *f = family_of(family);
+    const struct alias_row *r;
+    for (int k = 0; (r = row_at(f, k)) != NULL; k++) {
+        if (!match(r->alias, name, num)) continue;
+        if (!r->canonical && !r->why) return 0; // none of the family's
         if (!r->canonical) {
             expand(r->why, num, canon, cap);
             return -1;
@@ -147,10 +136,10 @@ int alias_resolve(const char *family, const char *name, char *canon, size_t cap)
 
 int alias_of(const char *family, const char *canonical, int k, char *alias, size_t cap) {
     char num[16];
-    for (int i = 0; i < N_ROWS; i++) {
-        const struct alias_row *r = &rows[i];
-        if (!r->canonical || deciding(family, r->alias) != r ||
-            !match(r->canonical, canonical, num))
+    const struct model_family *f = family_of(family);
+    const struct alias_row *r;
+    for (int i = 0; (r = listed_at(f, i)) != NULL; i++) {
+        if (!r->canonical || deciding(f, r->alias) != r || !match(r->canonical, canonical, num))
             continue;
         if (k-- == 0) {
             expand(r->alias, num, alias, cap);

@@ -5,12 +5,23 @@
 // (aliases.c), after the reference tests/ref/hf/aliases.py and tests/ref/hf/NAMES.md.
 //
 // A pattern's "{i}" stands for a layer number (decimal digits), the same in alias and canonical
-// name. Some rows hold for some families only (Gemma's post-norm outputs, GPT-2's module paths,
-// the non-rotary queries); the first row that holds for the family decides.
+// name. Rows that hold for some families only (Gemma's post-norm outputs, GPT-2's module paths,
+// the non-rotary queries) are those families' own rows; the first matching row decides. `family` is
+// a registry family's name or one of its ids ("gemma3_text").
 #ifndef AH_ALIASES_H
 #define AH_ALIASES_H
 
 #include <stddef.h>
+
+// One row: alias pattern -> canonical pattern. A family's own rows live with the family
+// (struct model_family's aliases, model/family.h) and are tried before the shared rows of
+// model/aliases.c, so that a family's row decides for its aliases.
+struct alias_row {
+    const char *alias;     // pattern, "{i}" a layer number; NULL ends a family's rows
+    const char *canonical; // pattern, or NULL: the family has no such value
+    const char *why;       // with canonical NULL: the reason (the alias is refused with it);
+                           // NULL too: the name is no alias for the family (a family row)
+};
 
 // Whether name is an alias for a model of `family` (its name as struct model says it: "laguna",
 // "gpt2", ...): returns 1 and writes the canonical name into canon (cap bytes); returns 0 if name

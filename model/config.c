@@ -144,3 +144,31 @@ int cfg_check_unused(const struct config *c, struct ah_error *err) {
     }
     return 0;
 }
+
+int cfg_opt_int(const struct config *c, const char *key, int dflt, int lo, int hi, int *out,
+                struct ah_error *err) {
+    *out = dflt;
+    if (cfg_is_null(c, key)) return 0;
+    int rc = cfg_int(c, key, false, out, err);
+    if (rc < 0) return rc;
+    if (*out < lo || *out > hi)
+        return ah_fail(err, AH_EINVAL, "%s: \"%s\": %d is out of range (expected %d to %d)",
+                       c->path, key, *out, lo, hi);
+    return 0;
+}
+
+int cfg_opt_num(const struct config *c, const struct cfg_value *obj, const char *where,
+                const char *key, double dflt, double *out, struct ah_error *err) {
+    *out = dflt;
+    int rc = cfg_num_in(c, obj, obj ? where : NULL, key, CFG_POSITIVE, true, out, err);
+    return rc < 0 ? rc : 0;
+}
+
+bool cfg_opt_bool(const struct config *c, const char *key, bool dflt) {
+    const struct cfg_value *v = cfg_get(c, NULL, key);
+    return cfg_kind(c, v) == CFG_BOOL ? cfg_is_true(c, v) : dflt;
+}
+
+bool cfg_is_null(const struct config *c, const char *key) {
+    return cfg_kind(c, cfg_get(c, NULL, key)) == CFG_NULL;
+}

@@ -53,6 +53,19 @@ const char *cfg_str(const struct config *c, const char *key);
 int cfg_int_in(const struct config *c, const char *key, bool required, int *out, int lo, int hi,
                struct ah_error *err);
 
+// ---- keys with a default (transformers' for an absent key): absent or null -> dflt (which
+// cfg_opt_int checks against the range too).
+int cfg_opt_int(const struct config *c, const char *key, int dflt, int lo, int hi, int *out,
+                struct ah_error *err);
+// A number key of obj (NULL: the top level; `where` its path for messages): absent or null ->
+// dflt (NAN: "none"); else finite and > 0 (cfg_num_in's CFG_POSITIVE).
+int cfg_opt_num(const struct config *c, const struct cfg_value *obj, const char *where,
+                const char *key, double dflt, double *out, struct ah_error *err);
+bool cfg_opt_bool(const struct config *c, const char *key, bool dflt); // not a bool: dflt
+// Whether top-level `key` is present as null (transformers keeps None, which is not always the
+// absent key's default).
+bool cfg_is_null(const struct config *c, const char *key);
+
 // ---- range-checked numbers: every family's reader checks its number keys with these, so that a
 // value that makes no sense (a zero epsilon, a negative theta, 1e999, which parses as infinity)
 // is an error naming config.json and the key, never computed.

@@ -18,14 +18,23 @@ int64_t dec_layer_params(const struct dec_config *c, int i, bool experts) {
     int64_t E = c->n_expert;
     if (experts) return c->moe[i] ? 3 * E * D * c->expert_ffn : 0;
     int64_t n = D * H * hd + 2 * D * KV * hd + H * hd * D;
-    n += (H * hd + 2 * KV * hd) * c->qkv_bias + D * c->o_bias + 2 * hd * c->qk_norm;
-    n += (c->gemma ? 4 : 2) * D;
+    n += (H * hd + 2 * KV * hd) * c->blk.qkv_bias + D * c->blk.o_bias + dec_block_norm_params(c);
     if (c->moe[i]) return n + D * E; // the router
-    return n + 3 * D * I + (c->mlp_bias ? 2 * I + D : 0);
+    return n + 3 * D * I + (c->blk.mlp_bias ? 2 * I + D : 0);
+}
+
+int64_t dec_block_norm_params(const struct dec_config *c) {
+    const struct dec_block *b = &c->blk;
+    int64_t D = c->hidden, hd = c->head_dim;
+    int64_t n =
+        2 * D * ((b->norm_at & DEC_NORM_PRE) != 0) + 2 * D * ((b->norm_at & DEC_NORM_POST) != 0);
+    if (b->qk_norm == DEC_QK_HEAD) n += 2 * hd;
+    if (b->qk_norm == DEC_QK_PROJ) n += (int64_t)(c->n_head + c->n_kv_head) * hd;
+    return n;
 }
 
 int64_t dec_params(const struct dec_config *c) {
-    int64_t VD = (int64_t)c->vocab * c->hidden, n = VD + c->hidden + (c->tied ? 0 : VD);
+    int64_t VD = (int64_t)c->vocab * c->hidden, n = VD + c->hidden + (c->blk.tied ? 0 : VD);
     for (int i = 0; i < c->n_layer; i++)
         n += dec_layer_params(c, i, false) + dec_layer_params(c, i, true);
     return n;
@@ -45,8 +54,8 @@ double dec_block_flops(const struct dec_config *c, int i, int T) {
 static const struct dec_tap_def {
     const char *name, *shape, *meaning;
     enum tap_dtype dtype;
-    char where; // R root before the blocks, E after them, B every block, G Gemma blocks,
-                // D dense blocks, M mixture blocks
+    char where; // R root before the blocks, E after them, B every block, P blocks with pre
+                // norms, S blocks with post norms, D dense blocks, M mixture blocks
 } defs[DT_N] = {
     [DT_INPUT_IDS] = {"input_ids", "batch,seq", "The token ids the model was called with", TAP_I64,
                       'R'},
@@ -59,7 +68,7 @@ static const struct dec_tap_def {
     [DT_LAYER_INPUT] = {"layer_input", BSH, "The residual stream entering the block", TAP_F32, 'B'},
     [DT_ATTENTION_NORM_OUTPUT] = {"attention_norm_output", BSH,
                                   "input_layernorm's output, what the attention reads", TAP_F32,
-                                  'B'},
+                                  'P'},
     [DT_QUERIES_PRE_ROPE] = {"attention_queries_pre_rope", "batch,num_heads,seq,qk_head_dim",
                              "The queries before RoPE (after q_norm where the family has one)",
                              TAP_F32, 'B'},
@@ -87,12 +96,12 @@ static const struct dec_tap_def {
     [DT_ATTENTION_POST_NORM] = {"attention_post_norm_output", BSH,
                                 "post_attention_layernorm(attention_output): what the attention "
                                 "adds to the residual stream",
-                                TAP_F32, 'G'},
+                                TAP_F32, 'S'},
     [DT_LAYER_MID] = {"layer_mid", BSH, "The residual stream after the attention add", TAP_F32,
                       'B'},
     [DT_MLP_NORM_OUTPUT] = {"mlp_norm_output", BSH,
                             "The normed stream the MLP reads (Gemma: pre_feedforward_layernorm)",
-                            TAP_F32, 'B'},
+                            TAP_F32, 'P'},
     [DT_MLP_INPUT] = {"mlp_input", BSH, "What the MLP is called with", TAP_F32, 'B'},
     [DT_MLP_ACTIVATION] = {"mlp_activation", "batch,seq,intermediate_size", "act(gate_proj(x))",
                            TAP_F32, 'D'},
@@ -115,7 +124,7 @@ static const struct dec_tap_def {
                        TAP_F32, 'B'},
     [DT_MLP_POST_NORM] = {"mlp_post_norm_output", BSH,
                           "post_feedforward_layernorm(mlp_output): what the MLP adds", TAP_F32,
-                          'G'},
+                          'S'},
     [DT_LAYER_OUTPUT] = {"layer_output", BSH, "The residual stream leaving the block", TAP_F32,
                          'B'},
     [DT_FINAL_NORM_OUTPUT] = {"final_norm_output", BSH, "model.norm's output, what the head reads",
@@ -132,7 +141,9 @@ static const struct dec_tap_def {
 static bool tap_in(const struct dec_config *c, int layer, char where) {
     if (layer < 0) return where == 'R';
     if (layer >= c->n_layer) return where == 'E';
-    return where == 'B' || (where == 'G' && c->gemma) || where == (c->moe[layer] ? 'M' : 'D');
+    bool pre = c->blk.norm_at & DEC_NORM_PRE, post = c->blk.norm_at & DEC_NORM_POST;
+    return where == 'B' || (where == 'P' && pre) || (where == 'S' && post) ||
+           where == (c->moe[layer] ? 'M' : 'D');
 }
 
 static int walk(const struct dec_config *c, struct tap_desc *out) {
@@ -179,37 +190,49 @@ int64_t dec_axis_size(const struct decoder *m, int block, const char *axis) {
 // ----------------------------------------------------------------------------
 // weights: tests/ref/hf/NAMES.md "Families and their tensor names"
 
-// Appends matrix "model.layers.{i}.{leaf}" (layer < 0: leaf alone): borrowed if stored BF16
+// "{layers}.{layer}.{leaf}{suffix}" (layer < 0: leaf alone) into name
+static const char *tname(char *name, size_t n, const struct dec_config *c, int layer,
+                         const char *leaf, const char *suffix) {
+    AH_ASSERT(leaf); // a description paired with a table that lacks the tensor
+    if (layer >= 0)
+        snprintf(name, n, "%s.%d.%s%s", c->names->layers, layer, leaf, suffix);
+    else
+        snprintf(name, n, "%s%s", leaf, suffix);
+    return name;
+}
+
+// Appends matrix leaf.weight of layer (< 0: the model's): borrowed if stored BF16
 static void mat(struct model_tensor *t, int *n, struct decoder *m, const struct model_dims *dims,
                 struct dec_mat *dst, int64_t d0, int64_t d1, int layer, const char *leaf) {
     char name[128];
-    if (layer >= 0)
-        snprintf(name, sizeof name, "model.layers.%d.%s", layer, leaf);
-    else
-        snprintf(name, sizeof name, "%s", leaf);
+    tname(name, sizeof name, &m->cfg, layer, leaf, ".weight");
     bool h = t && dims && dims->is_bf16 && dims->is_bf16(dims->u, name);
     m->any_bf16 |= h;
     model_tensor_add(t, n, h ? &dst->h : NULL, h ? NULL : &dst->f, d0, d1, NULL, 0, name);
 }
 
-// one mixture block's router and experts (Mixtral: block_sparse_moe.*, w1 / w3 / w2)
+// Appends float32 vector leaf{suffix} of layer (< 0: the model's), shape (d0)
+static void vec(struct model_tensor *t, int *n, const struct dec_config *c, const float **dst,
+                int64_t d0, int layer, const char *leaf, const char *suffix) {
+    char name[128];
+    model_tensor_add(t, n, NULL, dst, d0, 0, NULL, 0,
+                     tname(name, sizeof name, c, layer, leaf, suffix));
+}
+
+// one mixture block's router and experts ({experts}.{e}.{egate} ...)
 static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
                            const struct model_dims *dims, int i, struct dec_block_w *w) {
     const struct dec_config *c = &m->cfg;
-    bool mx = c->kind == DEC_MIXTRAL;
+    const struct dec_names *nm = c->names;
     int64_t D = c->hidden, Ie = c->expert_ffn;
     char leaf[96];
-    const char *blk = mx ? "block_sparse_moe" : "mlp";
-    snprintf(leaf, sizeof leaf, "%s.gate.weight", blk);
-    mat(t, n, m, dims, &w->router, c->n_expert, D, i, leaf);
+    mat(t, n, m, dims, &w->router, c->n_expert, D, i, nm->router);
     for (int e = 0; e < c->n_expert; e++) {
-        const char *g = mx ? "w1" : "gate_proj", *u = mx ? "w3" : "up_proj",
-                   *d = mx ? "w2" : "down_proj";
-        snprintf(leaf, sizeof leaf, "%s.experts.%d.%s.weight", blk, e, g);
+        snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->egate);
         mat(t, n, m, dims, &w->eg[e], Ie, D, i, leaf);
-        snprintf(leaf, sizeof leaf, "%s.experts.%d.%s.weight", blk, e, u);
+        snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->eup);
         mat(t, n, m, dims, &w->eu[e], Ie, D, i, leaf);
-        snprintf(leaf, sizeof leaf, "%s.experts.%d.%s.weight", blk, e, d);
+        snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->edown);
         mat(t, n, m, dims, &w->ed[e], D, Ie, i, leaf);
     }
 }
@@ -217,44 +240,50 @@ static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
 static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
                           const struct model_dims *dims, int i, struct dec_block_w *w) {
     const struct dec_config *c = &m->cfg;
+    const struct dec_block *b = &c->blk;
+    const struct dec_names *nm = c->names;
     int64_t D = c->hidden, hd = c->head_dim, HD = c->n_head * hd, KVD = c->n_kv_head * hd;
     int64_t I = c->ffn;
-#define FV(dst, d0, d1, leaf)  model_tensor_add(t, n, NULL, dst, d0, d1, "model.layers", i, leaf)
+    bool proj = b->qk_norm == DEC_QK_PROJ;
+#define FV(dst, d0, leaf)      vec(t, n, c, dst, d0, i, leaf, ".weight")
+#define BIAS(dst, d0, leaf)    vec(t, n, c, dst, d0, i, leaf, ".bias")
 #define MAT(dst, d0, d1, leaf) mat(t, n, m, dims, dst, d0, d1, i, leaf)
-    FV(&w->attn_norm, D, 0, "input_layernorm.weight");
-    FV(&w->mlp_norm, D, 0,
-       c->gemma ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight");
-    if (c->gemma) {
-        FV(&w->post_attn_norm, D, 0, "post_attention_layernorm.weight");
-        FV(&w->post_mlp_norm, D, 0, "post_feedforward_layernorm.weight");
+    if (b->norm_at & DEC_NORM_PRE) {
+        FV(&w->attn_norm, D, nm->attn_norm);
+        FV(&w->mlp_norm, D, nm->mlp_norm);
     }
-    MAT(&w->wq, HD, D, "self_attn.q_proj.weight");
-    MAT(&w->wk, KVD, D, "self_attn.k_proj.weight");
-    MAT(&w->wv, KVD, D, "self_attn.v_proj.weight");
-    MAT(&w->wo, D, HD, "self_attn.o_proj.weight");
-    if (c->qkv_bias) {
-        FV(&w->bq, HD, 0, "self_attn.q_proj.bias");
-        FV(&w->bk, KVD, 0, "self_attn.k_proj.bias");
-        FV(&w->bv, KVD, 0, "self_attn.v_proj.bias");
+    if (b->norm_at & DEC_NORM_POST) {
+        FV(&w->post_attn_norm, D, nm->post_attn_norm);
+        FV(&w->post_mlp_norm, D, nm->post_mlp_norm);
     }
-    if (c->o_bias) FV(&w->bo, D, 0, "self_attn.o_proj.bias");
-    if (c->qk_norm) {
-        FV(&w->q_norm, hd, 0, "self_attn.q_norm.weight");
-        FV(&w->k_norm, hd, 0, "self_attn.k_norm.weight");
+    MAT(&w->wq, HD, D, nm->q);
+    MAT(&w->wk, KVD, D, nm->k);
+    MAT(&w->wv, KVD, D, nm->v);
+    MAT(&w->wo, D, HD, nm->o);
+    if (b->qkv_bias) {
+        BIAS(&w->bq, HD, nm->q);
+        BIAS(&w->bk, KVD, nm->k);
+        BIAS(&w->bv, KVD, nm->v);
+    }
+    if (b->o_bias) BIAS(&w->bo, D, nm->o);
+    if (b->qk_norm != DEC_QK_NONE) {
+        FV(&w->q_norm, proj ? HD : hd, nm->q_norm);
+        FV(&w->k_norm, proj ? KVD : hd, nm->k_norm);
     }
     if (c->moe[i]) {
         expert_tensors(t, n, m, dims, i, w);
         return;
     }
-    MAT(&w->gate, I, D, "mlp.gate_proj.weight");
-    MAT(&w->up, I, D, "mlp.up_proj.weight");
-    MAT(&w->down, D, I, "mlp.down_proj.weight");
-    if (c->mlp_bias) {
-        FV(&w->bg, I, 0, "mlp.gate_proj.bias");
-        FV(&w->bu, I, 0, "mlp.up_proj.bias");
-        FV(&w->bd, D, 0, "mlp.down_proj.bias");
+    MAT(&w->gate, I, D, nm->gate);
+    MAT(&w->up, I, D, nm->up);
+    MAT(&w->down, D, I, nm->down);
+    if (b->mlp_bias) {
+        BIAS(&w->bg, I, nm->gate);
+        BIAS(&w->bu, I, nm->up);
+        BIAS(&w->bd, D, nm->down);
     }
 #undef FV
+#undef BIAS
 #undef MAT
 }
 
@@ -262,11 +291,11 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
 static int all_tensors(struct decoder *m, const struct model_dims *dims, struct model_tensor *t) {
     const struct dec_config *c = &m->cfg;
     int n = 0;
-    mat(t, &n, m, dims, &m->embed, c->vocab, c->hidden, -1, "model.embed_tokens.weight");
+    mat(t, &n, m, dims, &m->embed, c->vocab, c->hidden, -1, c->names->embed);
     for (int i = 0; i < c->n_layer; i++)
         block_tensors(t, &n, m, dims, i, &m->blk[i]);
-    model_tensor_add(t, &n, NULL, &m->norm, c->hidden, 0, NULL, 0, "model.norm.weight");
-    if (!c->tied) mat(t, &n, m, dims, &m->head, c->vocab, c->hidden, -1, "lm_head.weight");
+    vec(t, &n, c, &m->norm, c->hidden, -1, c->names->norm, ".weight");
+    if (!c->blk.tied) mat(t, &n, m, dims, &m->head, c->vocab, c->hidden, -1, c->names->head);
     return n;
 }
 

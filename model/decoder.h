@@ -1,10 +1,12 @@
 // decoder.h - the Llama-style decoder families of Hugging Face transformers, one model for all:
 // LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM,
-// MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text). The float64 definition is
-// tests/ref/hf/decoder.py (written from transformers' modeling_*.py); the names and what each
-// means per family are tests/ref/hf/NAMES.md. The differences are flags of struct dec_config, set
-// once from config.json (model/decoder_config.c) with transformers' defaults for absent keys
-// (tests/ref/hf/config.py).
+// MixtralForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM (text), Olmo2ForCausalLM. The float64
+// definition is tests/ref/hf/decoder.py (written from transformers' modeling_*.py; OLMo 2's
+// tests/ref/olmo2_ref.py); the names and what each means per family are tests/ref/hf/NAMES.md and
+// docs/families.md. The differences are options of struct dec_config
+// (its block description struct dec_block and its tensor names struct dec_names), set once from
+// config.json by the family's reader (model/families/*.c, model/decoder_family.h) with
+// transformers' defaults for absent keys (tests/ref/hf/config.py).
 //
 // L = layers, D = hidden, H = query heads, KV = key/value heads, hd = head_dim, I = MLP width,
 // E = routed experts, k = experts a token goes to, Ie = an expert's width, V = vocab
@@ -20,18 +22,8 @@
 
 struct config;
 struct ah_error;
-struct laguna_shard;
+struct expert_shard;
 
-enum dec_kind {
-    DEC_LLAMA,
-    DEC_MISTRAL,
-    DEC_QWEN2,
-    DEC_QWEN3,
-    DEC_QWEN3_MOE,
-    DEC_MIXTRAL,
-    DEC_GEMMA2,
-    DEC_GEMMA3
-};
 enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
 
 // modeling_rope_utils.py's parameters of one layer type
@@ -42,21 +34,57 @@ struct dec_rope {
     int original_max_pos; // llama3 original_max_position_embeddings
 };
 
+// ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
+// spirit of llama.cpp's build_norm / build_attn / build_ffn options. A family's config reader
+// (model/families/*.c) fills it; the forward never asks which family it runs. Not options yet
+// (no family here has them): fused q/k/v or gate/up projections, sigmoid routing, shared
+// experts. The RoPE of each layer type (struct dec_rope), which layers slide and which are
+// mixtures (dec_config's sliding, moe) and the experts' counts are dec_config's.
+enum dec_norm { DEC_NORM_RMS, DEC_NORM_RMS_1P }; // RMSNorm times w; times (1 + w) (Gemma)
+// where a block's norms sit: PRE before attention and MLP (input_layernorm and the MLP's),
+// POST on what they add (post_attention / post_feedforward); SANDWICH both (Gemma)
+enum dec_norm_at { DEC_NORM_PRE = 1, DEC_NORM_POST = 2, DEC_NORM_SANDWICH = 3 };
+// q/k norms: none, over each head's hd (Qwen3, Gemma 3), over the whole projection before the
+// heads are split (OLMo 2)
+enum dec_qk_norm { DEC_QK_NONE, DEC_QK_HEAD, DEC_QK_PROJ };
+
+struct dec_block {
+    enum dec_norm norm;              // every RMSNorm of the model (q/k and final too)
+    enum dec_norm_at norm_at;        // where the block's norms sit (PRE and POST are bits)
+    enum dec_qk_norm qk_norm;        // q/k norms and their width
+    bool qkv_bias, o_bias, mlp_bias; // biases of q/k/v, o_proj, the dense MLP's projections
+    enum op_act_kind act;            // the gated MLP (and experts): act(gate(x)) * up(x)
+    float scale;                     // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
+    float attn_cap;                  // soft-cap of the scores (Gemma 2; 0: none)
+    bool norm_topk;                  // mixture: renormalise the top-k softmax weights
+    // model level
+    bool tied;             // the head is the embedding
+    float embed_scale;     // the embedding times this (Gemma: sqrt(D) rounded to float32; else 1)
+    bool embed_tap_scaled; // token_embeddings after the scale (Gemma 3), else before (Gemma 2)
+    float final_cap;       // soft-cap of the logits (Gemma 2; 0: none)
+};
+
+// ---- a family's tensor names (as llama.cpp's LLM_TENSOR_NAMES): leaves of the checkpoint's
+// names, to which ".weight" / ".bias" are added; the block's under "{layers}.{i}.". NULL: the
+// family has no such tensor (a description that needs it must not be paired with the table).
+struct dec_names {
+    const char *embed, *norm, *head, *layers; // "model.embed_tokens", "model.norm", "lm_head", ...
+    const char *attn_norm, *mlp_norm;         // the pre norms
+    const char *post_attn_norm, *post_mlp_norm;
+    const char *q, *k, *v, *o, *q_norm, *k_norm; // "self_attn.q_proj", ...
+    const char *gate, *up, *down;                // the dense MLP: "mlp.gate_proj", ...
+    const char *router, *experts;                // "mlp.gate", "mlp.experts" (+ ".{e}.")
+    const char *egate, *eup, *edown; // an expert's: "gate_proj", ... (Mixtral "w1", ...)
+};
+
 struct dec_config {
-    enum dec_kind kind;
-    const char *arch; // the architecture's name (static)
+    const char *arch;              // the architecture's name (static)
+    const struct dec_names *names; // the family's tensor names (static)
     int n_layer, hidden, vocab, n_head, n_kv_head, head_dim, ffn, max_pos;
     int n_expert, top_k, expert_ffn; // 0 experts: dense everywhere
-    bool norm_topk;                  // renormalise the top-k weights (Mixtral always)
     int window;                      // sliding_window of sliding layers (0: none)
     double eps;
-    bool qkv_bias, o_bias, mlp_bias, qk_norm, tied;
-    bool gemma; // RMSNorm (1 + w), sandwich norms, embeddings times sqrt(D)
-    enum op_act_kind act;
-    float scale;         // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
-    float attn_cap;      // Gemma 2 attn_logit_softcapping (0: none)
-    float final_cap;     // Gemma 2 final_logit_softcapping (0: none)
-    float embed_scale;   // Gemma: sqrt(D) rounded to float32; else 1
+    struct dec_block blk;
     int bytes_per_param; // torch_dtype as published: 2 (bf16/f16) or 4
     bool bf16;           // torch_dtype bfloat16 (without the files: their matrices' guess)
     bool *sliding;       // (L) sliding-window layer; owned
@@ -65,12 +93,12 @@ struct dec_config {
 };
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct
-// Reads config.json of one of the architectures (model/decoder_config.c); errors name
-// config.json and the key (an unknown rope type or hidden_act, a list of the wrong length).
-int dec_config_read(const struct config *cf, struct dec_config *c, struct ah_error *err);
+// A family's reader fills a dec_config from config.json: model/decoder_family.h.
 
 // Parameters as transformers instantiates the model (tests/ref/hf/params.py), of layer i.
 int64_t dec_layer_params(const struct dec_config *c, int i, bool experts);
+// the RMSNorm weights of a block: its pre and post norms, the q/k norms
+int64_t dec_block_norm_params(const struct dec_config *c);
 int64_t dec_params(const struct dec_config *c);
 
 // inv_freq (n_rot / 2 = hd / 2 entries, double) of a layer type for a prompt of T tokens
@@ -87,8 +115,8 @@ struct dec_mat {
 };
 
 struct dec_block_w {
-    const float *attn_norm, *mlp_norm, *post_attn_norm, *post_mlp_norm; // (D); the last two Gemma
-    const float *q_norm, *k_norm;                                       // (hd)
+    const float *attn_norm, *mlp_norm, *post_attn_norm, *post_mlp_norm; // (D) as norm_at says
+    const float *q_norm, *k_norm;   // (hd) per head, or (H hd) and (KV hd) over the projection
     struct dec_mat wq, wk, wv, wo;  // (H hd, D) (KV hd, D) x2 (D, H hd)
     const float *bq, *bk, *bv, *bo; // (H hd) (KV hd) x2 (D)
     struct dec_mat gate, up, down;  // dense: (I, D) x2, (D, I)
@@ -120,7 +148,7 @@ int64_t dec_axis_size(const struct decoder *m, int block, const char *axis);
 
 struct dec_state; // model/decoder.c
 int dec_state_init(struct dec_state **s, const struct decoder *m, int max_T, int64_t max_tokens,
-                   const uint8_t *want, const struct laguna_shard *shard);
+                   const uint8_t *want, const struct expert_shard *shard);
 void dec_state_free(struct dec_state *s);
 float *dec_state_stream(struct dec_state *s); // (N, D) the residual stream
 void dec_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,

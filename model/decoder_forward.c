@@ -1,7 +1,8 @@
 // decoder_forward.c - the forward pass of the Llama-style families (model/decoder.h) in float32,
 // step for step as tests/ref/hf/decoder.py forward() (transformers' LlamaDecoderLayer and its
-// cousins): norm, q/k/v (+ bias), q/k norm, RoPE, attention (model/attention.h), o_proj; Gemma's
-// post norms; the MLP (gated) or the mixture of experts (softmax router, top-k).
+// cousins): norm, q/k/v (+ bias), q/k norm, RoPE, attention (model/attention.h), o_proj; post
+// norms; the MLP (gated) or the mixture of experts (softmax router, top-k). Which of these a
+// block has is its description, struct dec_block (model/decoder.h): no family is named here.
 #include "model/ah.h"
 #include "model/attention.h"
 #include "model/decoder.h"
@@ -36,7 +37,7 @@ struct dec_state {
     double *inv;                                          // (h2)
     int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
     int *order, *start;  // (N k) slots grouped by expert; (2 E + 1) offsets and cursors
-    const struct laguna_shard *shard;
+    const struct expert_shard *shard;
     void *arena;
 };
 
@@ -78,7 +79,7 @@ static bool wants_kind(const struct decoder *m, const uint8_t *want, int kind) {
 }
 
 int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, int64_t max_tokens,
-                   const uint8_t *want, const struct laguna_shard *shard) {
+                   const uint8_t *want, const struct expert_shard *shard) {
     const struct dec_config *c = &m->cfg;
     struct dec_state *s = calloc(1, sizeof *s);
     if (!(*out = s)) return -AH_ENOMEM;
@@ -132,7 +133,7 @@ void dec_state_free(struct dec_state *s) {
 // RMSNorm of rows of C: LlamaRMSNorm (times w), Gemma's (times 1 + w); out may equal in
 static void norm(const struct dec_config *c, float *out, const float *in, const float *w,
                  int64_t rows, int C) {
-    if (c->gemma)
+    if (c->blk.norm == DEC_NORM_RMS_1P)
         op_rmsnorm_1p(out, in, w, (int)rows, C, c->eps);
     else
         op_rmsnorm(out, in, w, (int)rows, C, (float)c->eps);
@@ -192,9 +193,12 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
     linear(s, s->q, s->xn, &w->wq, w->bq, N, D, HD);
     linear(s, s->k, s->xn, &w->wk, w->bk, N, D, KVD);
     linear(s, s->v, s->xn, &w->wv, w->bv, N, D, KVD);
-    if (c->qk_norm) {
+    if (c->blk.qk_norm == DEC_QK_HEAD) { // (N H, hd) rows
         norm(c, s->q, s->q, w->q_norm, N * H, (int)hd);
         norm(c, s->k, s->k, w->k_norm, N * KV, (int)hd);
+    } else if (c->blk.qk_norm == DEC_QK_PROJ) { // (N, HD) and (N, KVD) rows, before the heads
+        norm(c, s->q, s->q, w->q_norm, N, (int)HD);
+        norm(c, s->k, s->k, w->k_norm, N, (int)KVD);
     }
     tap_emit_heads(tp, DEC_ID(m, l, DT_QUERIES_PRE_ROPE), bt, s->q, (int)H, (int)hd, s->scratch);
     tap_emit_heads(tp, DEC_ID(m, l, DT_KEYS_PRE_ROPE), bt, s->k, (int)KV, (int)hd, s->scratch);
@@ -213,8 +217,8 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
                          .H = (int)H,
                          .KV = (int)KV,
                          .D = (int)hd,
-                         .scale = c->scale,
-                         .softcap = c->attn_cap,
+                         .scale = c->blk.scale,
+                         .softcap = c->blk.attn_cap,
                          .n_sets = 1,
                          .q = s->q + o * HD,
                          .ldq = (int)HD,
@@ -257,9 +261,9 @@ static void route(const struct dec_config *c, float *p, int64_t *idx, float *w) 
         w[j] = p[best];
     }
     float tot = 0.0f;
-    for (int j = 0; c->norm_topk && j < k; j++)
+    for (int j = 0; c->blk.norm_topk && j < k; j++)
         tot += w[j];
-    for (int j = 0; c->norm_topk && j < k; j++)
+    for (int j = 0; c->blk.norm_topk && j < k; j++)
         w[j] /= tot;
 }
 
@@ -277,7 +281,7 @@ static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, flo
     mat(ge, xe, &x->w->eg[e], n, D, Ie, panel);
     mat(ue, xe, &x->w->eu[e], n, D, Ie, panel);
     for (int64_t i = 0; i < n * Ie; i++)
-        ue[i] *= op_act1(c->act, ge[i]);
+        ue[i] *= op_act1(c->blk.act, ge[i]);
     mat(ye, ue, &x->w->ed[e], n, Ie, D, panel);
 }
 
@@ -325,7 +329,7 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
     }
     linear(s, s->fg, s->xn, &w->gate, w->bg, N, D, I);
     linear(s, s->fu, s->xn, &w->up, w->bu, N, D, I);
-    op_act(s->fg, N * I, c->act);
+    op_act(s->fg, N * I, c->blk.act);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_ACTIVATION), bt, s->fg, (int)I);
     op_mul(s->fu, s->fg, N * I, 1);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NEURONS), bt, s->fu, (int)I);
@@ -337,23 +341,33 @@ static void block_forward(const struct decoder *m, struct dec_state *s, const st
     const struct dec_config *c = &m->cfg;
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden;
+    bool pre = c->blk.norm_at & DEC_NORM_PRE, post = c->blk.norm_at & DEC_NORM_POST;
+    size_t row_bytes = (size_t)(N * D) * sizeof(float);
     tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_INPUT), bt, s->x, (int)D);
-    norm(c, s->xn, s->x, w->attn_norm, N, (int)D);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
+    if (pre) {
+        norm(c, s->xn, s->x, w->attn_norm, N, (int)D);
+        tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
+    } else { // no pre-norm (OLMo 2): the attention reads the stream itself
+        memcpy(s->xn, s->x, row_bytes);
+    }
     attention_block(m, s, bt, tp, l);
     tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_OUTPUT), bt, s->a, (int)D);
-    if (c->gemma) { // sandwich: the post-attention norm before the add
+    if (post) { // the post-attention norm before the add
         norm(c, s->a, s->a, w->post_attn_norm, N, (int)D);
         tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_POST_NORM), bt, s->a, (int)D);
     }
     op_add(s->x, s->x, s->a, N * D);
     tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_MID), bt, s->x, (int)D);
-    norm(c, s->xn, s->x, w->mlp_norm, N, (int)D);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
+    if (pre) {
+        norm(c, s->xn, s->x, w->mlp_norm, N, (int)D);
+        tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
+    } else {
+        memcpy(s->xn, s->x, row_bytes);
+    }
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_INPUT), bt, s->xn, (int)D);
     mlp_block(m, s, bt, tp, l);
     tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_OUTPUT), bt, s->m, (int)D);
-    if (c->gemma) {
+    if (post) {
         norm(c, s->m, s->m, w->post_mlp_norm, N, (int)D);
         tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_POST_NORM), bt, s->m, (int)D);
     }
@@ -361,7 +375,7 @@ static void block_forward(const struct decoder *m, struct dec_state *s, const st
     tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_OUTPUT), bt, s->x, (int)D);
 }
 
-// input ids, the mask, the embedding rows (Gemma: times sqrt(D); Gemma 2's tap unscaled)
+// input ids, the mask, the embedding rows (times embed_scale; the tap before or after it)
 static void embed(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                   const struct tap *tp) {
     const struct dec_config *c = &m->cfg;
@@ -374,10 +388,10 @@ static void embed(const struct decoder *m, struct dec_state *s, const struct mba
             s->x[i * D + d] = m->embed.h ? op_bf16(m->embed.h[bt->ids[i] * D + d])
                                          : m->embed.f[bt->ids[i] * D + d];
     int id = DEC_ID(m, -1, DT_TOKEN_EMBEDDINGS);
-    if (c->kind != DEC_GEMMA3) tap_emit_rows(tp, id, bt, s->x, (int)D);
-    for (int64_t i = 0; c->gemma && i < bt->n_tokens * D; i++)
-        s->x[i] *= c->embed_scale;
-    if (c->kind == DEC_GEMMA3) tap_emit_rows(tp, id, bt, s->x, (int)D);
+    if (!c->blk.embed_tap_scaled) tap_emit_rows(tp, id, bt, s->x, (int)D);
+    for (int64_t i = 0; c->blk.embed_scale != 1.0f && i < bt->n_tokens * D; i++)
+        s->x[i] *= c->blk.embed_scale;
+    if (c->blk.embed_tap_scaled) tap_emit_rows(tp, id, bt, s->x, (int)D);
 }
 
 // the final norm and the head, only if a tap wants them
@@ -394,8 +408,8 @@ static void head(const struct decoder *m, struct dec_state *s, const struct mbat
     tap_emit_rows(tp, id_n, bt, s->xn, (int)D);
     for (int b = 0; want && b < bt->n; b++) {
         int T = bt->len[b];
-        mm(s, s->logits, s->xn + bt->off[b] * D, c->tied ? &m->embed : &m->head, T, D, V);
-        head_emit(tp, b, s->logits, T, V, id_h, id_l, id_p, c->final_cap);
+        mm(s, s->logits, s->xn + bt->off[b] * D, c->blk.tied ? &m->embed : &m->head, T, D, V);
+        head_emit(tp, b, s->logits, T, V, id_h, id_l, id_p, c->blk.final_cap);
     }
 }
 

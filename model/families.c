@@ -19,6 +19,7 @@
     X(mixtral_family)     \
     X(gemma2_family)      \
     X(gemma3_family)      \
+    X(olmo2_family)       \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;
@@ -31,7 +32,7 @@ const struct model_family *const model_families[] = {
 #undef X
         NULL};
 
-static const struct model_family *family_with_id(const char *id) {
+const struct model_family *model_family_with_id(const char *id) {
     for (int f = 0; id && model_families[f]; f++)
         for (const char *const *n = model_families[f]->ids; *n; n++)
             if (!strcmp(*n, id)) return model_families[f];
@@ -42,9 +43,9 @@ int model_family_of(const struct config *c, const struct model_family **fam, str
     const struct cfg_value *a = cfg_get(c, NULL, "architectures");
     *fam = NULL;
     for (int i = 0; !*fam && i < cfg_length(c, a); i++)
-        *fam = family_with_id(cfg_string(c, cfg_element(c, a, i)));
-    if (!*fam) *fam = family_with_id(cfg_str(c, "model_type"));
-    if (!*fam) *fam = family_with_id(cfg_str(c, "architecture"));
+        *fam = model_family_with_id(cfg_string(c, cfg_element(c, a, i)));
+    if (!*fam) *fam = model_family_with_id(cfg_str(c, "model_type"));
+    if (!*fam) *fam = model_family_with_id(cfg_str(c, "architecture"));
     if (*fam) return 0;
     char known[768] = ""; // every id, quoted (the message holds 1024 bytes)
     for (int f = 0; model_families[f]; f++)

@@ -1,14 +1,15 @@
-// family.h - the family registry: each model family is one table of operations, defined next to
-// its forward pass (model/laguna_family.c, model/encdec_family.c, model/identity.c), and
-// model/families.c lists the tables. The driver (harvest/load.c) chooses a family from
-// config.json and reaches the family's model only through these operations: the model and its
-// run state are opaque pointers the family allocates and frees.
+// family.h - the family registry: each model family is one table of operations, defined in its
+// file of model/families/, and model/families.c lists the tables. The driver (harvest/load.c)
+// chooses a family from config.json and reaches the family's model only through these operations:
+// the model and its run state are opaque pointers the family allocates and frees.
 //
-// Adding a family: one model file defining `const struct model_family NAME_family`, its line in
-// model/families.c, and its test.
+// Adding a family: one file in model/families/ defining `const struct model_family NAME_family`,
+// its line in model/families.c, and its test. A Llama-style family is a config reader and tables
+// (model/decoder_family.h, model/families/).
 #ifndef AH_FAMILY_H
 #define AH_FAMILY_H
 
+#include "model/aliases.h"
 #include "model/batch.h"
 #include "model/blocks.h"
 #include "model/config.h"
@@ -18,7 +19,7 @@
 #include <stdint.h>
 
 struct ah_error;
-struct laguna_shard; // model/laguna.h: a rank's range of routed experts
+struct expert_shard; // model/moe.h: a rank's range of routed experts
 
 // The sizes the driver needs of a loaded model.
 struct model_info {
@@ -67,7 +68,7 @@ struct model_family {
     // sizes tap-only buffers, NULL: anything may be asked for; shard: the rank's experts (NULL:
     // every expert; families without experts ignore it).
     int (*state_init)(void **fs, const void *fm, int max_T, int64_t max_tokens, const uint8_t *want,
-                      const struct laguna_shard *shard);
+                      const struct expert_shard *shard);
     void (*state_free)(void *fs); // safe on NULL
     // Runs blocks [blk_begin, blk_end) of the batch, emitting wanted taps.
     void (*forward)(const void *fm, void *fs, const struct mbatch *bt, const struct tap *tp,
@@ -85,6 +86,10 @@ struct model_family {
     // line after config.json's path, the parameters and bytes as published, and their storage.
     void (*describe)(const void *fm, char *line, size_t n, int64_t *params, int64_t *bytes,
                      const char **stored);
+
+    // the family's own alias rows (model/aliases.h), tried before the shared ones; ended by a
+    // zeroed row; NULL: none
+    const struct alias_row *aliases;
 
     // ---- init-model ----
     const struct model_preset *presets;
@@ -105,5 +110,7 @@ extern const struct model_family *const model_families[];
 int model_family_of(const struct config *c, const struct model_family **fam, struct ah_error *err);
 // The family whose name is `name` (init-model's --family), or NULL.
 const struct model_family *model_family_named(const char *name);
+// The family one of whose ids ("architectures" entry, model_type, ...) is `id`, or NULL.
+const struct model_family *model_family_with_id(const char *id);
 
 #endif

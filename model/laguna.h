@@ -9,7 +9,7 @@
 
 #include "model/batch.h"
 #include "model/blocks.h"
-#include "model/moe.h" // struct laguna_shard
+#include "model/moe.h" // struct expert_shard
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -105,7 +105,7 @@ struct laguna {
 int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor **list);
 void laguna_free(struct laguna *m); // safe on a zeroed struct
 
-// expert shards: struct laguna_shard (model/moe.h)
+// expert shards: struct expert_shard (model/moe.h)
 
 // ---- run state: one arena ----
 struct laguna_state {
@@ -136,14 +136,14 @@ struct laguna_state {
     float *cos_f, *sin_f, *cos_s, *sin_s; // (max_T, n_rot / 2) full / sliding, times A
     int rot_f, rot_s;
     int64_t *ones;                    // (max_T) the attention mask
-    const struct laguna_shard *shard; // NULL: every expert here
+    const struct expert_shard *shard; // NULL: every expert here
     void *arena;
 };
 
 // want (catalogue-indexed, NULL = everything) sizes the tap-only buffers; shard (NULL: all
 // experts here) is borrowed.
 int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T, int64_t max_tokens,
-                      const uint8_t *want, const struct laguna_shard *shard);
+                      const uint8_t *want, const struct expert_shard *shard);
 void laguna_state_free(struct laguna_state *s); // safe on a zeroed struct
 
 // Runs blocks [blk_begin, blk_end) on the batch, emitting wanted taps. blk_begin == 0 embeds the
@@ -154,9 +154,10 @@ void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct
 // FLOPs of a prompt of T tokens through block i (i == n_layer: the LM head).
 double laguna_block_flops(const struct laguna_config *c, int i, int T);
 
-// Reads a LagunaForCausalLM config.json (model/laguna_config.c: tests/ref/laguna-forward.md
-// section 2, with HF's defaults for absent keys). Errors name config.json and the key: an unknown
-// rope_type, a per-layer list of the wrong length, an option the family does not have.
+// Reads a LagunaForCausalLM config.json (model/families/laguna_config.c:
+// tests/ref/laguna-forward.md section 2, with HF's defaults for absent keys). Errors name
+// config.json and the key: an unknown rope_type, a per-layer list of the wrong length, an option
+// the family does not have.
 struct config;
 struct ah_error;
 int laguna_config_read(const struct config *cf, struct laguna_config *c, struct ah_error *err);

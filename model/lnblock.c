@@ -192,7 +192,8 @@ void lnb_close(void *fm) {
 
 void lnb_info(const void *fm, struct model_info *out) {
     const struct lnb_config *c = &((const struct lnb_model *)fm)->cfg;
-    *out = (struct model_info){c->n_layer, c->max_pos, c->vocab, c->hidden, 0, 0};
+    *out = (struct model_info){
+        .n_blocks = c->n_layer, .max_pos = c->max_pos, .vocab = c->vocab, .hidden = c->hidden};
 }
 
 int64_t lnb_axis_size(const void *fm, int block, const char *axis) {

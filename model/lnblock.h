@@ -1,12 +1,13 @@
-// lnblock.h - what GPT-2 (model/gpt2.c) and GPT-NeoX (model/neox.c) share: decoders of pre-norm
-// blocks with LayerNorm (weight and bias), one fused q/k/v projection, multi-head attention
-// (every head its own keys and values) and a plain MLP act(x W1 + b1) W2 + b2, with biases
-// everywhere. The two families differ in what the configuration here says: learned positions or
-// partial rotary, Conv1D weights [in, out] or Linear [out, in] (and with them the fused layout),
-// a sequential or a parallel residual, a tied or an untied head. Each family reads its config.json
-// into a struct lnb_config, names its tensors (struct lnb_names) and reuses everything else: the
-// tensor list, the catalogue (the nnterp names of tests/ref/hf/NAMES.md), the forward pass with
-// its taps, FLOPs, bytes and plan's description, all in float32 over weights widened at load.
+// lnblock.h - what GPT-2 (model/families/gpt2.c) and GPT-NeoX (model/families/neox.c) share:
+// decoders of pre-norm blocks with LayerNorm (weight and bias), one fused q/k/v projection,
+// multi-head attention (every head its own keys and values) and a plain MLP act(x W1 + b1) W2 + b2,
+// with biases everywhere. The two families differ in what the configuration here says: learned
+// positions or partial rotary, Conv1D weights [in, out] or Linear [out, in] (and with them the
+// fused layout), a sequential or a parallel residual, a tied or an untied head. Each family reads
+// its config.json into a struct lnb_config, names its tensors (struct lnb_names) and reuses
+// everything else: the tensor list, the catalogue (the nnterp names of tests/ref/hf/NAMES.md), the
+// forward pass with its taps, FLOPs, bytes and plan's description, all in float32 over weights
+// widened at load.
 //
 // L = layers, D = hidden, H = heads, hd = D / H, I = MLP width, V = vocab, N = tokens of a batch
 #ifndef AH_LNBLOCK_H
@@ -138,7 +139,7 @@ int lnb_n_taps(const void *fm);
 void lnb_catalogue(const void *fm, struct tap_desc *out);
 int64_t lnb_axis_size(const void *fm, int block, const char *axis);
 int lnb_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens, const uint8_t *want,
-                   const struct laguna_shard *shard);
+                   const struct expert_shard *shard);
 void lnb_state_free(void *fs);
 void lnb_forward(const void *fm, void *fs, const struct mbatch *bt, const struct tap *tp,
                  int blk_begin, int blk_end);

@@ -52,7 +52,7 @@ static void rope_tables(const struct lnb_config *c, struct lnb_state *s, int T) 
 }
 
 int lnb_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens, const uint8_t *want,
-                   const struct laguna_shard *shard) {
+                   const struct expert_shard *shard) {
     (void)shard; // no experts
     const struct lnb_model *m = fm;
     const struct lnb_config *c = &m->cfg;

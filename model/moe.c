@@ -69,7 +69,7 @@ void moe_run(const struct moe_experts *x) {
     op_blas_restore(nt, blas);
 }
 
-void moe_forward(struct moe_experts *x, const struct laguna_shard *sh, float *routed, float *eo) {
+void moe_forward(struct moe_experts *x, const struct expert_shard *sh, float *routed, float *eo) {
     AH_ASSERT(!sh || eo);
     memset(routed, 0, (size_t)(x->N * x->D) * sizeof(float));
     x->e0 = sh ? sh->e0 : 0;

@@ -6,12 +6,12 @@
 
 #include <stdint.h>
 
-// Expert shards (every family with experts; named for the first): a rank runs experts [e0, e1) of
+// Expert shards (every family with experts): a rank runs experts [e0, e1) of
 // every mixture block. Every shard routes every token the same way; exchange() fills in, from the
 // other shards, the weighted outputs of the slots (of n_slots = tokens x top_k, idx their experts)
 // whose experts this rank does not run. The routed sum then adds each token's slots in expert
 // order, as one rank running all experts does, so shards change no bit of the result.
-struct laguna_shard {
+struct expert_shard {
     int e0, e1;
     void (*exchange)(void *u, float *eo, const int64_t *idx, int64_t n_slots, int D);
     void *u;
@@ -54,7 +54,7 @@ struct moe_experts {
 // other shards' slots through its exchange. routed (N, D) gets the weighted outputs added in
 // expert order (zeroed first); eo (N, k, D), if not NULL (with a shard it must be), each slot's
 // weighted output. Sets x's e0, e1, routed and eo.
-void moe_forward(struct moe_experts *x, const struct laguna_shard *sh, float *routed, float *eo);
+void moe_forward(struct moe_experts *x, const struct expert_shard *sh, float *routed, float *eo);
 // The slots (token t, j) grouped by expert, token order within an expert: x->order, x->start.
 void moe_group(const struct moe_experts *x);
 // Runs experts [e0, e1) over min(op_threads(), threads) threads (OpenBLAS on one thread each

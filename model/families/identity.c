@@ -54,7 +54,8 @@ static void id_close(void *fm) {
 
 static void id_info(const void *fm, struct model_info *out) {
     const struct identity *m = fm;
-    *out = (struct model_info){IDENTITY_LAYERS, 1 << 20, m->vocab, m->hidden, 0, 0};
+    *out = (struct model_info){
+        .n_blocks = IDENTITY_LAYERS, .max_pos = 1 << 20, .vocab = m->vocab, .hidden = m->hidden};
 }
 
 static int id_n_taps(const void *fm) {
@@ -85,7 +86,7 @@ static int64_t id_axis_size(const void *fm, int block, const char *axis) {
 }
 
 static int id_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens,
-                         const uint8_t *want, const struct laguna_shard *shard) {
+                         const uint8_t *want, const struct expert_shard *shard) {
     (void)want, (void)shard;
     const struct identity *m = fm;
     struct identity_state *s = calloc(1, sizeof *s);

@@ -129,6 +129,21 @@ static const char neox_tiny[] = "{\"architectures\": [\"GPTNeoXForCausalLM\"], "
 
 static const struct model_preset neox_presets[] = {{"pythia-160m", neox_tiny}};
 
+// GPT-NeoX's own aliases (model/aliases.h): a parallel-residual block has no mid stream; its
+// module paths
+static const struct alias_row neox_aliases[] = {
+    {.alias = "blocks.{i}.hook_resid_mid",
+     .why = "a parallel-residual block (GPT-NeoX) has no mid stream, nor a TransformerLens hook "
+            "there"},
+    {.alias = "gpt_neox.layers.{i}", .canonical = "layers.{i}.layer_output"},
+    {.alias = "gpt_neox.layers.{i}.attention", .canonical = "layers.{i}.attention_output"},
+    {.alias = "gpt_neox.layers.{i}.mlp", .canonical = "layers.{i}.mlp_output"},
+    // the shared Hugging Face module paths of the Llama-style models are none of its names
+    {.alias = "model.layers.{i}"},
+    {.alias = "model.layers.{i}.self_attn"},
+    {.alias = "model.layers.{i}.mlp"},
+    {0}};
+
 static const char *const neox_ids[] = {"GPTNeoXForCausalLM", "gpt_neox", NULL};
 
 const struct model_family neox_family = {
@@ -136,6 +151,7 @@ const struct model_family neox_family = {
     .ids = neox_ids,
     .open = neox_open,
     LNB_FAMILY_OPS,
+    .aliases = neox_aliases,
     .presets = neox_presets,
     .n_presets = 1,
     .init_cut = true, // --config CONFIG.json --layers N: a release's dimensions

@@ -80,8 +80,10 @@ static const struct encdec_config *cfg_of(const void *fm) {
 
 static void ed_info(const void *fm, struct model_info *out) {
     const struct encdec_config *c = cfg_of(fm);
-    *out =
-        (struct model_info){c->n_layer_enc + c->n_layer_dec, c->max_pos, c->vocab, c->hidden, 0, 0};
+    *out = (struct model_info){.n_blocks = c->n_layer_enc + c->n_layer_dec,
+                               .max_pos = c->max_pos,
+                               .vocab = c->vocab,
+                               .hidden = c->hidden};
 }
 
 static int ed_n_taps(const void *fm) {
@@ -98,7 +100,7 @@ static int64_t ed_axis_size(const void *fm, int block, const char *axis) {
 }
 
 static int ed_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens,
-                         const uint8_t *want, const struct laguna_shard *shard) {
+                         const uint8_t *want, const struct expert_shard *shard) {
     (void)want, (void)shard;
     struct encdec_state *s = calloc(1, sizeof *s);
     if (!(*fs = s)) return -AH_ENOMEM;

@@ -42,7 +42,12 @@ static void lg_close(void *fm) {
 
 static void lg_info(const void *fm, struct model_info *out) {
     const struct laguna_config *c = &((const struct laguna *)fm)->cfg;
-    *out = (struct model_info){c->n_layer, c->max_pos, c->vocab, c->hidden, c->n_expert, c->top_k};
+    *out = (struct model_info){.n_blocks = c->n_layer,
+                               .max_pos = c->max_pos,
+                               .vocab = c->vocab,
+                               .hidden = c->hidden,
+                               .n_experts = c->n_expert,
+                               .top_k = c->top_k};
 }
 
 static int lg_n_taps(const void *fm) {
@@ -58,7 +63,7 @@ static int64_t lg_axis_size(const void *fm, int block, const char *axis) {
 }
 
 static int lg_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens,
-                         const uint8_t *want, const struct laguna_shard *shard) {
+                         const uint8_t *want, const struct expert_shard *shard) {
     struct laguna_state *s = calloc(1, sizeof *s);
     if (!(*fs = s)) return -AH_ENOMEM;
     return laguna_state_init(s, fm, max_T, max_tokens, want, shard);

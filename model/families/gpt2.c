@@ -139,6 +139,23 @@ static const char gpt2_tiny[] =
 
 static const struct model_preset gpt2_presets[] = {{"gpt2", gpt2_tiny}};
 
+// GPT-2's own aliases (model/aliases.h): no rotary, so TransformerLens's q / k are the queries
+// and keys entering attention; its module paths
+static const struct alias_row gpt2_aliases[] = {
+    {.alias = "blocks.{i}.attn.hook_q", .canonical = "layers.{i}.attention_queries"},
+    {.alias = "blocks.{i}.attn.hook_k", .canonical = "layers.{i}.attention_keys"},
+    {.alias = "transformer.h.{i}", .canonical = "layers.{i}.layer_output"},
+    {.alias = "transformer.h.{i}.attn", .canonical = "layers.{i}.attention_output"},
+    {.alias = "transformer.h.{i}.mlp", .canonical = "layers.{i}.mlp_output"},
+    {.alias = "h.{i}", .canonical = "layers.{i}.layer_output"},
+    {.alias = "h.{i}.attn", .canonical = "layers.{i}.attention_output"},
+    {.alias = "h.{i}.mlp", .canonical = "layers.{i}.mlp_output"},
+    // the shared Hugging Face module paths of the Llama-style models are none of its names
+    {.alias = "model.layers.{i}"},
+    {.alias = "model.layers.{i}.self_attn"},
+    {.alias = "model.layers.{i}.mlp"},
+    {0}};
+
 static const char *const gpt2_ids[] = {"GPT2LMHeadModel", "gpt2", NULL};
 
 const struct model_family gpt2_family = {
@@ -146,6 +163,7 @@ const struct model_family gpt2_family = {
     .ids = gpt2_ids,
     .open = gpt2_open,
     LNB_FAMILY_OPS,
+    .aliases = gpt2_aliases,
     .presets = gpt2_presets,
     .n_presets = 1,
     .init_what = {"a tiny GPT-2 ", " checkpoint"},

@@ -439,7 +439,7 @@ static int rope_tables(float *cos_t, float *sin_t, const struct laguna_rope *r, 
 }
 
 int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T, int64_t max_tokens,
-                      const uint8_t *want, const struct laguna_shard *shard) {
+                      const uint8_t *want, const struct expert_shard *shard) {
     const struct laguna_config *c = &m->cfg;
     memset(s, 0, sizeof *s);
     int64_t N = max_tokens, T = max_T, D = c->hidden, Dh = c->head_dim, H = max_heads(c);
@@ -596,7 +596,7 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
 
     // each expert on its tokens, over threads; the weighted outputs add up in expert order
     int id_o = ID(m, l, LG_EXPERT_OUTPUTS);
-    const struct laguna_shard *sh = s->shard;
+    const struct expert_shard *sh = s->shard;
     bool keep = tap_wants(tp, id_o) || sh;
     AH_ASSERT(!keep || s->keep_experts);
     struct laguna_expert_call call = {w, D, Ie};

@@ -1,0 +1,188 @@
+"""OLMo 2 (Olmo2ForCausalLM, model/families/olmo2.c) against the float64 reference
+tests/ref/olmo2_ref.py (written from transformers' modeling_olmo2.py): the init-model preset
+(BF16, two shards, two key/value heads for four query heads) and a variant (F32 in one file,
+attention_bias with q/k/v/o biases, tied embeddings, num_key_value_heads null), `harvest run` with
+every value over prompts of 1 to 17 tokens batched; every stored value within 1e-4 of the reference
+relative to the tensor's scale (-inf exactly where attention is blocked), and the catalogue is
+exactly the reference's names (no attention_norm_output / mlp_norm_output: OLMo 2 has no pre
+norm). Identities on the stored values: layer_mid == layer_input + attention_post_norm_output and
+layer_output == layer_mid + mlp_post_norm_output (bit for bit), mlp_input == layer_mid, the post
+norms recomputed from the stored module outputs, q_norm over the whole projection (recomputed from
+layer_input; a per-head norm would not match), probability rows summing to 1, logits ==
+lm_head(final_norm_output). The mutation the test must catch: the reference with the same norms
+moved before attention and MLP differs from harvest's values. Two pipeline stages (np 2) store
+the same bits as one rank. Then the aliases (hook_attn_out is
+the post-norm output; ln1.hook_normalized is refused naming the reason) and a sliding_window in
+config.json refused naming the key; `plan`'s parameter count at OLMo 2 7B's sizes as the modules
+count it (7,298,617,344)."""
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+
+import subprocess
+
+from util import MPI_ENV, args, check, compare_row, finish, output_diff, BOOKKEEPING, run, write_job, write_prompts
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
+import olmo2_ref  # noqa: E402
+from hf.safetensors_io import load_checkpoint, write_safetensors  # noqa: E402
+
+RTOL = 1e-4
+LENGTHS = [5, 1, 17, 2, 9, 3]
+SEQ = {"seq", "query", "key"}
+harvest, work = args()
+
+
+def close(a, b, what, tol=1e-5):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
+    return check(err <= tol, f"{what}: relative error {err:.1e}")
+
+
+def variant(src, dst):
+    """The preset's weights as F32 in one file with attention biases, tied, kv heads null."""
+    cfg, w = load_checkpoint(src)
+    cfg.update(attention_bias=True, tie_word_embeddings=True, num_key_value_heads=None,
+               torch_dtype="float32")
+    H, hd, D = cfg["num_attention_heads"], cfg["hidden_size"] // cfg["num_attention_heads"], cfg["hidden_size"]
+    rng = np.random.default_rng(7)
+    t = {k: v.astype(np.float32) for k, v in w.items() if k != "lm_head.weight"}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{i}.self_attn."
+        for n in ("k_proj", "v_proj"):  # kv heads null -> as many as query heads
+            t[p + n + ".weight"] = rng.standard_normal((H * hd, D)).astype(np.float32) * np.float32(0.2)
+        t[p + "k_norm.weight"] = (1 + 0.1 * rng.standard_normal(H * hd)).astype(np.float32)
+        for n, size in (("q_proj", H * hd), ("k_proj", H * hd), ("v_proj", H * hd), ("o_proj", D)):
+            t[p + n + ".bias"] = rng.standard_normal(size).astype(np.float32) * np.float32(0.1)
+    os.makedirs(dst, exist_ok=True)
+    write_safetensors(os.path.join(dst, "model.safetensors"), t, "F32")
+    json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+
+
+def identities(f, i, T, r, w, name):
+    A = lambda n: f["activations/" + n][i]
+    eps = r["rms_norm_eps"]
+    for l in range(r["num_hidden_layers"]):
+        p = f"layers.{l}."
+        x, mid, out = (A(p + k)[:T] for k in ("layer_input", "layer_mid", "layer_output"))
+        a, m = A(p + "attention_post_norm_output")[:T], A(p + "mlp_post_norm_output")[:T]
+        check(np.array_equal(mid, x + a), f"{name} {p}layer_mid == layer_input + attention_post_norm_output")
+        check(np.array_equal(out, mid + m), f"{name} {p}layer_output == layer_mid + mlp_post_norm_output")
+        check(np.array_equal(A(p + "mlp_input")[:T], mid), f"{name} {p}mlp_input == layer_mid (no pre norm)")
+        mw = f"model.{p}"
+        close(olmo2_ref.rmsnorm(A(p + "attention_output")[:T].astype(np.float64),
+                                w[mw + "post_attention_layernorm.weight"], eps), a,
+              f"{name} {p}attention_post_norm_output == post_attention_layernorm(attention_output)")
+        close(olmo2_ref.rmsnorm(A(p + "mlp_output")[:T].astype(np.float64),
+                                w[mw + "post_feedforward_layernorm.weight"], eps), m,
+              f"{name} {p}mlp_post_norm_output == post_feedforward_layernorm(mlp_output)")
+        # q_norm over the whole projection, then the head split
+        H, hd = r["num_attention_heads"], r["head_dim"]
+        qp = x.astype(np.float64) @ w[mw + "self_attn.q_proj.weight"].T
+        if r["attention_bias"]:
+            qp = qp + w[mw + "self_attn.q_proj.bias"]
+        qn = olmo2_ref.rmsnorm(qp, w[mw + "self_attn.q_norm.weight"], eps)
+        got = A(p + "attention_queries_pre_rope")[:, :T].astype(np.float64)  # (H, T, hd)
+        close(qn.reshape(T, H, hd).transpose(1, 0, 2), got, f"{name} {p}q_norm over the projection")
+        per_head = qp.reshape(T, H, hd)
+        per_head = per_head / np.sqrt(np.mean(per_head ** 2, -1, keepdims=True) + eps)
+        per_head = (per_head * w[mw + "self_attn.q_norm.weight"].reshape(H, hd)).transpose(1, 0, 2)
+        check(np.abs(per_head - got).max() > 1e3 * RTOL * np.abs(got).max() or T == 1,
+              f"{name} {p}a per-head q norm does not give the stored queries")
+        P = A(p + "attention_probabilities")[:, :T, :T].astype(np.float64)
+        close(P.sum(-1), np.ones(P.shape[:2]), f"{name} {p}probability rows sum to 1")
+    head = w["model.embed_tokens.weight" if r["tie_word_embeddings"] else "lm_head.weight"]
+    lm = A("final_norm_output")[:T].astype(np.float64) @ head.T
+    close(lm, A("lm_head_output")[:T], f"{name}: lm_head(final_norm_output) == lm_head_output")
+    check(np.array_equal(A("lm_head_output")[:T], A("logits")[:T]), f"{name}: logits == lm_head_output")
+
+
+def golden(name, model):
+    d = f"{work}/run-{name}"
+    os.makedirs(d, exist_ok=True)
+    cfg, w = load_checkpoint(model)
+    r = olmo2_ref.resolve(cfg)
+    write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=11, vocab=cfg["vocab_size"])
+    job = write_job(f"{d}/job.json", model=model, batch_size=3)
+    run(harvest, "run", job, "--quiet", check=0)
+    names = [l.split()[0] for l in run(harvest, "activations", model, check=0).stdout.splitlines()]
+    worst, caught = 0.0, 0
+    with h5py.File(f"{d}/out.h5", "r") as f:
+        check(f.attrs["model_family"] == "olmo2", f"{name}: model_family {f.attrs['model_family']}")
+        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
+        for i in range(len(f["prompts/length"])):
+            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
+            ids = list(f["tokens/input_ids"][o:o + T])
+            want = olmo2_ref.forward(cfg, w, ids)
+            check(sorted(want) == sorted(set(names) - {"input_ids", "attention_mask"}),
+                  f"{name}: catalogue == the reference's names: {sorted(set(names) ^ set(want))}")
+            check(np.array_equal(f["activations/input_ids"][i][:T], ids), f"{name}: input_ids")
+            for n in want:
+                if n not in names:
+                    continue
+                dset = f["activations/" + n]
+                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in list(dset.attrs["semantic_shape"])[1:])
+                worst = max(worst, compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
+            identities(f, i, T, r, w, name)
+            # the mutation: the norms before attention and MLP instead of after
+            pre = olmo2_ref.forward(cfg, w, ids, order="pre")
+            n = f"layers.{r['num_hidden_layers'] - 1}.layer_output"
+            got, ref = f["activations/" + n][i][:T].astype(np.float64), pre[n][0]
+            caught += np.abs(got - ref).max() > 100 * RTOL * np.abs(ref).max()
+    check(caught == len(LENGTHS), f"{name}: the pre-norm mutation differs from harvest on "
+          f"{caught} of {len(LENGTHS)} prompts")
+    print(f"{name}: {len(names)} values x {len(LENGTHS)} prompts match the reference (worst {worst:.1e}); "
+          f"the pre-norm mutation is caught on every prompt", flush=True)
+
+
+preset = f"{work}/preset"
+run(harvest, "init-model", "--family", "olmo2", "--preset", "OLMo-2-1124-7B", "--seed", "5", preset, check=0)
+golden("preset", preset)
+variant(preset, f"{work}/variant")
+golden("variant", f"{work}/variant")
+
+# ---- two pipeline stages (np 2) store the same bits as one rank ----
+job2 = write_job(f"{work}/run-preset/job2.json", model=preset, batch_size=3, output={"path": "out2.h5"},
+                 parallel={"pipeline_stages": 2})
+p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", harvest, "run", job2, "--quiet"],
+                   capture_output=True, text=True, env=MPI_ENV, timeout=600)
+check(p.returncode == 0, f"2 stages: exit {p.returncode}: {p.stderr[-1000:]}")
+if p.returncode == 0:
+    d = output_diff(f"{work}/run-preset/out.h5", f"{work}/run-preset/out2.h5", ignore=BOOKKEEPING | {"job"})
+    check(d is None, f"2 pipeline stages differ from one rank: {d}")
+
+# ---- the names: listed, aliases, refusals ----
+listing = run(harvest, "activations", preset, check=0).stdout
+check("layers.0.attention_post_norm_output" in listing and "attention_norm_output" not in listing
+      and "mlp_norm_output" not in listing, "activations: the post norms' outputs, no pre-norm outputs")
+al = {g["alias"]: g["canonical_name"] for g in
+      json.loads(run(harvest, "activations", preset, "--aliases", "--json", check=0).stdout)}
+check(al.get("blocks.1.hook_attn_out") == "layers.1.attention_post_norm_output" and
+      al.get("blocks.0.hook_mlp_out") == "layers.0.mlp_post_norm_output" and
+      al.get("blocks.0.attn.hook_q") == "layers.0.attention_queries_pre_rope",
+      f"--aliases: {[(a, c) for a, c in al.items() if 'hook_attn_out' in a or 'hook_q' in a]}")
+job = write_job(f"{work}/ln1.json", model=preset, data=f"{work}/run-preset/prompts.jsonl",
+                activations=["blocks.0.ln1.hook_normalized"], output={"path": f"{work}/ln1.h5"})
+p = run(harvest, "run", job, "--quiet")
+check(p.returncode == 1 and "blocks.0.ln1.hook_normalized" in p.stderr and "no norm before" in p.stderr,
+      f"ln1.hook_normalized refused naming it: exit {p.returncode}: {p.stderr[-300:]}")
+# `plan`: the parameters Olmo2ForCausalLM instantiates, counted from its modules (OLMo 2 7B's sizes)
+big = dict(json.load(open(f"{preset}/config.json")), vocab_size=100352, hidden_size=4096,
+           intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32)
+os.makedirs(f"{work}/big")
+json.dump(big, open(f"{work}/big/config.json", "w"))
+V, D, I, L, HD = 100352, 4096, 11008, 32, 4096
+n = V * D + L * (4 * D * HD + 2 * HD + 2 * D + 3 * D * I) + D + V * D  # q/k/v/o, q/k norm, post norms, MLP
+p = run(harvest, "plan", f"{work}/big/config.json", check=0)
+check(f"parameters: {n:,}" in p.stdout, f"plan: {n:,} parameters expected: {p.stdout[:300]}")
+bad = f"{work}/bad"
+os.makedirs(bad)
+cfg = json.load(open(f"{preset}/config.json"))
+cfg["sliding_window"] = 4
+json.dump(cfg, open(f"{bad}/config.json", "w"))
+p = run(harvest, "activations", bad)
+check(p.returncode == 1 and "sliding_window" in p.stderr and "config.json" in p.stderr,
+      f"a sliding_window refused naming it: exit {p.returncode}: {p.stderr[-300:]}")
+finish()
