@@ -55,9 +55,6 @@ EXCEPTIONS = {
     "io/h5out.c": "outif",  # the output interface: io/h5out.c (1,400+ lines) split by job
     "io/h5stats.c": "outif",
     "jobs/job.c": "protocol",  # job `parse` (123 lines) with the consumer protocol
-    "model/decoder*.c": "families",  # the one parameterised block and families as data
-    "model/aliases.c": "families",
-    "model/config.c": "families",
     "harvest/export*.c": "exportio",  # export through the output interface
 }
 
