@@ -17,6 +17,7 @@
 #include "harvest/normguard.h"
 
 #include "io/fsutil.h"
+#include "io/output.h" // defines: out_parts_path
 
 #include <errno.h>
 #include <math.h>
@@ -306,7 +307,9 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 #define FNV0 1469598103934665603ull
 
 static void record_path(const struct plan *pl, char *buf, size_t n, const char *ext) {
-    snprintf(buf, n, "%s.parts/normguard.bin%s", pl->j.out_path, ext);
+    char leaf[32];
+    snprintf(leaf, sizeof leaf, "normguard.bin%s", ext);
+    out_parts_path(buf, n, pl->j.out_path, leaf);
 }
 
 // the header this plan's record has (drops and counts as the plan holds them)
@@ -403,11 +406,13 @@ static int ng_reuse(struct plan *pl, bool quiet, struct ah_error *err) {
     pl->n_ng_drop = h.n_drop;
     memcpy(pl->ng_bad, h.bad, sizeof h.bad);
     pl->ng_reused = true;
+    char path[4200];
+    record_path(pl, path, sizeof path, "");
     if (!quiet && rank == 0)
         fprintf(stderr,
-                "harvest: norm guard: the pass's record %s.parts/normguard.bin (same job, data "
-                "and model) is reused: no pass\n",
-                pl->j.out_path);
+                "harvest: norm guard: the pass's record %s (same job, data and model) is reused: "
+                "no pass\n",
+                path);
     return 0;
 }
 

@@ -26,7 +26,6 @@
 #include "model/ops.h" // op_threads
 
 #include <cjson/cJSON.h>
-#include <hdf5.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -367,9 +366,9 @@ static bool has_stats(const struct plan *pl) {
     int rank = 0;
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     if (rank != 0 || !pl->n_stats) return true;
-    hid_t f = H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    bool yes = f >= 0 && H5Lexists(f, "stats", H5P_DEFAULT) > 0;
-    if (f >= 0) H5Fclose(f);
+    struct out_peek pk;
+    bool yes = out_format(pl->j.out_path)->peek(pl->j.out_path, &pk) == 0 && pk.has_stats;
+    out_peek_free(&pk);
     return yes;
 }
 

@@ -6,14 +6,13 @@
 #include "harvest/run.h"
 
 #include "io/fingerprint.h"
-#include "io/h5attr.h"
+#include "io/output.h" // defines: out_format, the look at an old output
 #include "model/aliases.h"
 #include "model/ops.h" // defines: op_set_compute
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <glob.h>
-#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,12 +222,11 @@ static int job_differs(const struct plan *pl, const cJSON *then, const cJSON *no
 }
 
 int plan_resume_job(struct plan *pl, bool quiet, struct ah_error *err) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // no output, or not HDF5: h5m_open says so
-    hid_t f = access(pl->j.out_path, F_OK) == 0
-                  ? H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT)
-                  : -1;
-    char *old = f >= 0 ? h5attr_get_str(f, "job") : NULL;
-    if (f >= 0) H5Fclose(f);
+    struct out_peek pk; // no output, or not one: master_open says so
+    out_format(pl->j.out_path)->peek(pl->j.out_path, &pk);
+    char *old = pk.job;
+    pk.job = NULL;
+    out_peek_free(&pk);
     cJSON *then = old && strcmp(old, pl->j.text) ? cJSON_Parse(old) : NULL;
     cJSON *now = then ? cJSON_Parse(pl->j.text) : NULL;
     int rc = 0;

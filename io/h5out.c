@@ -9,6 +9,7 @@
 #include "io/h5attr.h"
 #include "io/h5fields.h"
 #include "io/halfconv.h"
+#include "io/output.h" // defines: out_parts_path
 #include "model/ah.h"
 
 #include <cjson/cJSON.h>
@@ -154,9 +155,9 @@ static herr_t write_u8(hid_t loc, const char *name, const struct h5out_params *p
     return r;
 }
 
-static hid_t file_type(hid_t f16, hid_t bf16, enum h5out_store store, enum tap_dtype dt) {
+static hid_t file_type(hid_t f16, hid_t bf16, enum out_store store, enum tap_dtype dt) {
     if (dt == TAP_I64) return H5T_STD_I64LE;
-    return store == H5OUT_F16 ? f16 : store == H5OUT_BF16 ? bf16 : H5T_IEEE_F32LE;
+    return store == OUT_F16 ? f16 : store == OUT_BF16 ? bf16 : H5T_IEEE_F32LE;
 }
 
 const char *h5out_dset_name(const struct h5out_dset *d) {
@@ -165,10 +166,6 @@ const char *h5out_dset_name(const struct h5out_dset *d) {
 
 static bool by_token(const struct h5out_dset *d) {
     return !strcmp(d->axes[0], "token");
-}
-
-static void parts_path(const char *out_path, const char *leaf, char *buf, size_t n) {
-    snprintf(buf, n, "%s.parts%s%s", out_path, leaf ? "/" : "", leaf ? leaf : "");
 }
 
 // Segment names are made and recognised here alone: seg-RRR-KKKKK-QQQQQ.h5
@@ -219,7 +216,7 @@ struct h5seg {
     int me, members;
     const struct h5out_dset *d;
     int i0, i1;
-    enum h5out_store store;
+    enum out_store store;
     bool staged; // compression: rows wait in stage[] for the round's collective write
     hid_t f16, bf16, file_id, dxpl;
     int fd;                 // the file, for writeback and fsync (MPI-IO keeps its own handle)
@@ -263,7 +260,7 @@ static size_t row_elems(const struct h5out_dset *d) {
 // the type rows are handed to HDF5 in: int64, float32, or already the 16-bit storage type
 static hid_t mem_type(const struct h5seg *s, const struct h5out_dset *d) {
     if (d->desc->dtype == TAP_I64) return H5T_NATIVE_INT64;
-    return s->store == H5OUT_F32 ? H5T_NATIVE_FLOAT : file_type(s->f16, s->bf16, s->store, TAP_F32);
+    return s->store == OUT_F32 ? H5T_NATIVE_FLOAT : file_type(s->f16, s->bf16, s->store, TAP_F32);
 }
 
 // a file of the parts folder could not be made, opened or kept: if the folder itself is gone
@@ -272,7 +269,7 @@ static int parts_failed(struct ah_error *err, const char *out_path, const char *
                         const char *what) {
     char dir[PATH_MAX_];
     struct stat st;
-    parts_path(out_path, NULL, dir, sizeof dir);
+    out_parts_path(dir, sizeof dir, out_path, NULL);
     if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
     return ah_fail(err, AH_EIO,
                    "%s: the output's parts folder is gone (removed while the run went on?), so "
@@ -281,7 +278,7 @@ static int parts_failed(struct ah_error *err, const char *out_path, const char *
 }
 
 int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const char *file,
-               enum h5out_store store, int compression, int64_t batch_rows,
+               enum out_store store, int compression, int64_t batch_rows,
                const struct h5out_dset *d, int i0, int i1, struct ah_error *err) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // errors are reported through err
     int rc = 0, n = i1 - i0;
@@ -298,7 +295,7 @@ int h5seg_open(struct h5seg **out, MPI_Comm comm, const char *out_path, const ch
     }
     for (int i = 0; i < n; i++)
         s->dset[i] = H5I_INVALID_HID;
-    parts_path(out_path, file, s->path, sizeof s->path);
+    out_parts_path(s->path, sizeof s->path, out_path, file);
     snprintf(s->out_path, sizeof s->out_path, "%s", out_path);
     snprintf(s->file, sizeof s->file, "%s", file);
     s->comm = comm;
@@ -444,7 +441,7 @@ int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *
     int64_t first = tok ? s->mine.t0 : s->mine.p0, end = tok ? s->mine.t1 : s->mine.p1;
     AH_ASSERT(row >= first && row + nrows <= end); // this rank's rows of the round
     size_t ne = (size_t)nrows * row_elems(d), es = H5Tget_size(mem_type(s, d));
-    bool half = d->desc->dtype == TAP_F32 && s->store != H5OUT_F32;
+    bool half = d->desc->dtype == TAP_F32 && s->store != OUT_F32;
     void *dst = NULL;
     if (s->staged) {
         dst = s->stage[i - s->i0] + (size_t)(row - first) * row_elems(d) * es;
@@ -459,7 +456,7 @@ int h5seg_write(struct h5seg *s, int i, int64_t row, int64_t nrows, const void *
         }
         dst = s->conv;
     }
-    if (half && s->store == H5OUT_F16)
+    if (half && s->store == OUT_F16)
         hc_f32_to_f16_n(dst, data, (int64_t)ne);
     else if (half)
         hc_f32_to_bf16_n(dst, data, (int64_t)ne);
@@ -531,7 +528,7 @@ static const char *const table_names[6] = {"prompts/source_index", "prompts/leng
 static int write_index(const struct h5out_params *p, struct ah_error *err) {
     int rc = 0;
     char path[PATH_MAX_];
-    parts_path(p->path, "index.h5", path, sizeof path);
+    out_parts_path(path, sizeof path, p->path, "index.h5");
     hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), g = H5I_INVALID_HID;
     const int64_t *v[4] = {p->source_index, p->length, p->token_offset, p->input_ids};
     CHECK_H5(f, path, "create the index file");
@@ -643,7 +640,7 @@ static int master_dset(const struct h5master *m, hid_t loc, const char *name, in
     const char *base = slash ? slash + 1 : m->p.path; // sources are relative to the master
     CHECK_H5(H5Pset_fill_value(dcpl, type, fill), m->p.path, "set a fill value");
     if (i < 0 && vd[0] > 0) {
-        snprintf(src, sizeof src, "%s.parts/index.h5", base);
+        out_parts_path(src, sizeof src, base, "index.h5");
         CHECK_H5(ss = H5Screate_simple(1, sd, NULL), m->p.path, "make a dataspace");
         CHECK_H5(H5Pset_virtual(dcpl, vs, src, name, ss), m->p.path, "map /prompts, /tokens");
     }
@@ -659,7 +656,7 @@ static int master_dset(const struct h5master *m, hid_t loc, const char *name, in
             rows = e > rows ? e : rows;
         }
         sd[0] = (hsize_t)rows;
-        snprintf(src, sizeof src, "%s.parts/%s", base, r->file);
+        out_parts_path(src, sizeof src, base, r->file);
         for (int j = 0; j < r->n_runs; j++) {
             const struct h5out_run *u = &r->runs[j];
             int64_t a = tok ? u->t0 : u->p0, b = tok ? u->t1 : u->p1, q = tok ? u->qt : u->q;
@@ -731,9 +728,9 @@ static int master_attrs(const struct h5master *m, hid_t f, bool complete, struct
     CHECK_H5(attr_i64(f, "data_checksum", (int64_t)m->p.data_checksum), tmp, "write checksum");
     CHECK_H5(attr_i64(f, "runs", m->run + 1), tmp, "write runs");
     CHECK_H5(h5attr_put_str(f, "storage_dtype",
-                            m->p.store == H5OUT_F16    ? "float16"
-                            : m->p.store == H5OUT_BF16 ? "bfloat16"
-                                                       : "float32"),
+                            m->p.store == OUT_F16    ? "float16"
+                            : m->p.store == OUT_BF16 ? "bfloat16"
+                                                     : "float32"),
              tmp, "write storage_dtype");
     CHECK_H5(h5attr_put_str(f, "segments", segs ? segs : "[]"), tmp, "write segments");
     CHECK_H5(h5attr_put_str(f, "provenance", prov ? prov : "{}"), tmp, "write provenance");
@@ -776,7 +773,7 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
     if (m->p.n_fields) { // data.fields: /prompts/NAME over the index's
         char src[PATH_MAX_];
         const char *slash = strrchr(m->p.path, '/');
-        snprintf(src, sizeof src, "%s.parts/index.h5", slash ? slash + 1 : m->p.path);
+        out_parts_path(src, sizeof src, slash ? slash + 1 : m->p.path, "index.h5");
         if ((rc = h5fields_map(f, src, m->p.fields, m->p.n_fields, m->p.n_prompts, tmp, err)) < 0)
             goto fail;
     }
@@ -793,10 +790,10 @@ int h5m_write(struct h5master *m, bool complete, struct ah_error *err) {
     const uint16_t nan16 = 0x7e00, nanbf = 0x7fc0;
     for (int i = 0; i < m->n; i++) {
         const struct h5out_dset *d = &m->d[i];
-        const void *fill = d->desc->dtype != TAP_F32  ? (const void *)&zero
-                           : m->p.store == H5OUT_F16  ? (const void *)&nan16
-                           : m->p.store == H5OUT_BF16 ? (const void *)&nanbf
-                                                      : (const void *)&nan32;
+        const void *fill = d->desc->dtype != TAP_F32 ? (const void *)&zero
+                           : m->p.store == OUT_F16   ? (const void *)&nan16
+                           : m->p.store == OUT_BF16  ? (const void *)&nanbf
+                                                     : (const void *)&nan32;
         hid_t ft = file_type(m->f16, m->bf16, m->p.store, d->desc->dtype);
         if ((rc = master_dset(m, g, h5out_dset_name(d), i, ft, d->ndim, d->dims, fill, &ds, err)) <
             0)
@@ -972,7 +969,7 @@ static bool seg_intact(const char *out_path, const struct h5out_record *r, token
                        void *u, char *why, size_t cap) {
     char path[PATH_MAX_];
     struct stat st;
-    parts_path(out_path, r->file, path, sizeof path);
+    out_parts_path(path, sizeof path, out_path, r->file);
     if (stat(path, &st) != 0) {
         snprintf(why, cap, "is missing");
         return false;
@@ -994,7 +991,7 @@ static bool seg_intact(const char *out_path, const struct h5out_record *r, token
 // Whether index.h5 opens and holds /prompts (n_prompts rows) and /tokens (n_tokens rows).
 static bool index_intact(const char *out_path, int64_t n_prompts, int64_t n_tokens) {
     char path[PATH_MAX_];
-    parts_path(out_path, "index.h5", path, sizeof path);
+    out_parts_path(path, sizeof path, out_path, "index.h5");
     struct stat st;
     if (stat(path, &st) != 0) return false;
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -1128,7 +1125,7 @@ static void check_mapping(struct health *h, hid_t d, hid_t dcpl, size_t i) {
         H5Pget_virtual_dsetname(dcpl, i, dname, sizeof dname) < 0)
         snprintf(file, sizeof file, "(an unreadable mapping)");
     const char *leaf = own_leaf(h->path, file, &mine), *slash = strrchr(h->path, '/');
-    parts_path(h->path, leaf, own, sizeof own);
+    out_parts_path(own, sizeof own, h->path, leaf);
     // another name is fine when it reaches the very files of the master's own folder (a parts
     // folder linked to the one it names): what HDF5 opens, the master's folder and the name
     snprintf(read, sizeof read, "%.*s%s%s",
@@ -1229,7 +1226,7 @@ static void drop_damaged(struct h5master *m, const struct health *h) {
 // run that never became part of the output (they only hold disk space).
 static void remove_unlisted(const struct h5master *m) {
     char dir[PATH_MAX_], f[PATH_MAX_ + 300];
-    parts_path(m->p.path, NULL, dir, sizeof dir);
+    out_parts_path(dir, sizeof dir, m->p.path, NULL);
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
@@ -1249,7 +1246,7 @@ static void remove_unlisted(const struct h5master *m) {
 // damaged (their content follows from the job and the data, which match)
 static int resume_parts(const struct h5master *m, bool index_ok, struct ah_error *err) {
     char parts[PATH_MAX_];
-    parts_path(m->p.path, NULL, parts, sizeof parts);
+    out_parts_path(parts, sizeof parts, m->p.path, NULL);
     if (mkdir(parts, 0777) != 0 && errno != EEXIST)
         return ah_fail(err, AH_EIO, "%s: cannot create the parts folder: %s", parts,
                        strerror(errno));
@@ -1340,7 +1337,7 @@ int h5m_open(struct h5master **out, const struct h5out_params *p, const struct h
     snprintf(m->tmp, sizeof m->tmp, "%s.tmp", p->path);
     int rc = m->f16 < 0 || m->bf16 < 0 ? -AH_EIO : 0;
     char parts[PATH_MAX_];
-    parts_path(p->path, NULL, parts, sizeof parts);
+    out_parts_path(parts, sizeof parts, p->path, NULL);
     *complete = false;
     memset(batch_done, 0, (size_t)n_batches(p));
     if (rc < 0) {
@@ -1379,7 +1376,7 @@ int h5out_remove(const char *path, struct ah_error *err) {
         return ah_fail(err, AH_EIO, "%s: cannot remove: %s", path, strerror(errno));
     snprintf(p, sizeof p, "%s.tmp", path);
     unlink(p);
-    snprintf(p, sizeof p, "%s.parts", path);
+    out_parts_path(p, sizeof p, path, NULL);
     DIR *dir = opendir(p);
     if (!dir) return 0;
     struct dirent *e;
