@@ -17,6 +17,10 @@
 // Every rank writes only what it computes (h5seg_*); rank 0 also keeps the master (h5m_*), fed
 // with the records of closed segments. Functions return 0 or a negative AH_E* code; failed HDF5 or
 // file calls become -AH_EIO with a message naming the file. Only h5seg_* are collective.
+//
+// Implemented by io/h5out.c (the index, the master), h5out_seg.c (segments), h5out_check.c
+// (h5out_check, inspect) and h5out_resume.c (h5m_open's --resume, h5out_remove), which share
+// io/h5out_int.h; the run's writer reaches them through io/output.h's table (out_hdf5).
 #ifndef AH_H5OUT_H
 #define AH_H5OUT_H
 
