@@ -97,7 +97,8 @@ static int seg_begin(struct writer *w, struct ah_error *err) {
     char file[64];
     h5out_seg_name(file, sizeof file, w->run, w->g->stage * w->g->n_shards, w->seq++);
     return w->out->seg_open(&w->seg, w->g->scomm, pl->j.out_path, file, store_of(&pl->j),
-                            pl->j.compression, pl->B, pl->dsets, w->g->i0, w->g->i1, err);
+                            pl->j.compression, pl->place.B, pl->names.dsets, w->g->i0, w->g->i1,
+                            err);
 }
 
 // Collective over the stage: closes the open segment and the stage's first rank hands its record
@@ -155,13 +156,13 @@ static int master_poll(struct writer *w, struct ah_error *err) {
 static int guard_same(const struct plan *pl, const struct out_peek *pk, struct ah_error *err) {
     double med = pk->ng_median;
     int64_t n = pk->n_dropped_norm;
-    bool same_med = med == pl->ng_median || (isnan(med) && isnan(pl->ng_median));
-    if (same_med && n == pl->sc.dropped_norm) return 0;
+    bool same_med = med == pl->ng.median || (isnan(med) && isnan(pl->ng.median));
+    if (same_med && n == pl->sel.sc.dropped_norm) return 0;
     return ah_fail(err, AH_EINVAL,
                    "%s: --resume: the norm guard (select.max_norm_multiple) now finds median "
                    "%.17g and %lld tokens to drop; the output was made with %.17g and %lld (the "
                    "model's numbers changed?): run with --overwrite",
-                   pl->j.out_path, pl->ng_median, (long long)pl->sc.dropped_norm, med,
+                   pl->j.out_path, pl->ng.median, (long long)pl->sel.sc.dropped_norm, med,
                    (long long)n);
 }
 
@@ -182,7 +183,7 @@ static int resume_same(const struct writer *w, struct ah_error *err) {
     struct out_peek pk;
     if (w->out->peek(w->pl->j.out_path, &pk) < 0) return 0;
     int rc = compute_same(w->pl, &pk, err);
-    if (rc == 0 && w->pl->guarding) rc = guard_same(w->pl, &pk, err);
+    if (rc == 0 && w->pl->ng.on) rc = guard_same(w->pl, &pk, err);
     out_peek_free(&pk);
     return rc;
 }
@@ -208,8 +209,8 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
                                                "n_tokens_dropped_norm"};
     static const char *const real_names[1] = {"norm_guard_median"};
     int64_t *c = w->counts;
-    c[0] = pl->sc.kept, c[1] = pl->sc.skipped_first, c[2] = pl->sc.skipped_id;
-    c[3] = pl->sc.not_chosen, c[4] = pl->sc.dropped_norm;
+    c[0] = pl->sel.sc.kept, c[1] = pl->sel.sc.skipped_first, c[2] = pl->sel.sc.skipped_id;
+    c[3] = pl->sel.sc.not_chosen, c[4] = pl->sel.sc.dropped_norm;
     struct h5out_params hp = {
         .path = pl->j.out_path,
         .store = store_of(&pl->j),
@@ -221,11 +222,11 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .n_prompts = pl->ds.n,
         .source_index = pl->ds.source,
         .length = pl->ds.len,
-        .token_offset = w->t_ids ? pl->st_off : pl->ds.off,
-        .n_tokens = w->t_ids ? pl->n_stored : pl->ds.n_tokens,
+        .token_offset = w->t_ids ? pl->sel.st_off : pl->ds.off,
+        .n_tokens = w->t_ids ? pl->sel.n_stored : pl->ds.n_tokens,
         .input_ids = w->t_ids ? w->t_ids : pl->ds.ids,
-        .batch_size = pl->B,
-        .max_seq_len = pl->S,
+        .batch_size = pl->place.B,
+        .max_seq_len = pl->place.S,
         .n_skipped_empty = pl->ds.n_empty,
         .n_truncated = pl->ds.n_truncated,
         .provenance = prov,
@@ -235,16 +236,16 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .token_position = w->t_pos,
         .token_count = w->t_count,
         .token_selected = w->t_sel,
-        .n_counts = pl->selecting ? (pl->guarding ? 5 : 4) : 0, // the guard's with it only
+        .n_counts = pl->sel.on ? (pl->ng.on ? 5 : 4) : 0, // the guard's with it only
         .count_names = count_names,
         .count_values = w->counts,
-        .n_reals = pl->guarding,
+        .n_reals = pl->ng.on,
         .real_names = real_names,
-        .real_values = &pl->ng_median,
+        .real_values = &pl->ng.median,
     };
     if (rc == 0)
-        rc = w->out->master_open(&w->mst, &hp, pl->dsets, pl->n_dsets, exists && o->resume, done,
-                                 &w->run, complete, err);
+        rc = w->out->master_open(&w->mst, &hp, pl->names.dsets, pl->names.n_dsets,
+                                 exists && o->resume, done, &w->run, complete, err);
     w->fingerprint = fp; // the master borrows it
     return rc;
 }
@@ -268,7 +269,7 @@ int writer_open(struct writer *w, const struct plan *pl, const struct grid *g,
     if (rc == 0 && g->rank == 0) rc = master_open(w, o, provenance, done, complete, err);
     if ((rc = run_agree(rc, err)) < 0) return rc;
     int flags[2] = {w->run, *complete}; // every rank must take the same path
-    CHECK_MPI(MPI_Bcast(done, (int)pl->K, MPI_UINT8_T, 0, MPI_COMM_WORLD));
+    CHECK_MPI(MPI_Bcast(done, (int)pl->place.K, MPI_UINT8_T, 0, MPI_COMM_WORLD));
     CHECK_MPI(MPI_Bcast(flags, 2, MPI_INT, 0, MPI_COMM_WORLD));
     w->run = flags[0];
     *complete = flags[1];
@@ -286,8 +287,8 @@ int writer_round_begin(struct writer *w, int64_t k, int stop, bool *play, struct
     struct round_say mine = {k, stop,
                              now_seconds() - w->last_checkpoint >= w->pl->j.checkpoint_seconds};
     CHECK_MPI(MPI_Allgather(&mine, 3, MPI_INT64_T, w->say, 3, MPI_INT64_T, g->scomm));
-    rounds_agree(&w->pl->pc, w->say, w->members, g->n_shards, g->stage == 0, play, &checkpoint,
-                 w->rows);
+    rounds_agree(&w->pl->place.pc, w->say, w->members, g->n_shards, g->stage == 0, play,
+                 &checkpoint, w->rows);
     if (!*play) return 0;
     if (checkpoint && w->seg) { // the stage's first rank keeps the checkpoint clock
         if ((rc = seg_finish(w, err)) < 0) return rc;
@@ -341,7 +342,7 @@ int writer_finish(struct writer *w, struct ah_error *err) {
 }
 
 int writer_stats(struct writer *w, struct ah_error *err) {
-    if (w->g->rank != 0 || !w->pl->n_stats) return 0;
+    if (w->g->rank != 0 || !w->pl->stats.n) return 0;
     int n = 0;
     const struct h5out_record *rec = w->out->master_records(w->mst, &n);
     double t0 = now_seconds();
@@ -360,7 +361,7 @@ int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done
     int rc = w->out->master_write(w->mst, all == pl->ds.n, err);
     w->seconds += now_seconds() - t0;
     *prompts_done = all;
-    if (rc == 0 && all == pl->ds.n && pl->n_stats) rc = writer_stats(w, err);
+    if (rc == 0 && all == pl->ds.n && pl->stats.n) rc = writer_stats(w, err);
     if (rc == 0 && all < pl->ds.n)
         rc = ah_fail(err, AH_ESTOP,
                      "stopped by a signal after %lld of %lld prompts; run the same command "

@@ -47,7 +47,7 @@ struct writer {
 };
 
 // Collective over the world: rank 0 makes the output (resume: reopens it, see h5m_open); done
-// (pl->K entries) receives 1 for each batch already in; *complete is the output's flag.
+// (pl->place.K entries) receives 1 for each batch already in; *complete is the output's flag.
 int writer_open(struct writer *w, const struct plan *pl, const struct grid *g,
                 const struct run_opts *o, const char *provenance, uint8_t *done, bool *complete,
                 struct ah_error *err);

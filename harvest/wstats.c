@@ -37,8 +37,8 @@ struct wstats {
 static int sets_of(const struct plan *pl, int i0, int i1, struct wset *out) {
     int n = 0;
     for (int i = i0; i < i1; i++) {
-        const struct h5out_dset *d = &pl->dsets[i];
-        if (!pl->stats_want[d->desc - pl->m.cat]) continue;
+        const struct h5out_dset *d = &pl->names.dsets[i];
+        if (!pl->stats.want[d->desc - pl->m.cat]) continue;
         struct wset *s = &out[n++];
         *s = (struct wset){.dset = i, .F = 1};
         for (int k = 1; k < d->ndim; k++)
@@ -71,7 +71,7 @@ int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool
     for (int i = 0; rc == 0 && i < n_cat; i++)
         w->set_of_id[i] = -1;
     for (int k = 0; rc == 0 && k < w->n_sets; k++) {
-        int id = (int)(pl->dsets[w->set[k].dset].desc - pl->m.cat);
+        int id = (int)(pl->names.dsets[w->set[k].dset].desc - pl->m.cat);
         w->set_of_id[id] = k;
         w->want[id] = takes;
         rc = stats_init(&w->part[k], w->set[k].F);
@@ -231,7 +231,8 @@ static int gather_entries(const struct plan *pl, const struct out_ops *out,
             ok && *n + m > cap ? realloc(*e, (size_t)(cap = 2 * cap + m) * sizeof *ne) : *e;
         if (ne) *e = ne;
         for (int64_t j = 0; ok && ne && j < m; j++)
-            if (lists_prompt(&rec[r], b[j] * pl->B)) (*e)[(*n)++] = (struct entry){b[j], j, r};
+            if (lists_prompt(&rec[r], b[j] * pl->place.B))
+                (*e)[(*n)++] = (struct entry){b[j], j, r};
         free(b);
         if (!ok || !ne) {
             seg_file(pl, &rec[r], path, sizeof path);
@@ -299,7 +300,7 @@ static int fold_entries(const struct plan *pl, const struct out_ops *fmt,
         }
         next++;
     }
-    if (rc == 0 && next < pl->K)
+    if (rc == 0 && next < pl->place.K)
         rc = ah_fail(err, AH_EIO,
                      "%s: no listed segment holds the statistics' partials of batch %lld: take "
                      "the statistics with `harvest stats %s`",
@@ -325,8 +326,8 @@ static void warn_nonfinite(const char *out, const struct h5stats_item *it, int n
 
 int wstats_final(const struct plan *pl, const struct out_ops *out, const struct h5out_record *rec,
                  int n_rec, struct ah_error *err) {
-    struct h5stats_item *items = calloc((size_t)pl->n_stats + 1, sizeof *items);
-    struct wset *set = calloc((size_t)pl->n_dsets + 1, sizeof *set);
+    struct h5stats_item *items = calloc((size_t)pl->stats.n + 1, sizeof *items);
+    struct wset *set = calloc((size_t)pl->names.n_dsets + 1, sizeof *set);
     int n_items = 0, rc = items && set ? 0 : ah_fail(err, AH_ENOMEM, "out of memory: statistics");
     for (int r = 0; rc == 0 && r < n_rec; r++) {
         bool seen = false; // one fold a stage: its records share their datasets [i0, i1)
@@ -339,7 +340,7 @@ int wstats_final(const struct plan *pl, const struct out_ops *out, const struct 
         rc = gather_entries(pl, out, rec, n_rec, rec[r].i0, &e, &n, err);
         for (int k = 0; k < n_sets; k++) {
             struct h5stats_item *it = &items[n_items + k];
-            const struct h5out_dset *d = &pl->dsets[set[k].dset];
+            const struct h5out_dset *d = &pl->names.dsets[set[k].dset];
             it->name = h5out_dset_name(d); // the dataset's name, as asked (README "Aliases")
             if (d->alias) snprintf(it->canonical, sizeof it->canonical, "%s", d->desc->name);
             it->nf = set[k].nf;

@@ -15,7 +15,7 @@
 
 struct wstats;
 
-// The statistics of the datasets [i0, i1) of the plan that have them (pl->stats_want); takes:
+// The statistics of the datasets [i0, i1) of the plan that have them (pl->stats.want); takes:
 // this rank computes them (a stage's expert shard 0; the others only join wstats_flush). *out is
 // NULL when there are none. Returns 0 or -AH_ENOMEM.
 int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool takes,
