@@ -29,13 +29,15 @@ static int owner_block(int block, int nb) {
 static int stage_blocks(struct grid *g, const struct plan *pl, struct ah_error *err) {
     int nb = pl->m.n_blocks;
     bool head = false;
-    for (int i = 0; i < pl->n_dsets; i++)
-        head |= pl->dsets[i].desc->block == nb;
+    for (int i = 0; i < pl->names.n_dsets; i++)
+        head |= pl->names.dsets[i].desc->block == nb;
     int *cut = malloc(((size_t)g->n_stages + 1) * sizeof *cut + sizeof *cut);
     g->b0 = g->b1 = 0; // no block to run (the embeddings alone): one stage, blocks [0, 0)
-    if (!cut || plan_stage_cut(&pl->m, (int)pl->S, head, pl->blk_end, g->n_stages, cut) < 0) {
+    if (!cut ||
+        plan_stage_cut(&pl->m, (int)pl->place.S, head, pl->place.blk_end, g->n_stages, cut) < 0) {
         free(cut);
-        return ah_fail(err, AH_ENOMEM, "out of memory: the stage cut of %d blocks", pl->blk_end);
+        return ah_fail(err, AH_ENOMEM, "out of memory: the stage cut of %d blocks",
+                       pl->place.blk_end);
     }
     g->b0 = cut[g->stage];
     g->b1 = cut[g->stage + 1];
@@ -47,9 +49,10 @@ static int stage_blocks(struct grid *g, const struct plan *pl, struct ah_error *
 static void stage_datasets(struct grid *g, const struct plan *pl) {
     int nb = pl->m.n_blocks;
     g->i0 = g->i1 = 0;
-    if (pl->blk_end == 0) g->i1 = pl->n_dsets; // the embeddings alone: one stage writes all
-    for (int i = 0; pl->blk_end > 0 && i < pl->n_dsets; i++) {
-        int b = owner_block(pl->dsets[i].desc->block, nb);
+    if (pl->place.blk_end == 0)
+        g->i1 = pl->names.n_dsets; // the embeddings alone: one stage writes all
+    for (int i = 0; pl->place.blk_end > 0 && i < pl->names.n_dsets; i++) {
+        int b = owner_block(pl->names.dsets[i].desc->block, nb);
         if (b < g->b0)
             g->i0 = g->i1 = i + 1;
         else if (b < g->b1)

@@ -17,6 +17,7 @@
 #include "harvest/normguard.h"
 
 #include "io/fsutil.h"
+#include "io/output.h" // defines: out_parts_path
 
 #include <errno.h>
 #include <math.h>
@@ -93,20 +94,20 @@ static int ng_setup(struct ng_pass *g) {
     for (int64_t k = g->rank; k < K; k += g->size) {
         struct h5out_run r = place_batch(&g->pc, k);
         max_tokens = r.t1 - r.t0 > max_tokens ? r.t1 - r.t0 : max_tokens;
-        g->n_mine += pl->st_off[r.p1] - pl->st_off[r.p0]; // chosen, without the guard
+        g->n_mine += pl->sel.st_off[r.p1] - pl->sel.st_off[r.p0]; // chosen, without the guard
     }
     g->cap_sample = g->n_mine < pl->j.sel.max_norm_sample ? g->n_mine : pl->j.sel.max_norm_sample;
     g->want = calloc((size_t)pl->m.n_cat, 1);
     g->keep = malloc((size_t)max_tokens);
-    g->boff = malloc((size_t)pl->B * sizeof *g->boff);
-    g->lens = malloc((size_t)pl->B * sizeof *g->lens);
+    g->boff = malloc((size_t)pl->place.B * sizeof *g->boff);
+    g->lens = malloc((size_t)pl->place.B * sizeof *g->lens);
     g->bnorm = malloc((size_t)max_tokens * sizeof *g->bnorm);
     g->norm = malloc((size_t)(g->n_mine + 1) * sizeof *g->norm);
     g->sample = malloc((size_t)(g->cap_sample + 1) * sizeof *g->sample);
     if (!g->want || !g->keep || !g->boff || !g->lens || !g->bnorm || !g->norm || !g->sample)
         return -AH_ENOMEM;
     g->want[g->id] = 1;
-    return model_state_init(&pl->m, &g->st, (int)pl->S, max_tokens, g->want, NULL);
+    return model_state_init(&pl->m, &g->st, (int)pl->place.S, max_tokens, g->want, NULL);
 }
 
 // rank 0, unless --quiet: the batches of the rounds done, their tokens, the rate and the ETA
@@ -134,7 +135,7 @@ static int ng_one(struct ng_pass *g, int64_t k, const struct tap *tp, int64_t *a
     if (n <= 0) return (int)n; // 0: nothing of it is judged
     struct mbatch bt = {(int)(r.p1 - r.p0), r.t1 - r.t0, pl->ds.ids + r.t0, g->lens, g->boff};
     model_forward(&pl->m, &g->st, &bt, tp, 0, g->b1);
-    int64_t c = pl->st_off[r.p0]; // the first chosen token's index in the corpus's choice
+    int64_t c = pl->sel.st_off[r.p0]; // the first chosen token's index in the corpus's choice
     for (int64_t t = 0; t < bt.n_tokens; t++) {
         if (!g->keep[t]) continue;
         bool in_sample = c++ < pl->j.sel.max_norm_sample, bad = !isfinite(g->bnorm[t]);
@@ -221,18 +222,18 @@ static int ng_median(struct ng_pass *g, struct ah_error *err) {
     if (rc < 0) return free(all), rc;
     for (int64_t i = 0; i < n_all; i++)
         norm_median_push(&md, ((double *)all)[i]); // a non-finite norm is no sample
-    pl->ng_median = norm_median_value(&md);        // the same set on every rank: the same bits
+    pl->ng.median = norm_median_value(&md);        // the same set on every rank: the same bits
     norm_median_free(&md);
     free(all);
-    CHECK_MPI(MPI_Allreduce(g->bad, pl->ng_bad, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
-    if (!isnan(pl->ng_median)) return 0;
+    CHECK_MPI(MPI_Allreduce(g->bad, pl->ng.bad, 2, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD));
+    if (!isnan(pl->ng.median)) return 0;
     return ah_fail(err, AH_EINVAL,
                    "%s: \"select.max_norm_multiple\": none of the %lld tokens of the median's "
                    "sample (the first \"select.max_norm_sample\" = %lld chosen tokens) has a "
                    "finite norm of \"%s\" (%lld are NaN or infinite): there is no median to "
                    "judge by; the model's values overflow (check its weights)",
                    pl->j.path, (long long)n_all, (long long)pl->j.sel.max_norm_sample,
-                   pl->j.sel.max_norm_activation, (long long)pl->ng_bad[1]);
+                   pl->j.sel.max_norm_activation, (long long)pl->ng.bad[1]);
 }
 
 // this rank's drops (corpus token indices), gathered and sorted on every rank
@@ -247,24 +248,24 @@ static int ng_drops(struct ng_pass *g, struct ah_error *err) {
         if (ng_batch(g, k, &r) < 0) rc = -AH_ENOMEM;
         for (int64_t t = 0; rc == 0 && t < r.t1 - r.t0; t++)
             if (g->keep[t] &&
-                !select_norm_keep(g->norm[at++], pl->ng_median, pl->j.sel.max_norm_multiple))
+                !select_norm_keep(g->norm[at++], pl->ng.median, pl->j.sel.max_norm_multiple))
                 mine[n_mine++] = r.t0 + t;
     }
     if ((rc = run_agree(rc, err)) < 0) return rc;
-    rc = gather_all(mine, n_mine, MPI_INT64_T, sizeof(int64_t), &all, &pl->n_ng_drop, err);
-    pl->ng_drop = all;
-    if (rc == 0) qsort(pl->ng_drop, (size_t)pl->n_ng_drop, sizeof *pl->ng_drop, cmp_i64);
+    rc = gather_all(mine, n_mine, MPI_INT64_T, sizeof(int64_t), &all, &pl->ng.n_drop, err);
+    pl->ng.drop = all;
+    if (rc == 0) qsort(pl->ng.drop, (size_t)pl->ng.n_drop, sizeof *pl->ng.drop, cmp_i64);
     return rc;
 }
 
 // the pass: every chosen token's norm, the median, the drops
 static int ng_pass(struct plan *pl, bool quiet, bool (*stopped)(void), struct ah_error *err) {
-    struct ng_pass g = {.pl = pl, .id = pl->ng_id, .quiet = quiet, .stopped = stopped};
+    struct ng_pass g = {.pl = pl, .id = pl->ng.id, .quiet = quiet, .stopped = stopped};
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &g.rank));
     CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &g.size));
     g.tty = isatty(fileno(stderr));
-    g.pc = (struct placement){pl->ds.n, pl->ds.n_tokens, pl->ds.off, pl->B};
-    int block = pl->m.cat[pl->ng_id].block; // -1: the embeddings (stage 0 computes them)
+    g.pc = (struct placement){pl->ds.n, pl->ds.n_tokens, pl->ds.off, pl->place.B};
+    int block = pl->m.cat[pl->ng.id].block; // -1: the embeddings (stage 0 computes them)
     g.b1 = block + 1 < pl->m.n_blocks ? block + 1 : pl->m.n_blocks;
     char blocks[64] = "the embeddings";
     if (g.b1 > 0) snprintf(blocks, sizeof blocks, "blocks 0-%d", g.b1 - 1);
@@ -306,7 +307,9 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n) {
 #define FNV0 1469598103934665603ull
 
 static void record_path(const struct plan *pl, char *buf, size_t n, const char *ext) {
-    snprintf(buf, n, "%s.parts/normguard.bin%s", pl->j.out_path, ext);
+    char leaf[32];
+    snprintf(leaf, sizeof leaf, "normguard.bin%s", ext);
+    out_parts_path(buf, n, pl->j.out_path, leaf);
 }
 
 // the header this plan's record has (drops and counts as the plan holds them)
@@ -320,29 +323,29 @@ static int head_of(const struct plan *pl, struct ng_head *h, struct ah_error *er
     h->data = plan_checksum(pl);
     h->model = fnv(FNV0, fp, strlen(fp));
     free(fp);
-    h->median = pl->ng_median;
-    h->n_drop = pl->n_ng_drop;
-    memcpy(h->bad, pl->ng_bad, sizeof h->bad);
+    h->median = pl->ng.median;
+    h->n_drop = pl->ng.n_drop;
+    memcpy(h->bad, pl->ng.bad, sizeof h->bad);
     return 0;
 }
 
 void normguard_save(const struct plan *pl) {
     char path[4200], tmp[4300];
     record_path(pl, path, sizeof path, "");
-    if (!pl->guarding) { // a record of an earlier job's output would only be in the way
+    if (!pl->ng.on) { // a record of an earlier job's output would only be in the way
         unlink(path);
         return;
     }
-    if (pl->ng_reused) return;
+    if (pl->ng.reused) return;
     record_path(pl, tmp, sizeof tmp, ".tmp");
     struct ng_head h;
     struct ah_error e = {0};
     int rc = head_of(pl, &h, &e);
     FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
     size_t n = (size_t)h.n_drop;
-    uint64_t sum = f ? fnv(fnv(FNV0, &h, sizeof h), pl->ng_drop, n * sizeof *pl->ng_drop) : 0;
+    uint64_t sum = f ? fnv(fnv(FNV0, &h, sizeof h), pl->ng.drop, n * sizeof *pl->ng.drop) : 0;
     bool ok = f && fwrite(&h, sizeof h, 1, f) == 1 &&
-              (n == 0 || fwrite(pl->ng_drop, sizeof *pl->ng_drop, n, f) == n) &&
+              (n == 0 || fwrite(pl->ng.drop, sizeof *pl->ng.drop, n, f) == n) &&
               fwrite(&sum, sizeof sum, 1, f) == 1;
     if (f && fclose(f) != 0) ok = false;
     if (ok && fs_replace(tmp, path) == 0) return;
@@ -378,7 +381,7 @@ static bool record_read(const struct plan *pl, struct ng_head *h, int64_t **drop
     return ok;
 }
 
-// Collective: rank 0 reads the record; every rank gets it (pl->ng_reused) or nothing.
+// Collective: rank 0 reads the record; every rank gets it (pl->ng.reused) or nothing.
 static int ng_reuse(struct plan *pl, bool quiet, struct ah_error *err) {
     int rank = 0;
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -398,16 +401,18 @@ static int ng_reuse(struct plan *pl, bool quiet, struct ah_error *err) {
         int cnt = (int)(h.n_drop - at < (1 << 26) ? h.n_drop - at : 1 << 26);
         CHECK_MPI(MPI_Bcast(drops + at, cnt, MPI_INT64_T, 0, MPI_COMM_WORLD));
     }
-    pl->ng_median = h.median;
-    pl->ng_drop = drops;
-    pl->n_ng_drop = h.n_drop;
-    memcpy(pl->ng_bad, h.bad, sizeof h.bad);
-    pl->ng_reused = true;
+    pl->ng.median = h.median;
+    pl->ng.drop = drops;
+    pl->ng.n_drop = h.n_drop;
+    memcpy(pl->ng.bad, h.bad, sizeof h.bad);
+    pl->ng.reused = true;
+    char path[4200];
+    record_path(pl, path, sizeof path, "");
     if (!quiet && rank == 0)
         fprintf(stderr,
-                "harvest: norm guard: the pass's record %s.parts/normguard.bin (same job, data "
-                "and model) is reused: no pass\n",
-                pl->j.out_path);
+                "harvest: norm guard: the pass's record %s (same job, data and model) is reused: "
+                "no pass\n",
+                path);
     return 0;
 }
 
@@ -416,14 +421,14 @@ int normguard_run(struct plan *pl, const struct run_opts *o, bool (*stopped)(voi
     int rank = 0;
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     int rc = o->resume ? ng_reuse(pl, o->quiet, err) : 0;
-    if (rc == 0 && !pl->ng_reused) rc = ng_pass(pl, o->quiet, stopped, err);
-    if (rc == 0 && rank == 0 && pl->ng_bad[0]) // even with --quiet
+    if (rc == 0 && !pl->ng.reused) rc = ng_pass(pl, o->quiet, stopped, err);
+    if (rc == 0 && rank == 0 && pl->ng.bad[0]) // even with --quiet
         fprintf(stderr,
                 "harvest: warning: norm guard (select.max_norm_multiple): %lld chosen tokens "
                 "have a NaN or infinite norm of \"%s\" (the model's values overflow there): "
                 "they are dropped (the %lld of them among the median's sample are left out of "
                 "it)\n",
-                (long long)pl->ng_bad[0], pl->j.sel.max_norm_activation, (long long)pl->ng_bad[1]);
+                (long long)pl->ng.bad[0], pl->j.sel.max_norm_activation, (long long)pl->ng.bad[1]);
     if (rc == 0) rc = run_agree(plan_place(pl, err), err); // the drops folded in
     return rc;
 }

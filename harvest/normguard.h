@@ -6,7 +6,7 @@
 
 #include "harvest/run.h"
 
-// Collective, after plan_finish, when pl->guarding: with o->resume, the record of an earlier
+// Collective, after plan_finish, when pl->ng.on: with o->resume, the record of an earlier
 // pass over the same job, data and model (checked: its checksum, the job's text, the data's
 // checksum and the model's fingerprint) if there is one; else the pass: every chosen token's norm
 // of the guarded activation, the median of the first max_norm_sample finite ones, the drops, and

@@ -26,7 +26,6 @@
 #include "model/ops.h" // op_threads
 
 #include <cjson/cJSON.h>
-#include <hdf5.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,18 +116,18 @@ static int rank_consumers(struct rank_run *rr, struct ah_error *err) {
     const struct plan *pl = rr->pl;
     const struct grid *g = rr->g;
     rr->col = (struct collector){.w = &rr->w,
-                                 .pc = &pl->pc,
-                                 .dsets = pl->dsets,
-                                 .dset_of_id = pl->dset_of_id,
+                                 .pc = &pl->place.pc,
+                                 .dsets = pl->names.dsets,
+                                 .dset_of_id = pl->names.dset_of_id,
                                  .layout = pl->j.layout};
     if (!(rr->col_want = calloc((size_t)pl->m.n_cat + 1, 1)))
         return ah_fail(err, AH_ENOMEM, "out of memory: a want list of %d names", pl->m.n_cat);
     for (int i = 0; g->shard == 0 && i < pl->m.n_cat; i++)
-        rr->col_want[i] = pl->dset_of_id[i] >= g->i0 && pl->dset_of_id[i] < g->i1;
+        rr->col_want[i] = pl->names.dset_of_id[i] >= g->i0 && pl->names.dset_of_id[i] < g->i1;
     struct consumer c = {rr->col_want, collect_take, &rr->col};
     int rc = consumers_init(&rr->cons, pl->m.n_cat, err);
     if (rc == 0) rc = consumers_add(&rr->cons, &c, err);
-    if (rc == 0 && pl->n_stats && g->scomm != MPI_COMM_NULL)
+    if (rc == 0 && pl->stats.n && g->scomm != MPI_COMM_NULL)
         rc = wstats_init(&rr->ws, pl, g->i0, g->i1, g->shard == 0, err);
     if (rc == 0 && rr->ws && g->shard == 0) {
         struct consumer s = wstats_consumer(rr->ws);
@@ -141,7 +140,7 @@ static int rank_consumers(struct rank_run *rr, struct ah_error *err) {
 // The tokens batch k runs through the model: [*t0, *t1) of the corpus (ds.off; the stored rows
 // of the token layout differ under "select", see place_batch).
 static void batch_tokens(const struct plan *pl, int64_t k, int64_t *t0, int64_t *t1) {
-    struct h5out_run r = place_batch(&pl->pc, k);
+    struct h5out_run r = place_batch(&pl->place.pc, k);
     *t0 = pl->ds.off[r.p0];
     *t1 = r.p1 < pl->ds.n ? pl->ds.off[r.p1] : pl->ds.n_tokens;
 }
@@ -150,18 +149,18 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
     const struct plan *pl = rr->pl;
     const struct grid *g = rr->g;
     int64_t max_tokens = 1, my_prompts = 0, my_tokens = 0;
-    for (int64_t k = 0, t0, t1; k < pl->K; k++) {
+    for (int64_t k = 0, t0, t1; k < pl->place.K; k++) {
         batch_tokens(pl, k, &t0, &t1);
         max_tokens = t1 - t0 > max_tokens ? t1 - t0 : max_tokens;
     }
-    rr->mine = malloc(((size_t)pl->K + 1) * sizeof *rr->mine);
-    rr->lens = malloc((size_t)pl->B * sizeof *rr->lens);
-    rr->boff = malloc((size_t)pl->B * sizeof *rr->boff);
-    rr->keep = pl->selecting ? malloc((size_t)max_tokens) : NULL;
-    if (!rr->mine || !rr->lens || !rr->boff || (pl->selecting && !rr->keep))
+    rr->mine = malloc(((size_t)pl->place.K + 1) * sizeof *rr->mine);
+    rr->lens = malloc((size_t)pl->place.B * sizeof *rr->lens);
+    rr->boff = malloc((size_t)pl->place.B * sizeof *rr->boff);
+    rr->keep = pl->sel.on ? malloc((size_t)max_tokens) : NULL;
+    if (!rr->mine || !rr->lens || !rr->boff || (pl->sel.on && !rr->keep))
         return ah_fail(err, AH_ENOMEM, "out of memory: the tables of %lld batches",
-                       (long long)pl->K);
-    rr->n_mine = rounds_share(pl->K, done, g->replica, g->n_replicas, rr->mine);
+                       (long long)pl->place.K);
+    rr->n_mine = rounds_share(pl->place.K, done, g->replica, g->n_replicas, rr->mine);
     rr->shard =
         (struct expert_shard){.e0 = (int)((int64_t)g->n_experts * g->shard / g->n_shards),
                               .e1 = (int)((int64_t)g->n_experts * (g->shard + 1) / g->n_shards),
@@ -169,7 +168,7 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
                               .u = &rr->ex};
     int rc = rank_consumers(rr, err);
     if (rc == 0)
-        rc = model_state_init(&pl->m, &rr->st, (int)pl->S, max_tokens, rr->cons.want,
+        rc = model_state_init(&pl->m, &rr->st, (int)pl->place.S, max_tokens, rr->cons.want,
                               g->n_shards > 1 ? &rr->shard : NULL);
     if (rc == 0)
         rc = exchange_init(&rr->ex, g, max_tokens, model_top_k(&pl->m), model_hidden(&pl->m), err);
@@ -182,7 +181,7 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
                 (double)rr->st.bytes / 1e6, (long long)max_tokens);
     model_handoff(&pl->m, &rr->st, rr->hand, &rr->n_hand);
     for (int64_t i = 0, t0, t1; i < rr->n_mine; i++) {
-        struct h5out_run r = place_batch(&pl->pc, rr->mine[i]);
+        struct h5out_run r = place_batch(&pl->place.pc, rr->mine[i]);
         batch_tokens(pl, rr->mine[i], &t0, &t1);
         my_prompts += r.p1 - r.p0;
         my_tokens += t1 - t0;
@@ -220,7 +219,7 @@ static int round_open(struct rank_run *rr, int64_t k, int stop, bool *play, stru
 static int run_batch(struct rank_run *rr, int64_t k, const float *in, struct ah_error *err) {
     const struct plan *pl = rr->pl;
     double start = now_seconds();
-    struct h5out_run r = place_batch(&pl->pc, k);
+    struct h5out_run r = place_batch(&pl->place.pc, k);
     int64_t t0, t1;
     batch_tokens(pl, k, &t0, &t1);
     int n = (int)(r.p1 - r.p0);
@@ -333,18 +332,18 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
     if (rc == 0) rc = run_agree(plan_finish(pl, err), err);
     if (rc == 0 && o->resume)
         rc = run_agree(rank == 0 ? plan_resume_job(pl, o->quiet, err) : 0, err);
-    if (rc == 0 && pl->guarding)
-        rc = normguard_run(pl, o, stop_seen, err); // select.max_norm_multiple
-    if (rc == 0 && pl->guarding && rank == 0 && !o->quiet)
+    if (rc == 0 && pl->ng.on) rc = normguard_run(pl, o, stop_seen, err); // select.max_norm_multiple
+    if (rc == 0 && pl->ng.on && rank == 0 && !o->quiet)
         fprintf(stderr, "harvest: norm guard: median norm %.6g, %lld tokens dropped\n",
-                pl->ng_median, (long long)pl->n_ng_drop);
+                pl->ng.median, (long long)pl->ng.n_drop);
     if (rc == 0) rc = run_agree(grid_make(g, pl, rank, size, err), err);
     if (rc < 0) return rc;
     say_stage(pl, g, o->quiet);
     *prov = grid_provenance(g);
-    *done = calloc((size_t)pl->K + 1, 1);
+    *done = calloc((size_t)pl->place.K + 1, 1);
     rc = run_agree(
-        *done ? 0 : ah_fail(err, AH_ENOMEM, "out of memory: %lld batches", (long long)pl->K), err);
+        *done ? 0 : ah_fail(err, AH_ENOMEM, "out of memory: %lld batches", (long long)pl->place.K),
+        err);
     rr->pl = pl;
     rr->g = g;
     if (rc == 0) rc = writer_open(&rr->w, pl, g, o, *prov, *done, complete, err);
@@ -368,10 +367,10 @@ static char *timed_provenance(const struct rank_run *rr, const char *prov) {
 static bool has_stats(const struct plan *pl) {
     int rank = 0;
     CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    if (rank != 0 || !pl->n_stats) return true;
-    hid_t f = H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    bool yes = f >= 0 && H5Lexists(f, "stats", H5P_DEFAULT) > 0;
-    if (f >= 0) H5Fclose(f);
+    if (rank != 0 || !pl->stats.n) return true;
+    struct out_peek pk;
+    bool yes = out_format(pl->j.out_path)->peek(pl->j.out_path, &pk) == 0 && pk.has_stats;
+    out_peek_free(&pk);
     return yes;
 }
 
@@ -388,7 +387,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     bool complete = false;
     int64_t todo = 0, all = 0;
     int rc = run_prepare(&pl, &g, &rr, o, &lock, &prov, &done, &complete, err);
-    for (int64_t k = 0; rc == 0 && k < pl.K; k++)
+    for (int64_t k = 0; rc == 0 && k < pl.place.K; k++)
         todo += !done[k];
     if (rc < 0 || (todo == 0 && complete)) {
         if (rc == 0 && g.rank == 0 && !o->quiet)
@@ -409,8 +408,8 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
         fprintf(stderr,
                 "harvest: wrote %lld prompts (%lld tokens, %d activations) to %s; "
                 "%lld empty prompts skipped, %lld truncated to %lld tokens\n",
-                (long long)pl.ds.n, (long long)pl.ds.n_tokens, pl.n_dsets, pl.j.out_path,
-                (long long)pl.ds.n_empty, (long long)pl.ds.n_truncated, (long long)pl.S);
+                (long long)pl.ds.n, (long long)pl.ds.n_tokens, pl.names.n_dsets, pl.j.out_path,
+                (long long)pl.ds.n_empty, (long long)pl.ds.n_truncated, (long long)pl.place.S);
     CHECK_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD)); // rank 0's verdict is everyone's
     if (stats)
         *stats = (struct run_stats){.prompts = pl.ds.n,

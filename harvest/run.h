@@ -26,37 +26,55 @@ void run_mpi_failed(int code, const char *call, const char *file, int line);
 // message tags on MPI_COMM_WORLD: the pipeline's hand-offs, stop notices, segment records
 enum { TAG_HDR = 1, TAG_DATA, TAG_STOP, TAG_REC, TAG_DONE };
 
-// ---- the plan: identical on every rank (runplan.c) ----
-struct plan {
-    struct job j;
-    struct model m;
-    struct ds_prompts ds;
+// ---- the plan: identical on every rank (runplan.c), by concern ----
+// the activations asked for (job "activations"), and how each is stored
+struct plan_names {
     uint8_t *want;            // (n_cat) requested
     int *dset_of_id;          // (n_cat) index in dsets, or -1
     const char **alias_of_id; // (n_cat) the job's alias it is stored under, or NULL; owned array
     struct h5out_dset *dsets; // (n_dsets) catalogue order
     int n_dsets;
+};
+// what runs and where each batch's rows go
+struct plan_place {
     int64_t S;           // max_seq_len
     int blk_end;         // blocks [0, blk_end) run
     int B;               // batch_size
     int64_t K;           // batches
     struct placement pc; // where each batch's rows go (after plan_finish)
-    // token selection (job "select", jobs/select.h): the token layout stores the chosen tokens
-    // only, prompt p's at rows [st_off[p], st_off[p + 1]); the prompt layout stores every token
-    bool selecting;          // the job has "select"
+};
+// token selection (job "select", jobs/select.h): the token layout stores the chosen tokens
+// only, prompt p's at rows [st_off[p], st_off[p + 1]); the prompt layout stores every token
+struct plan_select {
+    bool on;                 // the job has "select"
     int64_t *st_off;         // (n_prompts + 1) first stored token row of each prompt; owned
     int64_t n_stored;        // token rows of the token layout (n_tokens without selection)
     struct select_counts sc; // what selection kept and left out, over the corpus
-    // the norm guard (select.max_norm_multiple, harvest/normguard.c): the drops of its pass
-    bool guarding;       // the job has it
-    int ng_id;           // the guarded activation's catalogue id (select.max_norm_activation)
-    double ng_median;    // the median norm of its sample
-    int64_t *ng_drop;    // (n_ng_drop) corpus token indices (ds.off) of the dropped tokens, sorted
-    int64_t n_ng_drop;   // NULL/0 until the pass: plan_keep is then the choice without the guard
-    int64_t ng_bad[2];   // chosen tokens with a NaN or infinite norm: in all, in the sample
-    bool ng_reused;      // the pass's record (normguard.h) was read, not written, by this run
-    uint8_t *stats_want; // (n_cat) names with write-time statistics (harvest/wstats.c)
-    int n_stats;         // how many
+};
+// the norm guard (select.max_norm_multiple, harvest/normguard.c): the drops of its pass
+struct plan_guard {
+    bool on;        // the job has it
+    int id;         // the guarded activation's catalogue id (select.max_norm_activation)
+    double median;  // the median norm of its sample
+    int64_t *drop;  // (n_drop) corpus token indices (ds.off) of the dropped tokens, sorted
+    int64_t n_drop; // NULL/0 until the pass: plan_keep is then the choice without the guard
+    int64_t bad[2]; // chosen tokens with a NaN or infinite norm: in all, in the sample
+    bool reused;    // the pass's record (normguard.h) was read, not written, by this run
+};
+// write-time statistics (harvest/wstats.c)
+struct plan_stats {
+    uint8_t *want; // (n_cat) names with write-time statistics
+    int n;         // how many
+};
+struct plan {
+    struct job j;         // the job
+    struct model m;       // the model
+    struct ds_prompts ds; // the data
+    struct plan_names names;
+    struct plan_place place;
+    struct plan_select sel;
+    struct plan_guard ng;
+    struct plan_stats stats;
 };
 
 // The chosen positions of prompt p (T = ds.len[p] of them, keep[t] = 0 or 1); returns how many.
@@ -78,7 +96,7 @@ int plan_data(struct plan *pl, int rank, struct ah_error *err);
 // Collective: the rest of the plan, from the data.
 int plan_finish(struct plan *pl, struct ah_error *err);
 // The selection's offsets and counts, the datasets' shapes and the placement (plan_finish's end;
-// again after the norm guard's pass has set pl->ng_drop).
+// again after the norm guard's pass has set pl->ng.drop).
 int plan_place(struct plan *pl, struct ah_error *err);
 // The norm guard's pass: harvest/normguard.h.
 void plan_free(struct plan *pl);

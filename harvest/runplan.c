@@ -6,14 +6,13 @@
 #include "harvest/run.h"
 
 #include "io/fingerprint.h"
-#include "io/h5attr.h"
+#include "io/output.h" // defines: out_format, the look at an old output
 #include "model/aliases.h"
 #include "model/ops.h" // defines: op_set_compute
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <glob.h>
-#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,13 +91,13 @@ uint64_t plan_checksum(const struct plan *pl) {
 }
 
 void plan_free(struct plan *pl) {
-    free(pl->st_off);
-    free(pl->ng_drop);
-    free(pl->stats_want);
-    free(pl->dsets);
-    free(pl->dset_of_id);
-    free(pl->alias_of_id);
-    free(pl->want);
+    free(pl->sel.st_off);
+    free(pl->ng.drop);
+    free(pl->stats.want);
+    free(pl->names.dsets);
+    free(pl->names.dset_of_id);
+    free(pl->names.alias_of_id);
+    free(pl->names.want);
     ds_free(&pl->ds);
     model_free(&pl->m);
     job_free(&pl->j);
@@ -223,12 +222,11 @@ static int job_differs(const struct plan *pl, const cJSON *then, const cJSON *no
 }
 
 int plan_resume_job(struct plan *pl, bool quiet, struct ah_error *err) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // no output, or not HDF5: h5m_open says so
-    hid_t f = access(pl->j.out_path, F_OK) == 0
-                  ? H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT)
-                  : -1;
-    char *old = f >= 0 ? h5attr_get_str(f, "job") : NULL;
-    if (f >= 0) H5Fclose(f);
+    struct out_peek pk; // no output, or not one: master_open says so
+    out_format(pl->j.out_path)->peek(pl->j.out_path, &pk);
+    char *old = pk.job;
+    pk.job = NULL;
+    out_peek_free(&pk);
     cJSON *then = old && strcmp(old, pl->j.text) ? cJSON_Parse(old) : NULL;
     cJSON *now = then ? cJSON_Parse(pl->j.text) : NULL;
     int rc = 0;
@@ -318,21 +316,21 @@ static int guard_target(const struct job *j, const struct model *m, struct plan 
     char canon[TAP_NAME_MAX + 64];
     if (alias_resolve(m->family, name, canon, sizeof canon) != 1)
         snprintf(canon, sizeof canon, "%s", name);
-    pl->ng_id = -1;
-    for (int i = 0; i < m->n_cat && pl->ng_id < 0; i++)
-        if (!strcmp(m->cat[i].name, canon)) pl->ng_id = i;
-    if (pl->ng_id < 0)
+    pl->ng.id = -1;
+    for (int i = 0; i < m->n_cat && pl->ng.id < 0; i++)
+        if (!strcmp(m->cat[i].name, canon)) pl->ng.id = i;
+    if (pl->ng.id < 0)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"select.max_norm_activation\": \"%s\" is not an activation of the "
                        "%s model (`harvest activations` lists them)",
                        j->path, name, m->family);
-    if (!plan_stats_eligible(&m->cat[pl->ng_id]))
+    if (!plan_stats_eligible(&m->cat[pl->ng.id]))
         return ah_fail(err, AH_EINVAL,
                        "%s: \"select.max_norm_activation\": \"%s\" is not a float vector a "
                        "token (the guard takes an activation with one sequence axis and no key "
                        "axis)",
                        j->path, name);
-    pl->guarding = true;
+    pl->ng.on = true;
     return 0;
 }
 
@@ -347,27 +345,28 @@ static int plan_select(struct job *j, const struct model *m, struct plan *pl,
     if (rc < 0) return rc;
     if (j->sel.max_norm_multiple > 0 && (rc = guard_target(j, m, pl, err)) < 0) return rc;
     bool stats = j->statistics < 0 ? j->layout == JOB_LAYOUT_TOKEN : j->statistics == 1;
-    if (!(pl->stats_want = calloc((size_t)m->n_cat + 1, 1))) return -AH_ENOMEM;
+    if (!(pl->stats.want = calloc((size_t)m->n_cat + 1, 1))) return -AH_ENOMEM;
     for (int i = 0; stats && i < m->n_cat; i++)
-        if (pl->want[i] && plan_stats_eligible(&m->cat[i])) pl->stats_want[i] = 1, pl->n_stats++;
-    pl->selecting = j->sel.given;
+        if (pl->names.want[i] && plan_stats_eligible(&m->cat[i]))
+            pl->stats.want[i] = 1, pl->stats.n++;
+    pl->sel.on = j->sel.given;
     return 0;
 }
 
-// the norm guard's drops (pl->ng_drop, corpus token indices) among prompt p's chosen positions:
+// the norm guard's drops (pl->ng.drop, corpus token indices) among prompt p's chosen positions:
 // cleared in keep and counted in c (may be NULL); returns how many
 static int64_t guard_drops(const struct plan *pl, int64_t p, uint8_t *keep,
                            struct select_counts *c) {
-    int64_t t0 = pl->ds.off[p], t1 = t0 + pl->ds.len[p], lo = 0, hi = pl->n_ng_drop, n = 0;
+    int64_t t0 = pl->ds.off[p], t1 = t0 + pl->ds.len[p], lo = 0, hi = pl->ng.n_drop, n = 0;
     while (lo < hi) { // the first drop at or after t0
         int64_t mid = lo + (hi - lo) / 2;
-        if (pl->ng_drop[mid] < t0)
+        if (pl->ng.drop[mid] < t0)
             lo = mid + 1;
         else
             hi = mid;
     }
-    for (; lo < pl->n_ng_drop && pl->ng_drop[lo] < t1; lo++, n++)
-        keep[pl->ng_drop[lo] - t0] = 0;
+    for (; lo < pl->ng.n_drop && pl->ng.drop[lo] < t1; lo++, n++)
+        keep[pl->ng.drop[lo] - t0] = 0;
     if (c) c->kept -= n, c->dropped_norm += n;
     return n;
 }
@@ -378,7 +377,7 @@ static int64_t keep_of(const struct plan *pl, int64_t p, uint8_t *keep, struct s
     // with pack, contexts of one document share a source index: key on the context itself
     int64_t key = pl->j.pack ? p : ds->source[p];
     int64_t n = select_context(&pl->j.sel, key, ds->ids + ds->off[p], ds->len[p], keep, c);
-    return n > 0 && pl->n_ng_drop ? n - guard_drops(pl, p, keep, c) : n;
+    return n > 0 && pl->ng.n_drop ? n - guard_drops(pl, p, keep, c) : n;
 }
 
 int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep) {
@@ -388,22 +387,22 @@ int64_t plan_keep(const struct plan *pl, int64_t p, uint8_t *keep) {
 // the stored offsets and the counts of selection, from the corpus alone (every rank alike)
 static int plan_selection(struct plan *pl, struct ah_error *err) {
     const struct ds_prompts *ds = &pl->ds;
-    free(pl->st_off); // the norm guard's pass folds its drops in with a second call
-    memset(&pl->sc, 0, sizeof pl->sc);
-    pl->st_off = malloc(((size_t)ds->n + 1) * sizeof *pl->st_off);
-    uint8_t *keep = malloc((size_t)pl->S + 1);
-    int rc = pl->st_off && keep ? 0 : -AH_ENOMEM;
+    free(pl->sel.st_off); // the norm guard's pass folds its drops in with a second call
+    memset(&pl->sel.sc, 0, sizeof pl->sel.sc);
+    pl->sel.st_off = malloc(((size_t)ds->n + 1) * sizeof *pl->sel.st_off);
+    uint8_t *keep = malloc((size_t)pl->place.S + 1);
+    int rc = pl->sel.st_off && keep ? 0 : -AH_ENOMEM;
     int64_t at = 0;
     for (int64_t p = 0; rc == 0 && p < ds->n; p++) {
-        pl->st_off[p] = at;
-        int64_t n = keep_of(pl, p, keep, &pl->sc);
+        pl->sel.st_off[p] = at;
+        int64_t n = keep_of(pl, p, keep, &pl->sel.sc);
         if (n < 0) rc = (int)n;
         at += n > 0 ? n : 0;
     }
     free(keep);
     if (rc < 0) return ah_fail(err, AH_ENOMEM, "out of memory: the selection of a prompt");
-    pl->st_off[ds->n] = at;
-    pl->n_stored = pl->j.layout == JOB_LAYOUT_TOKEN ? at : ds->n_tokens;
+    pl->sel.st_off[ds->n] = at;
+    pl->sel.n_stored = pl->j.layout == JOB_LAYOUT_TOKEN ? at : ds->n_tokens;
     return 0;
 }
 
@@ -411,13 +410,13 @@ int plan_index_tables(const struct plan *pl, int64_t **ids, int64_t **pos, int64
                       uint8_t **selected, struct ah_error *err) {
     *ids = *pos = *count = NULL;
     *selected = NULL;
-    if (!pl->selecting) return 0;
+    if (!pl->sel.on) return 0;
     const struct ds_prompts *ds = &pl->ds;
     bool tok = pl->j.layout == JOB_LAYOUT_TOKEN;
-    uint8_t *keep = malloc((size_t)pl->S + 1);
+    uint8_t *keep = malloc((size_t)pl->place.S + 1);
     if (tok) {
-        *ids = malloc(((size_t)pl->n_stored + 1) * sizeof **ids);
-        *pos = malloc(((size_t)pl->n_stored + 1) * sizeof **pos);
+        *ids = malloc(((size_t)pl->sel.n_stored + 1) * sizeof **ids);
+        *pos = malloc(((size_t)pl->sel.n_stored + 1) * sizeof **pos);
         *count = malloc(((size_t)ds->n + 1) * sizeof **count);
     } else {
         *selected = malloc((size_t)ds->n_tokens + 1);
@@ -427,7 +426,7 @@ int plan_index_tables(const struct plan *pl, int64_t **ids, int64_t **pos, int64
         ok = plan_keep(pl, p, tok ? keep : *selected + ds->off[p]) >= 0;
         for (int64_t t = 0; ok && tok && t < ds->len[p]; t++)
             if (keep[t]) (*ids)[at] = ds->ids[ds->off[p] + t], (*pos)[at++] = t;
-        if (tok) (*count)[p] = pl->st_off[p + 1] - pl->st_off[p];
+        if (tok) (*count)[p] = pl->sel.st_off[p + 1] - pl->sel.st_off[p];
     }
     free(keep);
     if (ok) return 0;
@@ -468,13 +467,14 @@ static int plan_check(struct plan *pl, const char *job_path, int world, struct a
                        j->path, strlen(j->out_path), j->out_path, OUT_PATH_MAX);
     if ((rc = model_load(m, j->model, true, err)) < 0) return rc;
     if ((rc = plan_compute(j, m, err)) < 0) return rc;
-    pl->want = calloc((size_t)m->n_cat, 1);
-    pl->dset_of_id = calloc((size_t)m->n_cat, sizeof(int));
-    pl->alias_of_id = calloc((size_t)m->n_cat, sizeof(char *));
-    if (!pl->want || !pl->dset_of_id || !pl->alias_of_id) return -AH_ENOMEM;
-    if ((rc = job_select(j, m->cat, m->n_cat, m->family, pl->want, pl->alias_of_id, err)) < 0)
+    pl->names.want = calloc((size_t)m->n_cat, 1);
+    pl->names.dset_of_id = calloc((size_t)m->n_cat, sizeof(int));
+    pl->names.alias_of_id = calloc((size_t)m->n_cat, sizeof(char *));
+    if (!pl->names.want || !pl->names.dset_of_id || !pl->names.alias_of_id) return -AH_ENOMEM;
+    if ((rc = job_select(j, m->cat, m->n_cat, m->family, pl->names.want, pl->names.alias_of_id,
+                         err)) < 0)
         return rc;
-    if (j->layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(j, m, pl->want, err)) < 0)
+    if (j->layout == JOB_LAYOUT_TOKEN && (rc = check_token_layout(j, m, pl->names.want, err)) < 0)
         return rc;
     if ((rc = plan_select(j, m, pl, err)) < 0) return rc;
     if (j->max_seq_len > m->max_pos)
@@ -595,27 +595,28 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
     const struct job *j = &pl->j;
     const struct model *m = &pl->m;
     const struct ds_prompts *ds = &pl->ds;
-    pl->S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);
+    pl->place.S = j->max_seq_len ? j->max_seq_len : (ds->longest > 0 ? ds->longest : 1);
     int deepest = -1;
     for (int i = 0; i < m->n_cat; i++)
-        if (pl->want[i]) {
-            pl->n_dsets++;
+        if (pl->names.want[i]) {
+            pl->names.n_dsets++;
             deepest = m->cat[i].block > deepest ? m->cat[i].block : deepest;
         }
-    pl->blk_end = deepest + 1 < m->n_blocks ? deepest + 1 : m->n_blocks;
-    if (j->pipeline_stages > (pl->blk_end > 0 ? pl->blk_end : 1)) // 0 blocks: embeddings only
+    pl->place.blk_end = deepest + 1 < m->n_blocks ? deepest + 1 : m->n_blocks;
+    if (j->pipeline_stages >
+        (pl->place.blk_end > 0 ? pl->place.blk_end : 1)) // 0 blocks: embeddings only
         return ah_fail(err, AH_EINVAL,
                        "%s: \"parallel.pipeline_stages\": %d stages for the %d blocks this job "
                        "runs (at most one stage a block)",
-                       j->path, j->pipeline_stages, pl->blk_end);
-    pl->dsets = calloc((size_t)pl->n_dsets + 1, sizeof *pl->dsets);
-    if (!pl->dsets) return -AH_ENOMEM;
+                       j->path, j->pipeline_stages, pl->place.blk_end);
+    pl->names.dsets = calloc((size_t)pl->names.n_dsets + 1, sizeof *pl->names.dsets);
+    if (!pl->names.dsets) return -AH_ENOMEM;
     return plan_place(pl, err);
 }
 
 // "select" keeps no token of the corpus: an output without rows (and statistics of nothing)
 static int none_kept(const struct plan *pl, struct ah_error *err) {
-    const struct select_counts *c = &pl->sc;
+    const struct select_counts *c = &pl->sel.sc;
     return ah_fail(err, AH_EINVAL,
                    "%s: \"select\" keeps none of the corpus's %lld tokens (\"select.skip_first\" "
                    "leaves out %lld, \"select.skip_token_ids\" %lld, "
@@ -629,17 +630,18 @@ int plan_place(struct plan *pl, struct ah_error *err) {
     const struct job *j = &pl->j;
     const struct model *m = &pl->m;
     const struct ds_prompts *ds = &pl->ds;
-    pl->n_stored = ds->n_tokens;
-    if (pl->selecting) {
+    pl->sel.n_stored = ds->n_tokens;
+    if (pl->sel.on) {
         int rc = plan_selection(pl, err);
         if (rc < 0) return rc;
-        if (pl->sc.kept == 0 && ds->n_tokens > 0) return none_kept(pl, err);
+        if (pl->sel.sc.kept == 0 && ds->n_tokens > 0) return none_kept(pl, err);
     }
-    bool stored = pl->selecting && j->layout == JOB_LAYOUT_TOKEN; // rows: the chosen tokens
-    build_dsets(m, pl->want, pl->alias_of_id, j->layout, pl->S, ds->n, pl->n_stored, pl->dsets,
-                pl->dset_of_id);
-    pl->B = j->batch_size;
-    pl->pc = (struct placement){ds->n, pl->n_stored, stored ? pl->st_off : ds->off, pl->B};
-    pl->K = place_batches(&pl->pc);
+    bool stored = pl->sel.on && j->layout == JOB_LAYOUT_TOKEN; // rows: the chosen tokens
+    build_dsets(m, pl->names.want, pl->names.alias_of_id, j->layout, pl->place.S, ds->n,
+                pl->sel.n_stored, pl->names.dsets, pl->names.dset_of_id);
+    pl->place.B = j->batch_size;
+    pl->place.pc =
+        (struct placement){ds->n, pl->sel.n_stored, stored ? pl->sel.st_off : ds->off, pl->place.B};
+    pl->place.K = place_batches(&pl->place.pc);
     return 0;
 }

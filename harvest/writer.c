@@ -6,10 +6,7 @@
 #define _POSIX_C_SOURCE 200809L // defines: access
 #include "harvest/writer.h"
 
-#include "io/h5attr.h"
-
 #include <cjson/cJSON.h>
-#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,7 +59,7 @@ static void finish_records(struct writer *w) {
 }
 
 // rank 0: receives one record message and adds it to the master
-static int recv_record(struct h5master *mst, int src, struct ah_error *err) {
+static int recv_record(struct writer *w, int src, struct ah_error *err) {
     MPI_Status stt;
     int n = 0;
     CHECK_MPI(MPI_Probe(src, TAG_REC, MPI_COMM_WORLD, &stt));
@@ -80,7 +77,7 @@ static int recv_record(struct h5master *mst, int src, struct ah_error *err) {
     r.runs = malloc(((size_t)h.n_runs + 1) * sizeof *r.runs);
     if (r.runs) memcpy(r.runs, buf + sizeof h, (size_t)h.n_runs * sizeof *r.runs);
     free(buf);
-    if (!r.runs || h5m_add(mst, &r) < 0) {
+    if (!r.runs || w->out->master_add(w->mst, &r) < 0) {
         free(r.runs);
         return ah_fail(err, AH_ENOMEM, "out of memory: a record of %d runs", h.n_runs);
     }
@@ -90,8 +87,8 @@ static int recv_record(struct h5master *mst, int src, struct ah_error *err) {
 // ----------------------------------------------------------------------------
 // segments and the master
 
-static enum h5out_store store_of(const struct job *j) {
-    return j->out_dtype == JOB_F16 ? H5OUT_F16 : j->out_dtype == JOB_BF16 ? H5OUT_BF16 : H5OUT_F32;
+static enum out_store store_of(const struct job *j) {
+    return j->out_dtype == JOB_F16 ? OUT_F16 : j->out_dtype == JOB_BF16 ? OUT_BF16 : OUT_F32;
 }
 
 // Collective over the stage: opens its next segment.
@@ -99,8 +96,9 @@ static int seg_begin(struct writer *w, struct ah_error *err) {
     const struct plan *pl = w->pl;
     char file[64];
     h5out_seg_name(file, sizeof file, w->run, w->g->stage * w->g->n_shards, w->seq++);
-    return h5seg_open(&w->seg, w->g->scomm, pl->j.out_path, file, store_of(&pl->j),
-                      pl->j.compression, pl->B, pl->dsets, w->g->i0, w->g->i1, err);
+    return w->out->seg_open(&w->seg, w->g->scomm, pl->j.out_path, file, store_of(&pl->j),
+                            pl->j.compression, pl->place.B, pl->names.dsets, w->g->i0, w->g->i1,
+                            err);
 }
 
 // Collective over the stage: closes the open segment and the stage's first rank hands its record
@@ -110,22 +108,20 @@ static int seg_finish(struct writer *w, struct ah_error *err) {
     struct h5out_record rec;
     int me = 0;
     double t0 = now_seconds();
-    w->bytes += h5seg_bytes(w->seg);
-    int rc = h5seg_close(w->seg, &rec, err);
+    w->bytes += w->out->seg_bytes(w->seg);
+    int rc = w->out->seg_close(w->seg, &rec, err);
     w->seg = NULL;
     w->seconds += now_seconds() - t0; // the fsync is part of writing
     if (rc < 0) return rc;
     if (w->ws) { // the segment's statistics' partials go in before it is listed
-        char path[4400];
-        snprintf(path, sizeof path, "%s.parts/%s", w->pl->j.out_path, rec.file);
-        if ((rc = wstats_flush(w->ws, w->g->scomm, path, err)) < 0) {
+        if ((rc = wstats_flush(w->ws, w->out, w->g->scomm, w->pl->j.out_path, rec.file, err)) < 0) {
             h5out_record_free(&rec);
             return rc;
         }
     }
     CHECK_MPI(MPI_Comm_rank(w->g->scomm, &me));
     if (me == 0 && w->g->rank == 0) {
-        rc = h5m_add(w->mst, &rec);
+        rc = w->out->master_add(w->mst, &rec);
         w->master_dirty = true;
     } else if (me == 0) {
         rc = send_record(w, &rec, err);
@@ -141,12 +137,12 @@ static int master_poll(struct writer *w, struct ah_error *err) {
         MPI_Status stt;
         CHECK_MPI(MPI_Iprobe(MPI_ANY_SOURCE, TAG_REC, MPI_COMM_WORLD, &flag, &stt));
         if (flag) {
-            rc = recv_record(w->mst, stt.MPI_SOURCE, err);
+            rc = recv_record(w, stt.MPI_SOURCE, err);
             w->master_dirty = true;
         }
     }
     if (rc == 0 && w->master_dirty) {
-        rc = h5m_write(w->mst, false, err);
+        rc = w->out->master_write(w->mst, false, err);
         w->master_dirty = false;
     }
     return rc;
@@ -157,38 +153,38 @@ static int master_poll(struct writer *w, struct ah_error *err) {
 
 // rank 0, resuming under the norm guard: the pass just run must have dropped what the output's
 // did (its median and count), or the rows already written sit elsewhere than the plan says
-static int guard_same(const struct plan *pl, struct ah_error *err) {
-    hid_t f = H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    double med = (double)NAN;
-    int64_t n = -1;
-    if (f >= 0) {
-        h5attr_get_num(f, "norm_guard_median", H5T_NATIVE_DOUBLE, &med);
-        h5attr_get_num(f, "n_tokens_dropped_norm", H5T_NATIVE_INT64, &n);
-        H5Fclose(f);
-    }
-    bool same_med = med == pl->ng_median || (isnan(med) && isnan(pl->ng_median));
-    if (f < 0 || (same_med && n == pl->sc.dropped_norm)) return 0; // f < 0: h5m_open says
+static int guard_same(const struct plan *pl, const struct out_peek *pk, struct ah_error *err) {
+    double med = pk->ng_median;
+    int64_t n = pk->n_dropped_norm;
+    bool same_med = med == pl->ng.median || (isnan(med) && isnan(pl->ng.median));
+    if (same_med && n == pl->sel.sc.dropped_norm) return 0;
     return ah_fail(err, AH_EINVAL,
                    "%s: --resume: the norm guard (select.max_norm_multiple) now finds median "
                    "%.17g and %lld tokens to drop; the output was made with %.17g and %lld (the "
                    "model's numbers changed?): run with --overwrite",
-                   pl->j.out_path, pl->ng_median, (long long)pl->sc.dropped_norm, med,
+                   pl->j.out_path, pl->ng.median, (long long)pl->sel.sc.dropped_norm, med,
                    (long long)n);
 }
 
 // rank 0, resuming: the output was made with the job's "compute" (no attribute: float32)
-static int compute_same(const struct plan *pl, struct ah_error *err) {
-    hid_t f = H5Fopen(pl->j.out_path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    char *was = f >= 0 ? h5attr_get_str(f, "compute_dtype") : NULL;
-    if (f >= 0) H5Fclose(f);
-    const char *now = job_compute_name(pl->j.compute), *then = was ? was : "float32";
-    int rc = f < 0 || !strcmp(now, then) // f < 0: h5m_open says
-                 ? 0
-                 : ah_fail(err, AH_EINVAL,
-                           "%s: --resume: the job's \"compute\" is \"%s\", the output was made "
-                           "with \"%s\": use that, or --overwrite",
-                           pl->j.out_path, now, then);
-    free(was);
+static int compute_same(const struct plan *pl, const struct out_peek *pk, struct ah_error *err) {
+    const char *now = job_compute_name(pl->j.compute);
+    const char *then = pk->compute_dtype ? pk->compute_dtype : "float32";
+    return !strcmp(now, then) ? 0
+                              : ah_fail(err, AH_EINVAL,
+                                        "%s: --resume: the job's \"compute\" is \"%s\", the "
+                                        "output was made with \"%s\": use that, or --overwrite",
+                                        pl->j.out_path, now, then);
+}
+
+// rank 0, resuming: the output was made as this run would make it (no master that opens:
+// master_open says so)
+static int resume_same(const struct writer *w, struct ah_error *err) {
+    struct out_peek pk;
+    if (w->out->peek(w->pl->j.out_path, &pk) < 0) return 0;
+    int rc = compute_same(w->pl, &pk, err);
+    if (rc == 0 && w->pl->ng.on) rc = guard_same(w->pl, &pk, err);
+    out_peek_free(&pk);
     return rc;
 }
 
@@ -203,9 +199,8 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
                        "--overwrite to replace it",
                        pl->j.out_path);
     // --overwrite, or a fresh start: nothing of an old output may stay
-    int rc = exists && o->resume ? 0 : h5out_remove(pl->j.out_path, err);
-    if (rc == 0 && exists && o->resume) rc = compute_same(pl, err);
-    if (rc == 0 && exists && o->resume && pl->guarding) rc = guard_same(pl, err);
+    int rc = exists && o->resume ? 0 : w->out->remove(pl->j.out_path, err);
+    if (rc == 0 && exists && o->resume) rc = resume_same(w, err);
     char *fp = NULL;
     if (rc == 0) rc = plan_fingerprint(pl, &fp, err);
     if (rc == 0) rc = plan_index_tables(pl, &w->t_ids, &w->t_pos, &w->t_count, &w->t_sel, err);
@@ -214,8 +209,8 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
                                                "n_tokens_dropped_norm"};
     static const char *const real_names[1] = {"norm_guard_median"};
     int64_t *c = w->counts;
-    c[0] = pl->sc.kept, c[1] = pl->sc.skipped_first, c[2] = pl->sc.skipped_id;
-    c[3] = pl->sc.not_chosen, c[4] = pl->sc.dropped_norm;
+    c[0] = pl->sel.sc.kept, c[1] = pl->sel.sc.skipped_first, c[2] = pl->sel.sc.skipped_id;
+    c[3] = pl->sel.sc.not_chosen, c[4] = pl->sel.sc.dropped_norm;
     struct h5out_params hp = {
         .path = pl->j.out_path,
         .store = store_of(&pl->j),
@@ -227,11 +222,11 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .n_prompts = pl->ds.n,
         .source_index = pl->ds.source,
         .length = pl->ds.len,
-        .token_offset = w->t_ids ? pl->st_off : pl->ds.off,
-        .n_tokens = w->t_ids ? pl->n_stored : pl->ds.n_tokens,
+        .token_offset = w->t_ids ? pl->sel.st_off : pl->ds.off,
+        .n_tokens = w->t_ids ? pl->sel.n_stored : pl->ds.n_tokens,
         .input_ids = w->t_ids ? w->t_ids : pl->ds.ids,
-        .batch_size = pl->B,
-        .max_seq_len = pl->S,
+        .batch_size = pl->place.B,
+        .max_seq_len = pl->place.S,
         .n_skipped_empty = pl->ds.n_empty,
         .n_truncated = pl->ds.n_truncated,
         .provenance = prov,
@@ -241,16 +236,16 @@ static int master_open(struct writer *w, const struct run_opts *o, const char *p
         .token_position = w->t_pos,
         .token_count = w->t_count,
         .token_selected = w->t_sel,
-        .n_counts = pl->selecting ? (pl->guarding ? 5 : 4) : 0, // the guard's with it only
+        .n_counts = pl->sel.on ? (pl->ng.on ? 5 : 4) : 0, // the guard's with it only
         .count_names = count_names,
         .count_values = w->counts,
-        .n_reals = pl->guarding,
+        .n_reals = pl->ng.on,
         .real_names = real_names,
-        .real_values = &pl->ng_median,
+        .real_values = &pl->ng.median,
     };
     if (rc == 0)
-        rc = h5m_open(&w->mst, &hp, pl->dsets, pl->n_dsets, exists && o->resume, done, &w->run,
-                      complete, err);
+        rc = w->out->master_open(&w->mst, &hp, pl->names.dsets, pl->names.n_dsets,
+                                 exists && o->resume, done, &w->run, complete, err);
     w->fingerprint = fp; // the master borrows it
     return rc;
 }
@@ -261,6 +256,7 @@ int writer_open(struct writer *w, const struct plan *pl, const struct grid *g,
     memset(w, 0, sizeof *w);
     w->pl = pl;
     w->g = g;
+    w->out = out_format(pl->j.out_path);
     w->lockstep = g->scomm != MPI_COMM_NULL;
     w->members = 1;
     if (w->lockstep) CHECK_MPI(MPI_Comm_size(g->scomm, &w->members));
@@ -273,7 +269,7 @@ int writer_open(struct writer *w, const struct plan *pl, const struct grid *g,
     if (rc == 0 && g->rank == 0) rc = master_open(w, o, provenance, done, complete, err);
     if ((rc = run_agree(rc, err)) < 0) return rc;
     int flags[2] = {w->run, *complete}; // every rank must take the same path
-    CHECK_MPI(MPI_Bcast(done, (int)pl->K, MPI_UINT8_T, 0, MPI_COMM_WORLD));
+    CHECK_MPI(MPI_Bcast(done, (int)pl->place.K, MPI_UINT8_T, 0, MPI_COMM_WORLD));
     CHECK_MPI(MPI_Bcast(flags, 2, MPI_INT, 0, MPI_COMM_WORLD));
     w->run = flags[0];
     *complete = flags[1];
@@ -291,8 +287,8 @@ int writer_round_begin(struct writer *w, int64_t k, int stop, bool *play, struct
     struct round_say mine = {k, stop,
                              now_seconds() - w->last_checkpoint >= w->pl->j.checkpoint_seconds};
     CHECK_MPI(MPI_Allgather(&mine, 3, MPI_INT64_T, w->say, 3, MPI_INT64_T, g->scomm));
-    rounds_agree(&w->pl->pc, w->say, w->members, g->n_shards, g->stage == 0, play, &checkpoint,
-                 w->rows);
+    rounds_agree(&w->pl->place.pc, w->say, w->members, g->n_shards, g->stage == 0, play,
+                 &checkpoint, w->rows);
     if (!*play) return 0;
     if (checkpoint && w->seg) { // the stage's first rank keeps the checkpoint clock
         if ((rc = seg_finish(w, err)) < 0) return rc;
@@ -300,19 +296,19 @@ int writer_round_begin(struct writer *w, int64_t k, int stop, bool *play, struct
         w->last_checkpoint = now_seconds();
     }
     if (!w->seg && (rc = seg_begin(w, err)) < 0) return rc;
-    return h5seg_begin_round(w->seg, w->rows, err);
+    return w->out->seg_begin_round(w->seg, w->rows, err);
 }
 
 int writer_rows(struct writer *w, int i, int64_t row, int64_t n, const void *data,
                 struct ah_error *err) {
-    return h5seg_write(w->seg, i, row, n, data, err);
+    return w->out->seg_write(w->seg, i, row, n, data, err);
 }
 
 int writer_round_end(struct writer *w, struct ah_error *err) {
     int rc = 0;
     if (w->lockstep) {
         double t0 = now_seconds();
-        rc = h5seg_end_round(w->seg, err);
+        rc = w->out->seg_end_round(w->seg, err);
         w->seconds += now_seconds() - t0;
     }
     if (rc == 0 && w->g->rank == 0) rc = master_poll(w, err);
@@ -334,7 +330,7 @@ int writer_finish(struct writer *w, struct ah_error *err) {
         MPI_Status stt;
         CHECK_MPI(MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, MPI_COMM_WORLD, &stt));
         if (stt.MPI_TAG == TAG_REC) {
-            if (rc == 0) rc = recv_record(w->mst, stt.MPI_SOURCE, err);
+            if (rc == 0) rc = recv_record(w, stt.MPI_SOURCE, err);
             continue;
         }
         // DONE, or a late stop notice
@@ -346,11 +342,11 @@ int writer_finish(struct writer *w, struct ah_error *err) {
 }
 
 int writer_stats(struct writer *w, struct ah_error *err) {
-    if (w->g->rank != 0 || !w->pl->n_stats) return 0;
+    if (w->g->rank != 0 || !w->pl->stats.n) return 0;
     int n = 0;
-    const struct h5out_record *rec = h5m_records(w->mst, &n);
+    const struct h5out_record *rec = w->out->master_records(w->mst, &n);
     double t0 = now_seconds();
-    int rc = wstats_final(w->pl, rec, n, err);
+    int rc = wstats_final(w->pl, w->out, rec, n, err);
     w->seconds += now_seconds() - t0;
     return rc;
 }
@@ -359,13 +355,13 @@ int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done
                  struct ah_error *err) {
     if (w->g->rank != 0) return 0;
     const struct plan *pl = w->pl;
-    h5m_set_provenance(w->mst, provenance);
-    int64_t all = h5m_done_prompts(w->mst);
+    w->out->master_set_provenance(w->mst, provenance);
+    int64_t all = w->out->master_done_prompts(w->mst);
     double t0 = now_seconds();
-    int rc = h5m_write(w->mst, all == pl->ds.n, err);
+    int rc = w->out->master_write(w->mst, all == pl->ds.n, err);
     w->seconds += now_seconds() - t0;
     *prompts_done = all;
-    if (rc == 0 && all == pl->ds.n && pl->n_stats) rc = writer_stats(w, err);
+    if (rc == 0 && all == pl->ds.n && pl->stats.n) rc = writer_stats(w, err);
     if (rc == 0 && all < pl->ds.n)
         rc = ah_fail(err, AH_ESTOP,
                      "stopped by a signal after %lld of %lld prompts; run the same command "
@@ -375,7 +371,7 @@ int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done
 }
 
 void writer_close(struct writer *w) {
-    h5m_close(w->mst);
+    if (w->out) w->out->master_close(w->mst);
     for (int i = 0; i < w->n_pend; i++)
         free(w->pend[i].buf);
     free(w->pend);

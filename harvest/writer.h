@@ -16,25 +16,27 @@
 
 #include "harvest/run.h"
 #include "harvest/wstats.h"
+#include "io/output.h"
 
 struct pending;
 
 struct writer {
-    const struct plan *pl;  // borrowed
-    const struct grid *g;   // borrowed
-    struct h5master *mst;   // rank 0 only
-    int run;                // number of this run of the output (segment names)
-    int seq;                // segments the stage has opened
-    struct h5seg *seg;      // the open segment, or NULL
-    bool lockstep;          // the stage writes: its ranks go in rounds
-    int members;            // ranks of the stage
-    struct round_say *say;  // (members) this round's says
-    struct h5out_run *rows; // (members) this round's rows
-    double last_checkpoint; // when the stage's first rank last closed a segment
-    bool master_dirty;      // rank 0: records added since the master was written
-    int64_t bytes;          // activation bytes this rank wrote
-    double seconds;         // spent writing (rows, closing, the master)
-    struct pending *pend;   // (n_pend) record sends in flight (ranks other than 0)
+    const struct plan *pl;     // borrowed
+    const struct grid *g;      // borrowed
+    const struct out_ops *out; // the output's format (io/output.h)
+    struct out_master *mst;    // rank 0 only
+    int run;                   // number of this run of the output (segment names)
+    int seq;                   // segments the stage has opened
+    struct out_seg *seg;       // the open segment, or NULL
+    bool lockstep;             // the stage writes: its ranks go in rounds
+    int members;               // ranks of the stage
+    struct round_say *say;     // (members) this round's says
+    struct h5out_run *rows;    // (members) this round's rows
+    double last_checkpoint;    // when the stage's first rank last closed a segment
+    bool master_dirty;         // rank 0: records added since the master was written
+    int64_t bytes;             // activation bytes this rank wrote
+    double seconds;            // spent writing (rows, closing, the master)
+    struct pending *pend;      // (n_pend) record sends in flight (ranks other than 0)
     int n_pend;
     char *fingerprint; // rank 0: the model's fingerprint (JSON text), owned
     struct wstats *ws; // write-time statistics of this stage (harvest/wstats.h), or NULL; borrowed
@@ -45,7 +47,7 @@ struct writer {
 };
 
 // Collective over the world: rank 0 makes the output (resume: reopens it, see h5m_open); done
-// (pl->K entries) receives 1 for each batch already in; *complete is the output's flag.
+// (pl->place.K entries) receives 1 for each batch already in; *complete is the output's flag.
 int writer_open(struct writer *w, const struct plan *pl, const struct grid *g,
                 const struct run_opts *o, const char *provenance, uint8_t *done, bool *complete,
                 struct ah_error *err);

@@ -1,14 +1,9 @@
 // wstats.c - see wstats.h. F = features of a set's row, L = doubles of a batch's packed partials.
-#define _POSIX_C_SOURCE 200809L // defines: fsync
 #include "harvest/wstats.h"
 
-#include "io/h5stats.h"
-
-#include <fcntl.h>
-#include <hdf5.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 // One activation with statistics: its dataset and its features' shape.
 struct wset {
@@ -42,8 +37,8 @@ struct wstats {
 static int sets_of(const struct plan *pl, int i0, int i1, struct wset *out) {
     int n = 0;
     for (int i = i0; i < i1; i++) {
-        const struct h5out_dset *d = &pl->dsets[i];
-        if (!pl->stats_want[d->desc - pl->m.cat]) continue;
+        const struct h5out_dset *d = &pl->names.dsets[i];
+        if (!pl->stats.want[d->desc - pl->m.cat]) continue;
         struct wset *s = &out[n++];
         *s = (struct wset){.dset = i, .F = 1};
         for (int k = 1; k < d->ndim; k++)
@@ -76,7 +71,7 @@ int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool
     for (int i = 0; rc == 0 && i < n_cat; i++)
         w->set_of_id[i] = -1;
     for (int k = 0; rc == 0 && k < w->n_sets; k++) {
-        int id = (int)(pl->dsets[w->set[k].dset].desc - pl->m.cat);
+        int id = (int)(pl->names.dsets[w->set[k].dset].desc - pl->m.cat);
         w->set_of_id[id] = k;
         w->want[id] = takes;
         rc = stats_init(&w->part[k], w->set[k].F);
@@ -162,38 +157,8 @@ int wstats_batch_end(struct wstats *w, int64_t k, struct ah_error *err) {
 // ---------------------------------------------------------------------------------------------
 // partials into the closed segment, and back
 
-// comm's rank 0: writes /stats/batch (n) and /stats/partials (n, L) into the segment and fsyncs it
-static int write_partials(const char *path, const int64_t *batch, const double *v, int64_t n,
-                          int64_t L, struct ah_error *err) {
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5I_INVALID_HID;
-    hsize_t d[2] = {(hsize_t)n, (hsize_t)L};
-    hid_t s1 = H5Screate_simple(1, d, NULL), s2 = H5Screate_simple(2, d, NULL);
-    herr_t r = f < 0 ? -1 : 0;
-    if (r >= 0) r = g = H5Gcreate2(f, "stats", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t db =
-        r < 0 ? -1
-              : H5Dcreate2(g, "batch", H5T_STD_I64LE, s1, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    hid_t dp = db < 0 ? -1
-                      : H5Dcreate2(g, "partials", H5T_IEEE_F64LE, s2, H5P_DEFAULT, H5P_DEFAULT,
-                                   H5P_DEFAULT);
-    r = dp < 0 ? -1 : 0;
-    if (r >= 0 && n) r = H5Dwrite(db, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, batch);
-    if (r >= 0 && n) r = H5Dwrite(dp, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v);
-    if (dp >= 0) H5Dclose(dp);
-    if (db >= 0) H5Dclose(db);
-    if (g >= 0) H5Gclose(g);
-    H5Sclose(s1);
-    H5Sclose(s2);
-    if (f >= 0 && H5Fclose(f) < 0) r = -1;
-    int fd = r < 0 ? -1 : open(path, O_RDONLY);
-    if (fd < 0 || fsync(fd) != 0) r = -1;
-    if (fd >= 0) close(fd);
-    return r < 0 ? ah_fail(err, AH_EIO, "%s: cannot write the statistics' partials (disk full?)",
-                           path)
-                 : 0;
-}
-
-int wstats_flush(struct wstats *w, MPI_Comm comm, const char *seg_path, struct ah_error *err) {
+int wstats_flush(struct wstats *w, const struct out_ops *out, MPI_Comm comm, const char *out_path,
+                 const char *file, struct ah_error *err) {
     int me = 0, size = 1, rc = 0;
     CHECK_MPI(MPI_Comm_rank(comm, &me));
     CHECK_MPI(MPI_Comm_size(comm, &size));
@@ -220,7 +185,7 @@ int wstats_flush(struct wstats *w, MPI_Comm comm, const char *seg_path, struct a
     CHECK_MPI(MPI_Gatherv(w->held_batch, mine, MPI_INT64_T, batch, cnt, dsp, MPI_INT64_T, 0, comm));
     CHECK_MPI(
         MPI_Gatherv(w->held, mine * (int)w->L, MPI_DOUBLE, v, cntv, dspv, MPI_DOUBLE, 0, comm));
-    if (me == 0 && rc == 0) rc = write_partials(seg_path, batch, v, total, w->L, err);
+    if (me == 0 && rc == 0) rc = out->partials_put(out_path, file, batch, v, total, w->L, err);
     w->n_held = 0;
     free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v);
     return rc;
@@ -247,82 +212,69 @@ static bool lists_prompt(const struct h5out_record *r, int64_t p) {
 }
 
 static void seg_file(const struct plan *pl, const struct h5out_record *r, char *buf, size_t n) {
-    snprintf(buf, n, "%s.parts/%s", pl->j.out_path, r->file);
+    out_parts_path(buf, n, pl->j.out_path, r->file);
 }
 
 // every listed batch partial of the stage whose datasets are [i0, i1): (*e, *n) malloc'd
-static int gather_entries(const struct plan *pl, const struct h5out_record *rec, int n_rec, int i0,
-                          struct entry **e, int64_t *n, struct ah_error *err) {
+static int gather_entries(const struct plan *pl, const struct out_ops *out,
+                          const struct h5out_record *rec, int n_rec, int i0, struct entry **e,
+                          int64_t *n, struct ah_error *err) {
     int64_t cap = 0;
     *e = NULL;
     *n = 0;
     char path[4400];
     for (int r = 0; r < n_rec; r++) {
         if (rec[r].i0 != i0) continue;
-        seg_file(pl, &rec[r], path, sizeof path);
-        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        hid_t d = f < 0 ? -1 : H5Dopen2(f, "stats/batch", H5P_DEFAULT);
-        hid_t s = d < 0 ? -1 : H5Dget_space(d);
-        hsize_t m = 0;
-        int64_t *b = NULL;
-        bool ok = s >= 0 && H5Sget_simple_extent_dims(s, &m, NULL) == 1 &&
-                  (b = malloc((size_t)m * sizeof *b + 8)) &&
-                  (m == 0 || H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, b) >= 0);
-        struct entry *ne = ok && *n + (int64_t)m > cap
-                               ? realloc(*e, (size_t)(cap = 2 * cap + (int64_t)m) * sizeof *ne)
-                               : *e;
+        int64_t m = 0, *b = NULL;
+        bool ok = out->partials_batches(pl->j.out_path, rec[r].file, &b, &m) == 0;
+        struct entry *ne =
+            ok && *n + m > cap ? realloc(*e, (size_t)(cap = 2 * cap + m) * sizeof *ne) : *e;
         if (ne) *e = ne;
-        for (hsize_t j = 0; ok && ne && j < m; j++)
-            if (lists_prompt(&rec[r], b[j] * pl->B)) (*e)[(*n)++] = (struct entry){b[j], j, r};
+        for (int64_t j = 0; ok && ne && j < m; j++)
+            if (lists_prompt(&rec[r], b[j] * pl->place.B))
+                (*e)[(*n)++] = (struct entry){b[j], j, r};
         free(b);
-        if (s >= 0) H5Sclose(s);
-        if (d >= 0) H5Dclose(d);
-        if (f >= 0) H5Fclose(f);
-        if (!ok || !ne)
+        if (!ok || !ne) {
+            seg_file(pl, &rec[r], path, sizeof path);
             return ah_fail(err, AH_EIO,
                            "%s: no statistics' partials (/stats/batch) in this listed segment: "
                            "take the statistics with `harvest stats %s`",
                            path, pl->j.out_path);
+        }
     }
     qsort(*e, (size_t)*n, sizeof **e, cmp_entry);
     return 0;
 }
 
-// the segment file last read from: batches in order come mostly from one segment after another
+// the segment last read from: batches in order come mostly from one segment after another
 struct row_src {
+    const struct out_ops *out;
     int rec; // -1: none open
-    hid_t f, d;
+    struct out_partials *r;
 };
 
 static void row_src_close(struct row_src *x) {
-    if (x->d >= 0) H5Dclose(x->d);
-    if (x->f >= 0) H5Fclose(x->f);
-    *x = (struct row_src){-1, H5I_INVALID_HID, H5I_INVALID_HID};
+    x->out->partials_close(x->r);
+    x->rec = -1;
+    x->r = NULL;
 }
 
-// row `row` of segment rec's /stats/partials (file path) into buf (L doubles)
-static int read_row(struct row_src *x, int rec, const char *path, int64_t row, int64_t L,
-                    double *buf) {
-    if (x->rec != rec) {
+// row `row` of segment rec's partials into buf (L doubles)
+static int read_row(struct row_src *x, const struct plan *pl, const struct h5out_record *rec, int r,
+                    int64_t row, int64_t L, double *buf) {
+    if (x->rec != r) {
         row_src_close(x);
-        x->rec = rec;
-        x->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        x->d = x->f < 0 ? -1 : H5Dopen2(x->f, "stats/partials", H5P_DEFAULT);
+        x->rec = r;
+        x->r = x->out->partials_open(pl->j.out_path, rec[r].file);
     }
-    hid_t fs = x->d < 0 ? -1 : H5Dget_space(x->d);
-    hsize_t st[2] = {(hsize_t)row, 0}, cnt[2] = {1, (hsize_t)L};
-    hid_t ms = H5Screate_simple(2, cnt, NULL);
-    herr_t r = fs < 0 ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-    if (r >= 0) r = H5Dread(x->d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
-    H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
-    return r < 0 ? -1 : 0;
+    return x->out->partials_row(x->r, row, L, buf);
 }
 
 // batch after batch, the partials of entries e (sorted) merged into the sets' totals
-static int fold_entries(const struct plan *pl, const struct h5out_record *rec,
-                        const struct entry *e, int64_t n, const struct wset *set, int n_sets,
-                        struct h5stats_item *out, struct ah_error *err) {
+static int fold_entries(const struct plan *pl, const struct out_ops *fmt,
+                        const struct h5out_record *rec, const struct entry *e, int64_t n,
+                        const struct wset *set, int n_sets, struct h5stats_item *out,
+                        struct ah_error *err) {
     int64_t L = 0, next = 0;
     int rc = 0;
     struct stats *tmp = calloc((size_t)n_sets, sizeof *tmp);
@@ -333,12 +285,12 @@ static int fold_entries(const struct plan *pl, const struct h5out_record *rec,
     double *buf = malloc(((size_t)L + 1) * sizeof *buf);
     if (!tmp || !buf || rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: statistics");
     char path[4400];
-    struct row_src src = {-1, H5I_INVALID_HID, H5I_INVALID_HID};
+    struct row_src src = {fmt, -1, NULL};
     for (int64_t i = 0; rc == 0 && i < n; i++) {
         if (e[i].batch < next) continue; // a batch listed twice: its first listing
         if (e[i].batch > next) break;
         seg_file(pl, &rec[e[i].rec], path, sizeof path);
-        if (read_row(&src, e[i].rec, path, e[i].row, L, buf) < 0)
+        if (read_row(&src, pl, rec, e[i].rec, e[i].row, L, buf) < 0)
             rc = ah_fail(err, AH_EIO, "%s: cannot read the statistics' partials", path);
         for (int k = 0, at = 0; rc == 0 && k < n_sets; at += (int)stats_buf_len(set[k++].F)) {
             if (stats_unpack(&tmp[k], buf + at, stats_buf_len(set[k].F)) < 0)
@@ -348,7 +300,7 @@ static int fold_entries(const struct plan *pl, const struct h5out_record *rec,
         }
         next++;
     }
-    if (rc == 0 && next < pl->K)
+    if (rc == 0 && next < pl->place.K)
         rc = ah_fail(err, AH_EIO,
                      "%s: no listed segment holds the statistics' partials of batch %lld: take "
                      "the statistics with `harvest stats %s`",
@@ -372,10 +324,10 @@ static void warn_nonfinite(const char *out, const struct h5stats_item *it, int n
                     out, it[k].name, (long long)it[k].s.nonfinite);
 }
 
-int wstats_final(const struct plan *pl, const struct h5out_record *rec, int n_rec,
-                 struct ah_error *err) {
-    struct h5stats_item *items = calloc((size_t)pl->n_stats + 1, sizeof *items);
-    struct wset *set = calloc((size_t)pl->n_dsets + 1, sizeof *set);
+int wstats_final(const struct plan *pl, const struct out_ops *out, const struct h5out_record *rec,
+                 int n_rec, struct ah_error *err) {
+    struct h5stats_item *items = calloc((size_t)pl->stats.n + 1, sizeof *items);
+    struct wset *set = calloc((size_t)pl->names.n_dsets + 1, sizeof *set);
     int n_items = 0, rc = items && set ? 0 : ah_fail(err, AH_ENOMEM, "out of memory: statistics");
     for (int r = 0; rc == 0 && r < n_rec; r++) {
         bool seen = false; // one fold a stage: its records share their datasets [i0, i1)
@@ -385,21 +337,21 @@ int wstats_final(const struct plan *pl, const struct h5out_record *rec, int n_re
         if (n_sets == 0) continue;
         struct entry *e = NULL;
         int64_t n = 0;
-        rc = gather_entries(pl, rec, n_rec, rec[r].i0, &e, &n, err);
+        rc = gather_entries(pl, out, rec, n_rec, rec[r].i0, &e, &n, err);
         for (int k = 0; k < n_sets; k++) {
             struct h5stats_item *it = &items[n_items + k];
-            const struct h5out_dset *d = &pl->dsets[set[k].dset];
+            const struct h5out_dset *d = &pl->names.dsets[set[k].dset];
             it->name = h5out_dset_name(d); // the dataset's name, as asked (README "Aliases")
             if (d->alias) snprintf(it->canonical, sizeof it->canonical, "%s", d->desc->name);
             it->nf = set[k].nf;
             memcpy(it->fdims, set[k].fdims, sizeof it->fdims);
         }
-        if (rc == 0) rc = fold_entries(pl, rec, e, n, set, n_sets, items + n_items, err);
+        if (rc == 0) rc = fold_entries(pl, out, rec, e, n, set, n_sets, items + n_items, err);
         if (rc == 0) warn_nonfinite(pl->j.out_path, items + n_items, n_sets);
         n_items += n_sets;
         free(e);
     }
-    if (rc == 0) rc = h5stats_store(pl->j.out_path, items, n_items, err);
+    if (rc == 0) rc = out->stats_store(pl->j.out_path, items, n_items, err);
     for (int k = 0; items && k < n_items; k++)
         stats_free(&items[k].s);
     free(items);

@@ -11,10 +11,11 @@
 #define AH_WSTATS_H
 
 #include "harvest/run.h"
+#include "io/output.h"
 
 struct wstats;
 
-// The statistics of the datasets [i0, i1) of the plan that have them (pl->stats_want); takes:
+// The statistics of the datasets [i0, i1) of the plan that have them (pl->stats.want); takes:
 // this rank computes them (a stage's expert shard 0; the others only join wstats_flush). *out is
 // NULL when there are none. Returns 0 or -AH_ENOMEM.
 int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool takes,
@@ -27,12 +28,14 @@ struct consumer wstats_consumer(struct wstats *w);
 void wstats_batch_begin(struct wstats *w, const uint8_t *keep, const int64_t *boff);
 int wstats_batch_end(struct wstats *w, int64_t k, struct ah_error *err);
 // Collective over comm (the ranks of the stage, the segment's writers): the partials held since
-// the last flush go into the closed segment file seg_path, written and fsynced by comm's rank 0.
-int wstats_flush(struct wstats *w, MPI_Comm comm, const char *seg_path, struct ah_error *err);
+// the last flush go into the closed segment `file` of the output at out_path (format out),
+// written and made durable by comm's rank 0.
+int wstats_flush(struct wstats *w, const struct out_ops *out, MPI_Comm comm, const char *out_path,
+                 const char *file, struct ah_error *err);
 // Rank 0, every batch in: folds the partials of the listed segments (rec, n_rec) in batch order
-// and stores /stats in the master (io/h5stats.h h5stats_store). An error names a batch whose
-// partials no listed segment holds.
-int wstats_final(const struct plan *pl, const struct h5out_record *rec, int n_rec,
-                 struct ah_error *err);
+// and stores /stats in the master (out->stats_store). An error names a batch whose partials no
+// listed segment holds.
+int wstats_final(const struct plan *pl, const struct out_ops *out, const struct h5out_record *rec,
+                 int n_rec, struct ah_error *err);
 
 #endif

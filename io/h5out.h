@@ -17,6 +17,10 @@
 // Every rank writes only what it computes (h5seg_*); rank 0 also keeps the master (h5m_*), fed
 // with the records of closed segments. Functions return 0 or a negative AH_E* code; failed HDF5 or
 // file calls become -AH_EIO with a message naming the file. Only h5seg_* are collective.
+//
+// Implemented by io/h5out.c (the index, the master), h5out_seg.c (segments), h5out_check.c
+// (h5out_check, inspect) and h5out_resume.c (h5m_open's --resume, h5out_remove), which share
+// io/h5out_int.h; the run's writer reaches them through io/output.h's table (out_hdf5).
 #ifndef AH_H5OUT_H
 #define AH_H5OUT_H
 
@@ -31,7 +35,7 @@
 struct ah_error;
 struct ds_field;
 
-enum h5out_store { H5OUT_F32, H5OUT_F16, H5OUT_BF16 }; // storage of float activations
+enum out_store { OUT_F32, OUT_F16, OUT_BF16 }; // storage of float activations
 
 // One activation dataset as stored.
 struct h5out_dset {
@@ -70,7 +74,7 @@ struct h5seg;
 // MPI-IO, holding datasets d[i0, i1) with no rows yet; prompt rows arrive batch_rows at a time
 // from each rank. comm stays borrowed until h5seg_close.
 int h5seg_open(struct h5seg **s, MPI_Comm comm, const char *out_path, const char *file,
-               enum h5out_store store, int compression, int64_t batch_rows,
+               enum out_store store, int compression, int64_t batch_rows,
                const struct h5out_dset *d, int i0, int i1, struct ah_error *err);
 // Collective: a round of writes. rows[m] (one entry per rank of comm, the same array on every
 // rank; q and qt are ignored) holds the prompt rows [p0, p1) and token rows [t0, t1) rank m
@@ -96,7 +100,7 @@ struct h5master;
 
 struct h5out_params {
     const char *path;
-    enum h5out_store store;
+    enum out_store store;
     const char *model_family; // root attribute
     const char *model_config; // JSON text
     const char *job;          // JSON text; --resume requires the same text
