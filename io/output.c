@@ -1,13 +1,7 @@
-// output.c - see output.h: what every output format shares (the parts folder's paths, the choice
-// of format).
+// output.c - see output.h: the choice of format (the parts folder's paths are io/out_parts.c's).
 #include "io/output.h"
 
-#include <stdio.h>
 #include <stdlib.h>
-
-void out_parts_path(char *buf, size_t n, const char *out_path, const char *leaf) {
-    snprintf(buf, n, "%s.parts%s%s", out_path, leaf ? "/" : "", leaf ? leaf : "");
-}
 
 const struct out_ops *out_format(const char *out_path) {
     (void)out_path; // one format today
