@@ -10,6 +10,7 @@
 #include "io/fsutil.h"
 #include "io/h5attr.h"
 #include "io/h5src.h"
+#include "io/h5src_hid.h" // defines: h5src_attrs_to_shard
 #include "io/shardfmt.h"
 #include "model/ah.h"
 
@@ -260,36 +261,6 @@ static void h5_remove(const char *path) {
 // ----------------------------------------------------------------------------
 // read back
 
-// the attributes of the root group as strings (numbers as sf_attr_i64 ... write them)
-static int get_root_attrs(struct sf_shard *r, hid_t f) {
-    char an[256];
-    int n = H5Aget_num_attrs(f), rc = n < 0 ? -1 : 0;
-    for (int i = 0; rc == 0 && i < n; i++) {
-        hid_t a = H5Aopen_by_idx(f, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, H5P_DEFAULT,
-                                 H5P_DEFAULT);
-        hid_t t = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
-        H5T_class_t c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
-        int64_t iv = 0;
-        uint64_t uv = 0;
-        double dv = 0;
-        char *sv = NULL;
-        if (a < 0 || H5Aget_name(a, sizeof an, an) < 0)
-            rc = -1;
-        else if (c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE)
-            rc = H5Aread(a, H5T_NATIVE_UINT64, &uv) < 0 ? -1 : sf_attr_u64(r, an, uv);
-        else if (c == H5T_INTEGER)
-            rc = H5Aread(a, H5T_NATIVE_INT64, &iv) < 0 ? -1 : sf_attr_i64(r, an, iv);
-        else if (c == H5T_FLOAT)
-            rc = H5Aread(a, H5T_NATIVE_DOUBLE, &dv) < 0 ? -1 : sf_attr_f64(r, an, dv);
-        else if (c == H5T_STRING && (sv = h5attr_get_str(f, an)))
-            rc = sf_attr(r, an, sv);
-        free(sv);
-        if (t >= 0) H5Tclose(t);
-        if (a >= 0) H5Aclose(a);
-    }
-    return rc;
-}
-
 // the dtype of file type t, or -1
 static int dtype_of(hid_t t) {
     H5T_class_t c = H5Tget_class(t);
@@ -355,7 +326,7 @@ static int h5_open(struct sf_shard *r) {
     if (sf_map(r, r->path, &m, &len) != 0) return -1;
     hid_t f = H5Fopen(r->path, H5F_ACC_RDONLY, H5P_DEFAULT);
     hid_t root = f >= 0 ? H5Gopen2(f, "/", H5P_DEFAULT) : H5I_INVALID_HID; // attributes: a group
-    int rc = root >= 0 ? get_root_attrs(r, root) : -1;
+    int rc = root >= 0 ? h5src_attrs_to_shard(root, NULL, true, r) : -1;
     if (root >= 0) H5Gclose(root);
     if (rc == 0) rc = get_stats_names(r, f);
     if (rc == 0) rc = get_group(r, f, "activations", "", m, len);

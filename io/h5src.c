@@ -203,27 +203,32 @@ void h5src_bufs_free(void **bufs, int n_bufs) {
     free(bufs);
 }
 
-// the numeric attributes of g as KEYPREFIX.ATTR
-static int group_attrs(struct sf_shard *w, hid_t g, const char *keyprefix) {
-    char key[600], an[256], v[64];
-    int n = H5Aget_num_attrs(g), rc = n < 0 ? -1 : 0;
+int h5src_attrs_to_shard(hid_t obj, const char *prefix, bool all, struct sf_shard *w) {
+    char key[600], an[256];
+    int n = H5Aget_num_attrs(obj), rc = n < 0 ? -1 : 0;
     for (int i = 0; rc == 0 && i < n; i++) {
-        hid_t a = H5Aopen_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, H5P_DEFAULT,
+        hid_t a = H5Aopen_by_idx(obj, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)i, H5P_DEFAULT,
                                  H5P_DEFAULT);
         hid_t t = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
         H5T_class_t c = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+        bool u = all && c == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
         int64_t iv = 0;
+        uint64_t uv = 0;
         double dv = 0;
-        if (a < 0 || H5Aget_name(a, sizeof an, an) < 0)
-            rc = -1;
-        else if (c == H5T_INTEGER && H5Aread(a, H5T_NATIVE_INT64, &iv) >= 0)
-            snprintf(v, sizeof v, "%lld", (long long)iv);
-        else if (c == H5T_FLOAT && H5Aread(a, H5T_NATIVE_DOUBLE, &dv) >= 0)
-            snprintf(v, sizeof v, "%.17g", dv);
-        else
-            v[0] = 0; // not a number: left out
-        snprintf(key, sizeof key, "%s.%s", keyprefix, an);
-        if (rc == 0 && v[0]) rc = sf_attr(w, key, v);
+        char *sv = NULL;
+        if (a < 0 || H5Aget_name(a, sizeof an, an) < 0) rc = -1;
+        snprintf(key, sizeof key, "%s%s%s", prefix ? prefix : "", prefix ? "." : "", an);
+        if (rc < 0) {
+        } else if (u && H5Aread(a, H5T_NATIVE_UINT64, &uv) >= 0) {
+            rc = sf_attr_u64(w, key, uv);
+        } else if (!u && c == H5T_INTEGER && H5Aread(a, H5T_NATIVE_INT64, &iv) >= 0) {
+            rc = sf_attr_i64(w, key, iv);
+        } else if (c == H5T_FLOAT && H5Aread(a, H5T_NATIVE_DOUBLE, &dv) >= 0) {
+            rc = sf_attr_f64(w, key, dv);
+        } else if (all && c == H5T_STRING && (sv = h5attr_get_str(obj, an))) {
+            rc = sf_attr(w, key, sv);
+        } // else: not a number (nor, with all, a string): left out
+        free(sv);
         if (t >= 0) H5Tclose(t);
         if (a >= 0) H5Aclose(a);
     }
@@ -265,7 +270,7 @@ int h5src_group_to_shard(const struct h5src *f, const char *path, const char *ke
         snprintf(key, sizeof key, "%s.%s", keyprefix, dn);
         if (d >= 0) rc = group_array(w, d, key, bufs, n_bufs), H5Dclose(d);
     }
-    if (rc == 0) rc = group_attrs(w, g, keyprefix);
+    if (rc == 0) rc = h5src_attrs_to_shard(g, keyprefix, false, w);
     if (g >= 0) H5Gclose(g);
     return rc;
 }
