@@ -592,7 +592,7 @@ static int export_probe(const struct xopts *o, struct ah_error *err) {
     struct outlock lock = {.fd = -1};
     int rc = open_source(&s, o, err);
     if (rc == 0) rc = lock_dir(o->probe, &lock, err);
-    unsigned pools = o->pools ? o->pools : rc == 0 ? xprobe_job_pools(s.f) : 0;
+    unsigned pools = o->pools ? o->pools : rc == 0 ? xprobe_job_pools(&s) : 0;
     if (rc == 0) rc = xprobe_write(&s, o->probe, pools ? pools : 3, o->names != NULL, err);
     if (rc == 0 && !o->quiet)
         fprintf(stderr, "export: %s/probe.h5: %lld prompts, %d names\n", o->probe,
@@ -653,7 +653,7 @@ static int agree(int rc, const struct ah_error *err, int rank, int size) {
 int cmd_export(int argc, char **argv) {
     struct xopts o;
     if (parse_opts(&o, argc, argv) < 0) return 1;
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL); // errors are reported by harvest, naming the file
+    h5src_quiet(); // errors are reported by harvest, naming the file
     // REQUIRED: an MPI program (mpirun -np N harvest export ...), or a singleton
     if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
         fprintf(stderr, "harvest: MPI_Init failed\n");

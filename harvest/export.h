@@ -1,11 +1,12 @@
-// export.h - `harvest export`'s parts: the source (a finished harvest output read through the HDF5
-// C API), and shard files. export.c plans the shuffle and drives the ranks.
+// export.h - `harvest export`'s parts: the source (a finished harvest output read through
+// io/h5src.h), and shard files (io/shardfmt.h's formats). export.c plans the shuffle and drives
+// the ranks.
 #ifndef AH_EXPORT_H
 #define AH_EXPORT_H
 
+#include "io/h5src.h"
 #include "model/ah.h"
 
-#include <hdf5.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,7 +24,7 @@ void xkind_convert(void *dst, enum xkind dk, const void *src, enum xkind sk, int
 // One exported activation.
 struct xname {
     char name[256];
-    hid_t ds;                 // source dataset (the master's)
+    struct h5dset *ds;        // source dataset (the master's); owned
     enum xkind src, dst;      // storage in the source and in the shards
     int ndim;                 // axes of a token row
     int64_t dims[X_MAX_DIMS]; // shape of a token row
@@ -36,10 +37,13 @@ struct xname {
 
 // A finished harvest output, opened read-only.
 struct xsrc {
-    const char *path; // borrowed
-    hid_t f, ids_ds;  // the master, its /tokens/input_ids
-    hid_t pos_ds;     // /tokens/position of a token layout written with "select", else -1
-    hid_t sel_ds;     // /tokens/selected of a prompt layout written with "select", else -1
+    const char *path;      // borrowed
+    struct h5src *f;       // the master; owned
+    struct h5dset *ids_ds; // its /tokens/input_ids; owned
+    struct h5dset *pos_ds; // /tokens/position of a token layout written with "select", else
+                           // NULL; owned
+    struct h5dset *sel_ds; // /tokens/selected of a prompt layout written with "select", else
+                           // NULL; owned
     bool token_layout;
     int64_t n_prompts, n_tokens;
     int64_t *source_index; // (n_prompts) owned
@@ -108,18 +112,17 @@ extern const char *const xshard_cols[4];
 
 int xshard_alloc(struct xshard *b, const struct xsrc *s, int64_t n_tokens);
 void xshard_free(struct xshard *b, int n_names);
-// Writes b to dir/file through dir/file.tmp (fsynced, then renamed): contiguous datasets
-// /activations/NAME and /tokens/{input_ids, prompt_index, position, source_index}, with
-// attributes (README "Training shards"), and the checksum of their bytes (*sum); the source's
-// /stats/NAME of the exported names, when it has them, copied into /stats/NAME. The file's
-// space is reserved first (a full disk fails before HDF5 writes); on failure the temporary is
-// removed. Another format (m->fmt): the same arrays, attributes and statistics through
-// io/shardfmt.h (README "Shard formats").
+// Writes b to dir/file through dir/file.tmp (fsynced, then renamed) in format m->fmt, through
+// io/shardfmt.h: the arrays NAME and tokens.{input_ids, prompt_index, position, source_index},
+// the attributes (README "Training shards"), and the checksum of their bytes (*sum); the
+// source's /stats/NAME of the exported names, when it has them (HDF5, io/h5shard.c: contiguous
+// datasets, the statistics copied whole, the file's space reserved first so a full disk fails
+// before HDF5 writes; the others: README "Shard formats"). On failure the temporary is removed.
 int xshard_write(const char *dir, const char *file, const struct xshard *b, const struct xsrc *s,
                  const struct xshard_meta *m, uint64_t *sum, struct ah_error *err);
 // 1 if dir/file is a finished shard matching m (split, shard, size, seed, source, export_id) and
 // s's names (shapes and checksum; its checksum in *sum), 0 if absent or not (then it is
-// rewritten). Reads at most buf_bytes at a time.
+// rewritten). Reads the shard through a mapping (buf_bytes: unused, kept for the callers).
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
                   const struct xshard_meta *m, size_t buf_bytes, uint64_t *sum);
 // true once an HDF5 file of the export failed to close (disk full): HDF5 still holds it, and
@@ -140,7 +143,7 @@ int xprobe_pool_output(const char *path, unsigned pools, struct ah_error *err);
 // The pools a list names ("last", "mean", "last,mean"): bits 0 and 1, or 0 if it names another.
 unsigned xprobe_pools(const char *csv);
 // The pools of the output's job ("pool" in its job attribute), or 0 when it names none.
-unsigned xprobe_job_pools(hid_t f);
+unsigned xprobe_job_pools(const struct xsrc *s);
 // Prompts the probe file holds (those s->done holds).
 int64_t xprobe_count(const struct xsrc *s);
 

@@ -8,7 +8,8 @@
 // count, rounded once to float32; a prompt with no stored token gets NaN for both.
 #define _POSIX_C_SOURCE 200809L // defines: fsync
 #include "harvest/export.h"
-#include "io/h5attr.h"
+#include "io/h5probe.h"
+#include "io/h5src.h"
 #include "io/halfconv.h"
 
 #include <cjson/cJSON.h>
@@ -61,39 +62,15 @@ static void pool_prompt(struct xsrc *s, int i, int64_t p, const uint8_t *sel, fl
     }
 }
 
-static hid_t make_2d(hid_t g, const char *name, hid_t type, int64_t n, const struct xname *x) {
-    hsize_t d[X_MAX_DIMS + 1] = {(hsize_t)n};
-    for (int k = 0; k < x->ndim; k++)
-        d[k + 1] = (hsize_t)x->dims[k];
-    hid_t sp = H5Screate_simple(x->ndim + 1, d, NULL);
-    hid_t ds = H5Dcreate2(g, name, type, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    H5Sclose(sp);
-    return ds;
-}
-
-// rows [r, r + n) of a dataset whose rows are e elements of mt
-static herr_t put_rows(hid_t ds, hid_t mt, int64_t r, int64_t n, int64_t e, const void *buf) {
-    hid_t fs = H5Dget_space(ds);
-    hsize_t start[X_MAX_DIMS + 1] = {(hsize_t)r}, cnt[X_MAX_DIMS + 1];
-    H5Sget_simple_extent_dims(fs, cnt, NULL);
-    cnt[0] = (hsize_t)n;
-    hsize_t flat = (hsize_t)(n * e);
-    hid_t ms = H5Screate_simple(1, &flat, NULL);
-    herr_t rc = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, cnt, NULL);
-    if (rc >= 0 && n > 0) rc = H5Dwrite(ds, mt, ms, fs, H5P_DEFAULT, buf);
-    H5Sclose(ms);
-    H5Sclose(fs);
-    return rc;
-}
-
 struct probe_out {
-    hid_t f, prompts; // the probe file, its /prompts
-    hid_t *ds;        // (2 * n_names) last, mean of each name; -1 if not asked for
-    float *rows;      // (blk_prompts * elems) one block's pooled rows of one name
-    double *acc;      // (elems)
-    int64_t *keep;    // (n_prompts) exported prompts' indices
-    hid_t selected;   // the output's /tokens/selected (prompt layout under `select`), or -1
-    uint8_t *sel;     // (sel_cap) one block's flags of it
+    struct h5probe *p;       // the probe file (or the master's copy); its slot 2 * i + w: name
+                             // i's pool w (0 last, 1 mean)
+    float *rows;             // (blk_prompts * elems) one block's pooled rows of one name
+    double *acc;             // (elems)
+    int64_t *keep;           // (n_prompts) exported prompts' indices
+    struct h5dset *selected; // the output's /tokens/selected (prompt layout under `select`), or
+                             // NULL; owned
+    uint8_t *sel;            // (sel_cap) one block's flags of it
     int64_t sel_cap;
     int64_t n_keep;
 };
@@ -106,13 +83,7 @@ static int read_selected(const struct xsrc *s, struct probe_out *o, struct ah_er
         if (!b) return ah_fail(err, AH_ENOMEM, "out of memory for /tokens/selected");
         o->sel = b, o->sel_cap = n;
     }
-    hid_t fs = H5Dget_space(o->selected);
-    hsize_t at = (hsize_t)s->t0, cnt = (hsize_t)n;
-    hid_t ms = H5Screate_simple(1, &cnt, NULL);
-    herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, &at, NULL, &cnt, NULL);
-    if (r >= 0) r = H5Dread(o->selected, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, o->sel);
-    H5Sclose(ms);
-    H5Sclose(fs);
+    int r = h5src_rows(o->selected, HSRC_UINT8, s->t0, s->t1, o->sel);
     return r < 0 ? ah_fail(err, AH_EIO, "%s: cannot read /tokens/selected", s->path) : 0;
 }
 
@@ -126,7 +97,7 @@ static int pool_all(struct xsrc *s, struct probe_out *o, unsigned pools, const c
         for (int64_t p = p0; p < p1; p++)
             n += s->done[p];
         if (n && (rc = xsrc_read(s, p0, p1, err)) < 0) break;
-        if (n && o->selected >= 0 && (rc = read_selected(s, o, err)) < 0) break;
+        if (n && o->selected && (rc = read_selected(s, o, err)) < 0) break;
         for (int i = 0; n && i < s->n_names; i++) {
             const struct xname *x = &s->names[i];
             float *last = o->rows, *mean = o->rows + (size_t)n * (size_t)x->elems;
@@ -134,13 +105,12 @@ static int pool_all(struct xsrc *s, struct probe_out *o, unsigned pools, const c
             for (int64_t p = p0; p < p1; p++)
                 if (s->done[p]) {
                     size_t at = (size_t)k++ * (size_t)x->elems;
-                    const uint8_t *sel =
-                        o->selected >= 0 ? o->sel + s->token_offset[p] - s->t0 : NULL;
+                    const uint8_t *sel = o->selected ? o->sel + s->token_offset[p] - s->t0 : NULL;
                     pool_prompt(s, i, p, sel, last + at, mean + at, o->acc);
                 }
             for (int w = 0; w < 2; w++)
-                if ((pools >> w & 1) && put_rows(o->ds[2 * i + w], H5T_NATIVE_FLOAT, row, n,
-                                                 x->elems, w ? mean : last) < 0)
+                if ((pools >> w & 1) &&
+                    h5probe_rows(o->p, 2 * i + w, row, n, x->elems, w ? mean : last) < 0)
                     return ah_fail(err, AH_EIO, "%s: cannot write /pooled/%s/%s", path, x->name,
                                    pool_name[w]);
         }
@@ -150,57 +120,17 @@ static int pool_all(struct xsrc *s, struct probe_out *o, unsigned pools, const c
     return rc;
 }
 
-// /prompts/NAME of the output for every field (a dataset with attribute field_type): the
-// exported prompts' values, same type
-static herr_t copy_field(hid_t g, const char *name, const H5L_info_t *info, void *u) {
-    (void)info;
-    struct probe_out *o = u;
-    hid_t src = H5Dopen2(g, name, H5P_DEFAULT);
-    if (src < 0) return -1;
-    if (H5Aexists(src, "field_type") <= 0) return H5Dclose(src) < 0 ? -1 : 0;
-    hid_t t = H5Dget_type(src), sp = H5Dget_space(src);
-    size_t w = H5Tget_size(t);
-    int64_t N = (int64_t)H5Sget_simple_extent_npoints(sp);
-    char *all = malloc((size_t)(N ? N : 1) * w), *kept = malloc((size_t)(o->n_keep + 1) * w);
-    char *ft = h5attr_get_str(src, "field_type");
-    herr_t r =
-        all && kept && ft ? (N ? H5Dread(src, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) : 0) : -1;
-    for (int64_t k = 0; r >= 0 && k < o->n_keep; k++)
-        memcpy(kept + (size_t)k * w, all + (size_t)o->keep[k] * w, w);
-    hsize_t d = (hsize_t)o->n_keep;
-    hid_t fs = H5Screate_simple(1, &d, NULL);
-    hid_t ds = r >= 0 ? H5Dcreate2(o->prompts, name, t, fs, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)
-                      : H5I_INVALID_HID;
-    r = ds < 0 ? -1 : d ? H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, kept) : 0;
-    if (r >= 0) r = h5attr_put_str(ds, "field_type", ft);
-    if (ds >= 0) H5Dclose(ds);
-    H5Sclose(fs);
-    H5Sclose(sp);
-    H5Tclose(t);
-    H5Dclose(src);
-    free(ft);
-    free(all);
-    free(kept);
-    return r < 0 ? -1 : 0;
-}
-
 // /prompts/{prompt_index, source_index, length} of the exported prompts
-static herr_t write_tables(const struct xsrc *s, struct probe_out *o) {
+static int write_tables(const struct xsrc *s, struct probe_out *o) {
     const int64_t *col[3] = {NULL, s->source_index, s->length};
     static const char *const names[3] = {"prompt_index", "source_index", "length"};
     int64_t *v = malloc((size_t)(o->n_keep + 1) * sizeof *v);
-    hsize_t d = (hsize_t)o->n_keep;
-    hid_t sp = H5Screate_simple(1, &d, NULL);
-    herr_t r = v ? 0 : -1;
+    int r = v ? 0 : -1;
     for (int c = 0; r >= 0 && c < 3; c++) {
         for (int64_t k = 0; k < o->n_keep; k++)
             v[k] = c ? col[c][o->keep[k]] : o->keep[k];
-        hid_t ds = H5Dcreate2(o->prompts, names[c], H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT,
-                              H5P_DEFAULT);
-        r = ds < 0 ? -1 : d ? H5Dwrite(ds, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) : 0;
-        if (ds >= 0) H5Dclose(ds);
+        r = h5probe_table(o->p, names[c], v, o->n_keep);
     }
-    H5Sclose(sp);
     free(v);
     return r;
 }
@@ -209,20 +139,17 @@ static herr_t write_tables(const struct xsrc *s, struct probe_out *o) {
 static int probe_attrs(const struct xsrc *s, const struct probe_out *o, unsigned pools,
                        const char *path, struct ah_error *err) {
     int rc = 0;
-    int64_t one = 1, n = o->n_keep, sum = (int64_t)s->data_checksum;
+    int64_t n = o->n_keep, sum = (int64_t)s->data_checksum;
     const char *slash = strrchr(s->path, '/');
     char list[32];
     snprintf(list, sizeof list, "%s%s%s", pools & 1 ? "last" : "", pools == 3 ? "," : "",
              pools & 2 ? "mean" : "");
-    CHECK(h5attr_put_str(o->f, "format", "harvest-probe"), "write attributes");
-    CHECK(h5attr_put_num(o->f, "format_version", H5T_STD_I64LE, H5T_NATIVE_INT64, &one),
-          "write attributes");
-    CHECK(h5attr_put_str(o->f, "source", slash ? slash + 1 : s->path), "write attributes");
-    CHECK(h5attr_put_num(o->f, "source_data_checksum", H5T_STD_I64LE, H5T_NATIVE_INT64, &sum),
-          "write attributes");
-    CHECK(h5attr_put_num(o->f, "n_prompts", H5T_STD_I64LE, H5T_NATIVE_INT64, &n),
-          "write attributes");
-    CHECK(h5attr_put_str(o->f, "pool", list), "write attributes");
+    CHECK(h5probe_attr_str(o->p, "format", "harvest-probe"), "write attributes");
+    CHECK(h5probe_attr_i64(o->p, "format_version", 1), "write attributes");
+    CHECK(h5probe_attr_str(o->p, "source", slash ? slash + 1 : s->path), "write attributes");
+    CHECK(h5probe_attr_i64(o->p, "source_data_checksum", sum), "write attributes");
+    CHECK(h5probe_attr_i64(o->p, "n_prompts", n), "write attributes");
+    CHECK(h5probe_attr_str(o->p, "pool", list), "write attributes");
 fail:
     return rc;
 }
@@ -231,19 +158,14 @@ fail:
 static int pooled_layout(const struct xsrc *s, struct probe_out *o, unsigned pools,
                          const char *path, struct ah_error *err) {
     int rc = 0;
-    hid_t pg = H5Gcreate2(o->f, "pooled", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    if (pg < 0) return ah_fail(err, AH_EIO, "%s: cannot create /pooled", path);
+    if (h5probe_pooled(o->p, 2 * s->n_names) < 0)
+        return ah_fail(err, AH_EIO, "%s: cannot create /pooled", path);
     for (int i = 0; i < s->n_names && rc == 0; i++) {
-        hid_t g = H5Gcreate2(pg, s->names[i].name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-        for (int w = 0; w < 2 && g >= 0; w++)
-            if ((pools >> w & 1) && (o->ds[2 * i + w] = make_2d(g, pool_name[w], H5T_IEEE_F32LE,
-                                                                o->n_keep, &s->names[i])) < 0)
-                rc = -1;
-        if (g < 0 || rc < 0)
-            rc = ah_fail(err, AH_EIO, "%s: cannot create /pooled/%s", path, s->names[i].name);
-        if (g >= 0) H5Gclose(g);
+        const struct xname *x = &s->names[i];
+        if (h5probe_pool_name(o->p, i, x->name, pools, o->n_keep, x->ndim, x->dims) < 0)
+            rc = ah_fail(err, AH_EIO, "%s: cannot create /pooled/%s", path, x->name);
     }
-    H5Gclose(pg);
+    h5probe_pooled_end(o->p);
     return rc;
 }
 
@@ -261,7 +183,7 @@ static int float_names_only(struct xsrc *s, bool named, struct ah_error *err) {
                            "%s: --names: \"%s\" holds integers (int64): only float activations "
                            "are pooled",
                            s->path, s->names[i].name);
-        H5Dclose(s->names[i].ds);
+        h5src_dset_close(s->names[i].ds);
         free(s->blk[i]);
     }
     s->n_names = k;
@@ -271,38 +193,30 @@ static int float_names_only(struct xsrc *s, bool named, struct ah_error *err) {
 
 // o's buffers for the names of s, and every prompt s->done holds as a row
 static int probe_alloc(const struct xsrc *s, struct probe_out *o, struct ah_error *err) {
-    *o = (struct probe_out){
-        .f = H5I_INVALID_HID, .prompts = H5I_INVALID_HID, .selected = H5I_INVALID_HID};
+    *o = (struct probe_out){0};
     // the prompt layout under `select` marks the chosen tokens (README "Statistics")
-    if (!s->token_layout && H5Lexists(s->f, "tokens/selected", H5P_DEFAULT) > 0 &&
-        (o->selected = H5Dopen2(s->f, "tokens/selected", H5P_DEFAULT)) < 0)
+    if (!s->token_layout && h5src_has(s->f, "tokens/selected") &&
+        !(o->selected = h5src_dset(s->f, "tokens/selected")))
         return ah_fail(err, AH_EIO, "%s: cannot open /tokens/selected", s->path);
     int64_t elems = 1;
     for (int i = 0; i < s->n_names; i++)
         elems = s->names[i].elems > elems ? s->names[i].elems : elems;
-    o->ds = malloc((size_t)(2 * s->n_names) * sizeof *o->ds);
     o->rows = malloc((size_t)(2 * s->blk_prompts * elems) * sizeof *o->rows);
     o->acc = malloc((size_t)elems * sizeof *o->acc);
     o->keep = malloc((size_t)(s->n_prompts + 1) * sizeof *o->keep);
-    if (!o->ds || !o->rows || !o->acc || !o->keep)
+    if (!o->rows || !o->acc || !o->keep)
         return ah_fail(err, AH_ENOMEM, "out of memory for the probe rows");
-    for (int i = 0; i < 2 * s->n_names; i++)
-        o->ds[i] = H5I_INVALID_HID;
     for (int64_t p = 0; p < s->n_prompts; p++)
         if (s->done[p]) o->keep[o->n_keep++] = p;
     return 0;
 }
 
 // closes o's file (path), and if all went well fsyncs it and renames it to final
-static int probe_finish(struct probe_out *o, int n_names, const char *path, const char *final,
-                        int rc, struct ah_error *err) {
-    for (int i = 0; o->ds && i < 2 * n_names; i++)
-        if (o->ds[i] >= 0) H5Dclose(o->ds[i]);
-    if (o->prompts >= 0) H5Gclose(o->prompts);
-    if (o->selected >= 0) H5Dclose(o->selected);
+static int probe_finish(struct probe_out *o, const char *path, const char *final, int rc,
+                        struct ah_error *err) {
+    h5src_dset_close(o->selected);
     free(o->sel);
-    if (o->f >= 0 && H5Fclose(o->f) < 0) {
-        xshard_set_stuck(); // HDF5 keeps the file open: see xshard_stuck
+    if (h5probe_close(o->p) < 0) { // HDF5 keeps the file open: see xshard_stuck
         if (rc == 0) rc = ah_fail(err, AH_EIO, "%s: cannot close (disk full?)", path);
     }
     int fd = rc == 0 ? open(path, O_RDONLY) : -1;
@@ -310,7 +224,6 @@ static int probe_finish(struct probe_out *o, int n_names, const char *path, cons
         rc = ah_fail(err, AH_EIO, "%s: cannot write: %s", final, strerror(errno));
     if (fd >= 0) close(fd);
     if (rc < 0) remove(path);
-    free(o->ds);
     free(o->rows);
     free(o->acc);
     free(o->keep);
@@ -328,20 +241,15 @@ int xprobe_write(struct xsrc *s, const char *dir, unsigned pools, bool named,
     if (rc < 0) return rc;
     struct probe_out o;
     if ((rc = probe_alloc(s, &o, err)) < 0) goto fail;
-    CHECK(o.f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), "create the file");
-    CHECK(o.prompts = H5Gcreate2(o.f, "prompts", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-          "make /prompts");
+    CHECK((o.p = h5probe_create(path)) ? 0 : -1, "create the file");
+    CHECK(h5probe_prompts(o.p), "make /prompts");
     CHECK(write_tables(s, &o), "write /prompts");
-    CHECK(H5Literate_by_name(s->f, "prompts", H5_INDEX_NAME, H5_ITER_INC, NULL, copy_field, &o,
-                             H5P_DEFAULT) < 0
-              ? -1
-              : 0,
-          "copy the data.fields (/prompts/NAME)");
+    CHECK(h5probe_fields(o.p, s->f, o.keep, o.n_keep), "copy the data.fields (/prompts/NAME)");
     if ((rc = probe_attrs(s, &o, pools, path, err)) == 0 &&
         (rc = pooled_layout(s, &o, pools, path, err)) == 0)
         rc = pool_all(s, &o, pools, path, err);
 fail:
-    return probe_finish(&o, s->n_names, path, final, rc, err);
+    return probe_finish(&o, path, final, rc, err);
 }
 
 // from to to, whole (to is created or truncated)
@@ -361,19 +269,18 @@ int xprobe_pool_output(const char *path, unsigned pools, struct ah_error *err) {
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int rc = xsrc_open(&s, path, NULL, XK_F32, 64 << 20, err);
-    if (rc < 0 || s.complete != 1 || H5Lexists(s.f, "pooled", H5P_DEFAULT) > 0) {
+    if (rc < 0 || s.complete != 1 || h5src_has(s.f, "pooled")) {
         xsrc_close(&s); // incomplete: pooled by the run that completes it; or done already
         return rc;
     }
     struct probe_out o;
     if ((rc = float_names_only(&s, false, err)) == 0) {
         rc = probe_alloc(&s, &o, err);
-        if (rc == 0 &&
-            (copy_whole(path, tmp) < 0 || (o.f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT)) < 0))
+        if (rc == 0 && (copy_whole(path, tmp) < 0 || !(o.p = h5probe_open(tmp))))
             rc = ah_fail(err, AH_EIO, "%s: cannot copy the master to %s (disk full?)", path, tmp);
         if (rc == 0 && (rc = pooled_layout(&s, &o, pools, tmp, err)) == 0)
             rc = pool_all(&s, &o, pools, tmp, err);
-        rc = probe_finish(&o, s.n_names, tmp, path, rc, err);
+        rc = probe_finish(&o, tmp, path, rc, err);
     }
     xsrc_close(&s);
     return rc;
@@ -394,8 +301,8 @@ unsigned xprobe_pools(const char *csv) {
     return bits;
 }
 
-unsigned xprobe_job_pools(hid_t f) {
-    char *text = h5attr_get_str(f, "job");
+unsigned xprobe_job_pools(const struct xsrc *s) {
+    char *text = h5src_attr_str(s->f, "job");
     cJSON *j = text ? cJSON_Parse(text) : NULL;
     const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, "pool"), *e;
     const cJSON *list = cJSON_IsArray(p) ? p : NULL;

@@ -1,11 +1,11 @@
-// export_src.c - `harvest export`'s source: a harvest output read through the HDF5 C API, a block
-// of prompts at a time (large hyperslabs of the master's datasets, read in their stored type with
+// export_src.c - `harvest export`'s source: a harvest output read through io/h5src.h, a block of
+// prompts at a time (large runs of rows of the master's datasets, read in their stored type with
 // no conversion; the virtual datasets map them onto the segment files).
 #define _POSIX_C_SOURCE 200809L // defines: strdup, strtok_r, access
 #include "harvest/export.h"
 #include "io/feistel.h"
-#include "io/h5attr.h"
 #include "io/h5out.h"
+#include "io/h5src.h"
 #include "io/halfconv.h"
 #include "model/tap.h"
 
@@ -40,31 +40,6 @@ void xkind_convert(void *dst, enum xkind dk, const void *src, enum xkind sk, int
 }
 
 // ----------------------------------------------------------------------------
-// attributes and tables
-
-// A string attribute (scalar: n = 1, or a 1-D array of at most max) into out[max][len].
-// A whole 1-D int64 dataset of n entries (n: its length if *n < 0) into a malloc'd array.
-static int64_t *read_table(hid_t f, const char *name, int64_t *n) {
-    hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
-    if (d < 0) return NULL;
-    hid_t sp = H5Dget_space(d);
-    hsize_t dim = 0;
-    int64_t *v = NULL;
-    if (H5Sget_simple_extent_ndims(sp) == 1 && H5Sget_simple_extent_dims(sp, &dim, NULL) == 1 &&
-        (*n < 0 || (int64_t)dim == *n)) {
-        v = malloc((dim ? dim : 1) * sizeof *v);
-        if (v && dim && H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) < 0) {
-            free(v);
-            v = NULL;
-        }
-        *n = (int64_t)dim;
-    }
-    H5Sclose(sp);
-    H5Dclose(d);
-    return v;
-}
-
-// ----------------------------------------------------------------------------
 // which prompts every dataset holds (a stopped output lists the rows of complete batches)
 
 static int mark_done(struct xsrc *s, int n_datasets, struct ah_error *err) {
@@ -73,7 +48,7 @@ static int mark_done(struct xsrc *s, int n_datasets, struct ah_error *err) {
         memset(s->done, 1, (size_t)N);
         return 0;
     }
-    char *text = h5attr_get_str(s->f, "segments");
+    char *text = h5src_attr_str(s->f, "segments");
     cJSON *a = text ? cJSON_Parse(text) : NULL;
     uint8_t *cover = malloc((size_t)N + 1);
     int rc = cJSON_IsArray(a) && cover
@@ -109,32 +84,19 @@ static int mark_done(struct xsrc *s, int n_datasets, struct ah_error *err) {
 // the datasets
 
 // Fills x from dataset NAME; returns 0, 1 if it has no token rows (why in *why), -1 on failure.
-static int describe(hid_t f, const char *name, bool *token_layout, struct xname *x,
+static int describe(struct h5src *f, const char *name, bool *token_layout, struct xname *x,
                     const char **why) {
     char path[300], axes[X_MAX_DIMS + 1][64];
     snprintf(path, sizeof path, "activations/%s", name);
     memset(x, 0, sizeof *x);
     snprintf(x->name, sizeof x->name, "%s", name);
-    x->ds = H5Dopen2(f, path, H5P_DEFAULT);
-    if (x->ds < 0) return -1;
-    hid_t sp = H5Dget_space(x->ds), t = H5Dget_type(x->ds);
-    hsize_t d[X_MAX_DIMS + 1];
-    int nd = H5Sget_simple_extent_ndims(sp);
-    int na = h5attr_get_strs(x->ds, "stored_axes", axes[0], 64, X_MAX_DIMS + 1);
-    int ok = nd >= 1 && nd <= X_MAX_DIMS + 1 && na == nd && t >= 0;
-    if (ok) H5Sget_simple_extent_dims(sp, d, NULL);
-    if (ok && H5Tget_class(t) == H5T_INTEGER) {
-        x->src = XK_I64;
-    } else if (ok && H5Tget_class(t) == H5T_FLOAT) {
-        size_t spos, epos, esize, mpos, msize;
-        H5Tget_fields(t, &spos, &epos, &esize, &mpos, &msize);
-        x->src = H5Tget_size(t) == 4 ? XK_F32 : msize == 7 ? XK_BF16 : XK_F16;
-    } else {
-        ok = 0;
-    }
-    H5Tclose(t);
-    H5Sclose(sp);
-    if (!ok) return -1;
+    if (!(x->ds = h5src_dset(f, path))) return -1;
+    int64_t d[X_MAX_DIMS + 1];
+    int nd = h5src_dset_dims(x->ds, d, X_MAX_DIMS + 1);
+    int na = h5src_dset_strs(x->ds, "stored_axes", axes[0], 64, X_MAX_DIMS + 1);
+    int t = h5src_dset_kind(x->ds);
+    if (nd < 1 || na != nd || t < 0) return -1;
+    x->src = t == SF_I64 ? XK_I64 : t == SF_F32 ? XK_F32 : t == SF_BF16 ? XK_BF16 : XK_F16;
     *token_layout = !strcmp(axes[0], "token");
     int seq = -1, n_seq = 0, n_key = 0;
     for (int k = 1; k < nd; k++) {
@@ -165,23 +127,26 @@ static int describe(hid_t f, const char *name, bool *token_layout, struct xname 
     return 0;
 }
 
-static int add_name(struct xsrc *s, hid_t g, const char *name, const char *list, enum xkind dst,
-                    bool explicit, struct ah_error *err) {
+static int add_name(struct xsrc *s, char **have, int n_have, const char *name, const char *list,
+                    enum xkind dst, bool explicit, struct ah_error *err) {
     struct xname x;
     const char *why = "";
     bool tok = false;
-    if (H5Lexists(g, name, H5P_DEFAULT) <= 0)
+    int k = 0;
+    while (k < n_have && strcmp(have[k], name))
+        k++;
+    if (k == n_have)
         return ah_fail(err, AH_EINVAL,
                        "%s: --names: no dataset \"%s\" in /activations (it has: %s)", s->path, name,
                        list);
     int r = describe(s->f, name, &tok, &x, &why);
     if (r < 0) {
-        if (x.ds >= 0) H5Dclose(x.ds);
+        h5src_dset_close(x.ds);
         return ah_fail(err, AH_EFORMAT, "%s: /activations/%s: unreadable (no stored_axes?)",
                        s->path, name);
     }
     if (r == 1) {
-        H5Dclose(x.ds);
+        h5src_dset_close(x.ds);
         if (!explicit) return 0;
         return ah_fail(err, AH_EINVAL, "%s: --names: \"%s\" has no token rows (%s)", s->path, name,
                        why);
@@ -193,12 +158,11 @@ static int add_name(struct xsrc *s, hid_t g, const char *name, const char *list,
 }
 
 // every dataset of /activations, in name order, comma-separated (for messages)
-static char *list_names(hid_t g, int n) {
+static char *list_names(char **have, int n) {
     size_t cap = 256, len = 0;
-    char *out = calloc(cap, 1), buf[300];
+    char *out = calloc(cap, 1);
     for (int k = 0; out && k < n; k++) {
-        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)k, buf, sizeof buf,
-                           H5P_DEFAULT);
+        const char *buf = have[k];
         size_t l = strlen(buf);
         if (len + l + 3 > cap) {
             char *o = realloc(out, cap = 2 * (len + l + 3));
@@ -212,14 +176,10 @@ static char *list_names(hid_t g, int n) {
 
 static int pick_names(struct xsrc *s, const char *csv, enum xkind dst, int *n_datasets,
                       struct ah_error *err) {
-    hid_t g = H5Gopen2(s->f, "activations", H5P_DEFAULT);
-    H5G_info_t gi;
-    if (g < 0 || H5Gget_info(g, &gi) < 0) {
-        if (g >= 0) H5Gclose(g);
-        return ah_fail(err, AH_EFORMAT, "%s: no /activations group", s->path);
-    }
-    int n = (int)gi.nlinks, rc = 0;
-    char *list = list_names(g, n), buf[300];
+    int n = 0, rc = 0;
+    char **have = h5src_names(s->f, "activations", &n);
+    if (!have) return ah_fail(err, AH_EFORMAT, "%s: no /activations group", s->path);
+    char *list = list_names(have, n);
     *n_datasets = n;
     s->names = calloc((size_t)n + 1, sizeof *s->names);
     if (!s->names || !list) rc = ah_fail(err, AH_ENOMEM, "out of memory");
@@ -232,20 +192,17 @@ static int pick_names(struct xsrc *s, const char *csv, enum xkind dst, int *n_da
                     rc = ah_fail(err, AH_EINVAL, "--names: \"%s\" given twice", t);
             if (rc == 0 && s->n_names == n)
                 rc = ah_fail(err, AH_EINVAL, "--names: more names than datasets");
-            if (rc == 0) rc = add_name(s, g, t, list, dst, true, err);
+            if (rc == 0) rc = add_name(s, have, n, t, list, dst, true, err);
         }
         free(copy);
     }
-    for (int k = 0; rc == 0 && !csv && k < n; k++) {
-        H5Lget_name_by_idx(g, ".", H5_INDEX_NAME, H5_ITER_INC, (hsize_t)k, buf, sizeof buf,
-                           H5P_DEFAULT);
-        rc = add_name(s, g, buf, list, dst, false, err);
-    }
+    for (int k = 0; rc == 0 && !csv && k < n; k++)
+        rc = add_name(s, have, n, have[k], list, dst, false, err);
     if (rc == 0 && s->n_names == 0)
         rc = ah_fail(err, AH_EINVAL, "%s: no dataset with token rows to export (it has: %s)",
                      s->path, list);
     free(list);
-    H5Gclose(g);
+    h5src_names_free(have, n);
     return rc;
 }
 
@@ -271,8 +228,8 @@ static int alloc_blocks(struct xsrc *s, int64_t block_bytes) {
     if (s->n_names < 1 || tokens < 1) return -1;
     s->blk = calloc((size_t)s->n_names, sizeof *s->blk);
     s->ids = malloc((size_t)tokens * sizeof *s->ids);
-    if (s->pos_ds >= 0 && !(s->pos = malloc((size_t)tokens * sizeof *s->pos))) return -1;
-    if (s->sel_ds >= 0 && !(s->sel = malloc((size_t)tokens))) return -1;
+    if (s->pos_ds && !(s->pos = malloc((size_t)tokens * sizeof *s->pos))) return -1;
+    if (s->sel_ds && !(s->sel = malloc((size_t)tokens))) return -1;
     s->row = malloc(elems * 8);
     if (!s->blk || !s->ids || !s->row) return -1;
     for (int i = 0; i < s->n_names; i++)
@@ -290,21 +247,16 @@ static void stored_rows(struct xsrc *s) {
     }
 }
 
-static herr_t read_rows(hid_t d, hid_t mt, int64_t r0, int64_t r1, void *buf);
-
 // The prompt layout under "select" stores every token and marks the chosen ones in
 // /tokens/selected: the export takes only those (rows[p] of prompt p), as the statistics do.
 // Counted a piece of /tokens/selected at a time, so memory stays flat in the corpus.
 static int open_selected(struct xsrc *s, struct ah_error *err) {
     memcpy(s->rows, s->length, (size_t)s->n_prompts * sizeof *s->rows);
-    if (s->token_layout || H5Lexists(s->f, "tokens/selected", H5P_DEFAULT) <= 0) return 0;
-    if ((s->sel_ds = H5Dopen2(s->f, "tokens/selected", H5P_DEFAULT)) < 0)
+    if (s->token_layout || !h5src_has(s->f, "tokens/selected")) return 0;
+    if (!(s->sel_ds = h5src_dset(s->f, "tokens/selected")))
         return ah_fail(err, AH_EFORMAT, "%s: cannot open /tokens/selected", s->path);
-    hid_t sp = H5Dget_space(s->sel_ds);
-    hsize_t n = 0;
-    int ok = sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1 &&
-             H5Sget_simple_extent_dims(sp, &n, NULL) == 1 && (int64_t)n == s->n_tokens;
-    if (sp >= 0) H5Sclose(sp);
+    int64_t n = 0;
+    int ok = h5src_dset_dims(s->sel_ds, &n, 1) == 1 && n == s->n_tokens;
     if (!ok)
         return ah_fail(err, AH_EFORMAT, "%s: /tokens/selected: expected %lld entries", s->path,
                        (long long)s->n_tokens);
@@ -316,7 +268,7 @@ static int open_selected(struct xsrc *s, struct ah_error *err) {
         for (int64_t t = s->token_offset[p]; ok && t < s->token_offset[p] + s->length[p]; t++) {
             if (t < c0 || t >= c1) {
                 c0 = t, c1 = t + PIECE < s->n_tokens ? t + PIECE : s->n_tokens;
-                ok = buf && read_rows(s->sel_ds, H5T_NATIVE_UINT8, c0, c1, buf) >= 0;
+                ok = buf && h5src_rows(s->sel_ds, HSRC_UINT8, c0, c1, buf) == 0;
             }
             if (ok) s->rows[p] += buf[t - c0] != 0;
         }
@@ -327,8 +279,8 @@ static int open_selected(struct xsrc *s, struct ah_error *err) {
 
 // FNV-1a of a string attribute's text, or of a JSON member of it (member NULL: the whole text);
 // 0 when absent
-static uint64_t text_sum(hid_t f, const char *attr, const char *member) {
-    char *text = H5Aexists(f, attr) > 0 ? h5attr_get_str(f, attr) : NULL, *part = NULL;
+static uint64_t text_sum(const struct h5src *f, const char *attr, const char *member) {
+    char *text = h5src_has_attr(f, attr) ? h5src_attr_str(f, attr) : NULL, *part = NULL;
     cJSON *o = text && member ? cJSON_Parse(text) : NULL;
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, member);
     if (m) part = cJSON_PrintUnformatted(m);
@@ -344,43 +296,39 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
               int64_t block_bytes, struct ah_error *err) {
     memset(s, 0, sizeof *s);
     s->path = path;
-    s->f = s->ids_ds = s->pos_ds = s->sel_ds = H5I_INVALID_HID;
     if (access(path, R_OK) != 0) return ah_fail(err, AH_ENOENT, "%s: cannot open", path);
-    s->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    s->f = h5src_open(path);
     int64_t fmt = 0, sum = 0, n_datasets = 0;
-    if (s->f < 0 || h5attr_get_num(s->f, "harvest_format", H5T_NATIVE_INT64, &fmt) < 0)
+    if (!s->f || h5src_attr_i64(s->f, "harvest_format", &fmt) < 0)
         return ah_fail(err, AH_EINVAL, "%s: not a harvest output (no harvest_format attribute)",
                        path);
-    if (h5attr_get_num(s->f, "complete", H5T_NATIVE_INT64, &s->complete) < 0) s->complete = 0;
-    if (h5attr_get_num(s->f, "prompts_done", H5T_NATIVE_INT64, &s->prompts_done) < 0)
-        s->prompts_done = 0;
-    if (h5attr_get_num(s->f, "data_checksum", H5T_NATIVE_INT64, &sum) < 0)
+    if (h5src_attr_i64(s->f, "complete", &s->complete) < 0) s->complete = 0;
+    if (h5src_attr_i64(s->f, "prompts_done", &s->prompts_done) < 0) s->prompts_done = 0;
+    if (h5src_attr_i64(s->f, "data_checksum", &sum) < 0)
         return ah_fail(err, AH_EFORMAT, "%s: no data_checksum attribute", path);
     s->data_checksum = (uint64_t)sum;
     s->weights_sum = text_sum(s->f, "provenance", "model_fingerprint");
     s->job_sum = text_sum(s->f, "job", NULL);
-    char *st = h5attr_get_str(s->f, "storage_dtype");
+    char *st = h5src_attr_str(s->f, "storage_dtype");
     snprintf(s->storage, sizeof s->storage, "%s", st ? st : "float32");
     free(st);
     s->n_prompts = -1;
-    s->source_index = read_table(s->f, "prompts/source_index", &s->n_prompts);
-    s->length = read_table(s->f, "prompts/length", &s->n_prompts);
-    s->token_offset = read_table(s->f, "prompts/token_offset", &s->n_prompts);
+    s->source_index = h5src_table(s->f, "prompts/source_index", &s->n_prompts);
+    s->length = h5src_table(s->f, "prompts/length", &s->n_prompts);
+    s->token_offset = h5src_table(s->f, "prompts/token_offset", &s->n_prompts);
     s->n_tokens = -1;
-    s->ids_ds = H5Dopen2(s->f, "tokens/input_ids", H5P_DEFAULT);
-    hid_t sp = s->ids_ds < 0 ? H5I_INVALID_HID : H5Dget_space(s->ids_ds);
-    hsize_t nt = 0;
-    if (sp >= 0 && H5Sget_simple_extent_dims(sp, &nt, NULL) == 1) s->n_tokens = (int64_t)nt;
-    if (sp >= 0) H5Sclose(sp);
+    s->ids_ds = h5src_dset(s->f, "tokens/input_ids");
+    int64_t nt = 0;
+    if (s->ids_ds && h5src_dset_dims(s->ids_ds, &nt, 1) == 1) s->n_tokens = nt;
     if (!s->source_index || !s->length || !s->token_offset || s->n_tokens < 0)
         return ah_fail(err, AH_EFORMAT, "%s: unreadable /prompts or /tokens tables", path);
     int nd = 0;
     int rc = pick_names(s, names_csv, dst, &nd, err);
     n_datasets = nd;
     if (rc < 0) return rc;
-    if (s->token_layout && H5Aexists(s->f, "n_tokens_selected") > 0) {
+    if (s->token_layout && h5src_has_attr(s->f, "n_tokens_selected")) {
         stored_rows(s);
-        if ((s->pos_ds = H5Dopen2(s->f, "tokens/position", H5P_DEFAULT)) < 0)
+        if (!(s->pos_ds = h5src_dset(s->f, "tokens/position")))
             return ah_fail(err, AH_EFORMAT, "%s: no /tokens/position (a selected token layout)",
                            path);
     }
@@ -405,16 +353,16 @@ int xsrc_open(struct xsrc *s, const char *path, const char *names_csv, enum xkin
 
 void xsrc_close(struct xsrc *s) {
     for (int i = 0; s->names && i < s->n_names; i++) {
-        if (s->names[i].ds >= 0) H5Dclose(s->names[i].ds);
+        h5src_dset_close(s->names[i].ds);
         if (s->blk) free(s->blk[i]);
     }
-    if (s->ids_ds > 0) H5Dclose(s->ids_ds);
-    if (s->pos_ds > 0) H5Dclose(s->pos_ds);
+    h5src_dset_close(s->ids_ds);
+    h5src_dset_close(s->pos_ds);
     free(s->pos);
-    if (s->sel_ds > 0) H5Dclose(s->sel_ds);
+    h5src_dset_close(s->sel_ds);
     free(s->sel);
     free(s->rows);
-    if (s->f > 0) H5Fclose(s->f);
+    h5src_close(s->f);
     free(s->names);
     free(s->blk);
     free(s->ids);
@@ -442,43 +390,24 @@ int64_t xsrc_block_end(const struct xsrc *s, int64_t p0) {
     return p;
 }
 
-// rows [r0, r1) of dataset d (every axis but the first whole) into buf, in memory type mt
-static herr_t read_rows(hid_t d, hid_t mt, int64_t r0, int64_t r1, void *buf) {
-    if (r1 <= r0) return 0;
-    hid_t fs = H5Dget_space(d);
-    int nd = H5Sget_simple_extent_ndims(fs);
-    hsize_t dims[X_MAX_DIMS + 1], start[X_MAX_DIMS + 1] = {0};
-    H5Sget_simple_extent_dims(fs, dims, NULL);
-    start[0] = (hsize_t)r0;
-    dims[0] = (hsize_t)(r1 - r0);
-    hid_t ms = H5Screate_simple(nd, dims, NULL);
-    herr_t r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, start, NULL, dims, NULL);
-    if (r >= 0) r = H5Dread(d, mt, ms, fs, H5P_DEFAULT, buf);
-    H5Sclose(ms);
-    H5Sclose(fs);
-    return r;
-}
-
 int xsrc_read(struct xsrc *s, int64_t p0, int64_t p1, struct ah_error *err) {
     s->p0 = p0, s->p1 = p1;
     s->t0 = s->token_offset[p0];
     s->t1 = s->token_offset[p1 - 1] + s->length[p1 - 1];
     int64_t r0 = s->token_layout ? s->t0 : p0, r1 = s->token_layout ? s->t1 : p1;
     for (int i = 0; i < s->n_names; i++) {
-        hid_t mt = s->names[i].src == XK_I64 ? H5T_NATIVE_INT64 : H5Dget_type(s->names[i].ds);
-        herr_t r = read_rows(s->names[i].ds, mt, r0, r1, s->blk[i]);
-        if (s->names[i].src != XK_I64) H5Tclose(mt);
-        if (r < 0)
+        enum h5src_mem mt = s->names[i].src == XK_I64 ? HSRC_INT64 : HSRC_STORED;
+        if (h5src_rows(s->names[i].ds, mt, r0, r1, s->blk[i]) < 0)
             return ah_fail(err, AH_EIO, "%s: /activations/%s: cannot read rows %lld..%lld", s->path,
                            s->names[i].name, (long long)r0, (long long)r1);
     }
-    if (read_rows(s->ids_ds, H5T_NATIVE_INT64, s->t0, s->t1, s->ids) < 0)
+    if (h5src_rows(s->ids_ds, HSRC_INT64, s->t0, s->t1, s->ids) < 0)
         return ah_fail(err, AH_EIO, "%s: /tokens/input_ids: cannot read rows %lld..%lld", s->path,
                        (long long)s->t0, (long long)s->t1);
-    if (s->pos_ds >= 0 && read_rows(s->pos_ds, H5T_NATIVE_INT64, s->t0, s->t1, s->pos) < 0)
+    if (s->pos_ds && h5src_rows(s->pos_ds, HSRC_INT64, s->t0, s->t1, s->pos) < 0)
         return ah_fail(err, AH_EIO, "%s: /tokens/position: cannot read rows %lld..%lld", s->path,
                        (long long)s->t0, (long long)s->t1);
-    if (s->sel_ds >= 0 && read_rows(s->sel_ds, H5T_NATIVE_UINT8, s->t0, s->t1, s->sel) < 0)
+    if (s->sel_ds && h5src_rows(s->sel_ds, HSRC_UINT8, s->t0, s->t1, s->sel) < 0)
         return ah_fail(err, AH_EIO, "%s: /tokens/selected: cannot read rows %lld..%lld", s->path,
                        (long long)s->t0, (long long)s->t1);
     return 0;

@@ -160,4 +160,4 @@ static int npy_open(struct sf_shard *r) {
     return rc;
 }
 
-const struct sf_format sf_npy = {"npy", "", npy_finish, npy_open, npy_remove};
+const struct sf_format sf_npy = {"npy", "", false, npy_finish, npy_open, npy_remove};

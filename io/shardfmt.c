@@ -53,16 +53,19 @@ int sf_put(struct sf_shard *w, const char *name, enum sf_dtype t, int ndim, cons
     return 0;
 }
 
-int sf_attr(struct sf_shard *w, const char *key, const char *val) {
+static int put_attr(struct sf_shard *w, const char *key, const char *val, enum sf_atype t) {
     if (w->n_attr == w->cap_attr) {
         int cap = w->cap_attr ? 2 * w->cap_attr : 16;
         char **k = realloc(w->key, (size_t)cap * sizeof *k);
         if (k) w->key = k;
         char **v = k ? realloc(w->val, (size_t)cap * sizeof *v) : NULL;
-        if (!v) return -1;
-        w->val = v;
+        if (v) w->val = v;
+        enum sf_atype *at = v ? realloc(w->attr_t, (size_t)cap * sizeof *at) : NULL;
+        if (!at) return -1;
+        w->attr_t = at;
         w->cap_attr = cap;
     }
+    w->attr_t[w->n_attr] = t;
     w->key[w->n_attr] = strdup(key);
     w->val[w->n_attr] = strdup(val);
     if (!w->key[w->n_attr] || !w->val[w->n_attr]) {
@@ -72,6 +75,32 @@ int sf_attr(struct sf_shard *w, const char *key, const char *val) {
     }
     w->n_attr++;
     return 0;
+}
+
+int sf_attr(struct sf_shard *w, const char *key, const char *val) {
+    return put_attr(w, key, val, SF_ASTR);
+}
+
+int sf_attr_i64(struct sf_shard *w, const char *key, int64_t v) {
+    char s[32];
+    snprintf(s, sizeof s, "%lld", (long long)v);
+    return put_attr(w, key, s, SF_AI64);
+}
+
+int sf_attr_u64(struct sf_shard *w, const char *key, uint64_t v) {
+    char s[32];
+    snprintf(s, sizeof s, "%llu", (unsigned long long)v);
+    return put_attr(w, key, s, SF_AU64);
+}
+
+int sf_attr_f64(struct sf_shard *w, const char *key, double v) {
+    char s[64];
+    snprintf(s, sizeof s, "%.17g", v);
+    return put_attr(w, key, s, SF_AF64);
+}
+
+void sf_set_source(struct sf_shard *w, const char *path) {
+    w->source = path;
 }
 
 int sf_finish(struct sf_shard *w, struct ah_error *err) {
@@ -117,6 +146,7 @@ void sf_close(struct sf_shard *r) {
     free(r->a);
     free(r->key);
     free(r->val);
+    free(r->attr_t);
     free(r->map);
     free(r->map_len);
     memset(r, 0, sizeof *r);

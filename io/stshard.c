@@ -134,5 +134,5 @@ static int st_open(struct sf_shard *r) {
     return rc;
 }
 
-const struct sf_format sf_safetensors = {"safetensors", ".safetensors", st_finish, st_open,
-                                         st_remove};
+const struct sf_format sf_safetensors = {"safetensors", ".safetensors", false,
+                                         st_finish,     st_open,        st_remove};

@@ -16,34 +16,19 @@ import time
 import h5py
 import numpy as np
 
-from util import MPI_ENV, args, check, finish, init_model, reader, run, write_job, write_prompts
+from util import (EXPORT_LENGTHS as LENGTHS, MPI_ENV, ExportFixture, args, check, finish, reader,
+                  synthetic_output)
 
 hd = reader()  # io/python, or the installed package (test_pip_install.py)
 
 harvest, work = args()
-init_model(harvest, f"{work}/model", seed=5)
-LENGTHS = [5, 17, 1, 30, 64, 9, 12, 40, 3, 22, 64, 2, 50, 7, 33, 11, 48, 4, 26, 60]
-write_prompts(f"{work}/prompts.jsonl", LENGTHS, seed=5)
+fx = ExportFixture(harvest, work)
+export = fx.export
 NAMES = ["decoder_0_output", "encoder_0_q", "encoder_1_output"]
 
 
 def harvest_out(name, layout, dtype, acts=NAMES, **extra):
-    o = {"path": f"{name}.h5", "layout": layout, "dtype": dtype}
-    o.update(extra)
-    run(harvest, "run", write_job(f"{work}/{name}.json", activations=acts, batch_size=3,
-                                  max_seq_len=64, output=o), "--quiet", check=0)
-    return f"{work}/{name}.h5"
-
-
-def export(src, d, *opts, check_rc=0, np_=1):
-    cmd = [harvest, "export", src, "--shards", d, "--quiet", *opts]
-    if np_ > 1:
-        cmd = ["mpirun", "-np", str(np_)] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, env=MPI_ENV, timeout=600)
-    if check_rc is not None and p.returncode != check_rc:
-        check(False, f"export {' '.join(opts)}: exit {p.returncode}, expected {check_rc}: "
-                     f"{p.stderr[-1500:]}")
-    return p
+    return fx.output(name, acts, layout=layout, dtype=dtype, **extra)
 
 
 def bf16_round(x):
@@ -166,13 +151,13 @@ for n in NAMES:
     check(np.array_equal(hd.widen_bf16(ex["train"]["act/" + n]), rows[n][t]),
           f"prompt layout bf16: {n}: widened raw bits equal h5py's read of the source")
 check(len(t) == L.sum(), "prompt layout: every token once (no val)")
-p = export(pr, f"{work}/sh-pr-all", "--shard-tokens", "100", check_rc=None)
+p = export(pr, f"{work}/sh-pr-all", "--shard-tokens", "100", rc=None)
 check(p.returncode == 0 and "encoder_0_attn_probs" not in open(
     f"{work}/sh-pr-all/manifest.json").read(), "default names skip datasets with a key axis")
 
 # ---- errors ---------------------------------------------------------------------------------
 def error(label, want, *a, src=tok):
-    p = export(src, f"{work}/sh-err", *a, check_rc=None)
+    p = export(src, f"{work}/sh-err", *a, rc=None)
     check(p.returncode == 1 and all(w in p.stderr for w in want),
           f"{label}: exit 1 naming {want}, got {p.returncode}: {p.stderr.strip()[-300:]}")
 
@@ -188,7 +173,7 @@ error("memory below one shard", ["--memory"], "--memory", "1K")
 error("not an output", ["not a harvest output"], src=f"{work}/model/model.safetensors")
 before = file_hashes(f"{work}/sh-float32")
 p = export(tok, f"{work}/sh-float32", "--shard-tokens", "64", "--val", "0.25", "--seed", "8",
-           check_rc=None)
+           rc=None)
 check(p.returncode == 1 and "different export" in p.stderr and '"seed"' in p.stderr,
       f"an existing folder with another manifest: exit 1 naming the key: {p.stderr.strip()}")
 check(file_hashes(f"{work}/sh-float32") == before, "... and its files untouched")
@@ -216,27 +201,8 @@ if export(inc, f"{work}/sh-inc", "--allow-partial", "--shard-tokens", "50").retu
           "--allow-partial: each of their tokens once")
 
 # ---- a bigger synthetic output: MPI, kill and resume, memory --------------------------------
-def synthetic(path, n_tokens, d=8, T=128, seed=0):
-    """a token-layout harvest output written directly (one plain dataset, no segments)"""
-    n_p = (n_tokens + T - 1) // T
-    L = np.full(n_p, T, np.int64)
-    L[-1] = n_tokens - T * (n_p - 1)
-    off = np.concatenate([[0], np.cumsum(L)[:-1]])
-    rng = np.random.default_rng(seed)
-    with h5py.File(path, "w") as f:
-        f.attrs.update(harvest_format=1, complete=1, data_checksum=12345 + n_tokens,
-                       storage_dtype="float32", max_seq_len=T)
-        f["prompts/length"], f["prompts/token_offset"] = L, off
-        f["prompts/source_index"] = np.arange(n_p, dtype=np.int64)
-        f["tokens/input_ids"] = rng.integers(0, 1000, n_tokens)
-        f["tokens/prompt_index"] = np.repeat(np.arange(n_p), L)
-        f["tokens/position"] = np.concatenate([np.arange(x) for x in L])
-        x = f.create_dataset("activations/x", (n_tokens, d), np.float32, chunks=(65536, d))
-        for a in range(0, n_tokens, 1 << 20):
-            b = min(n_tokens, a + (1 << 20))
-            x[a:b] = np.arange(a, b, dtype=np.float32)[:, None] + np.arange(d) / 16
-        x.attrs["stored_axes"] = ["token", "feature"]
-    return path
+def synthetic(path, n_tokens):
+    return synthetic_output(path, n_tokens, checksum=12345)
 
 
 big = synthetic(f"{work}/big.h5", 500_000)

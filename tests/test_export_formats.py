@@ -18,34 +18,19 @@ import time
 import h5py
 import numpy as np
 
-from util import MPI_ENV, args, check, finish, init_model, run, reader, write_job, write_prompts
+from util import MPI_ENV, ExportFixture, args, check, finish, run, reader, synthetic_output
 
 hd = reader()
 harvest, work = args()
-init_model(harvest, f"{work}/model", seed=5)
-LENGTHS = [5, 17, 1, 30, 64, 9, 12, 40, 3, 22, 64, 2, 50, 7, 33, 11, 48, 4, 26, 60]
-write_prompts(f"{work}/prompts.jsonl", LENGTHS, seed=5)
+fx = ExportFixture(harvest, work)
+export = fx.export
 NAMES = ["decoder_0_output", "encoder_0_q", "encoder_1_output"]
 FORMATS = ("npy", "safetensors")
 ST = {"F32": "<f4", "F16": "<f2", "BF16": "<u2", "I64": "<i8", "F64": "<f8"}
 
 
 def harvest_out(name, layout, dtype, acts=NAMES):
-    o = {"path": f"{name}.h5", "layout": layout, "dtype": dtype}
-    run(harvest, "run", write_job(f"{work}/{name}.json", activations=acts, batch_size=3,
-                                  max_seq_len=64, output=o), "--quiet", check=0)
-    return f"{work}/{name}.h5"
-
-
-def export(src, d, *opts, check_rc=0, np_=1):
-    cmd = [harvest, "export", src, "--shards", d, "--quiet", *opts]
-    if np_ > 1:
-        cmd = ["mpirun", "-np", str(np_)] + cmd
-    p = subprocess.run(cmd, capture_output=True, text=True, env=MPI_ENV, timeout=600)
-    if check_rc is not None and p.returncode != check_rc:
-        check(False, f"export {' '.join(opts)}: exit {p.returncode}, expected {check_rc}: "
-                     f"{p.stderr[-1500:]}")
-    return p
+    return fx.output(name, acts, layout=layout, dtype=dtype)
 
 
 def tree_hashes(d):
@@ -272,39 +257,20 @@ for fmt in FORMATS:
           f"{fmt}: the statistics of {len(MANY)} names")
 
 # ---- errors ---------------------------------------------------------------------------------
-p = export(tok, f"{work}/err", "--format", "parquet", check_rc=None)
+p = export(tok, f"{work}/err", "--format", "parquet", rc=None)
 check(p.returncode == 1 and "--format" in p.stderr and "parquet" in p.stderr,
       f"--format parquet: exit 1 naming the flag: {p.stderr.strip()}")
 check(not os.path.exists(f"{work}/err"), "... and no folder made")
 for have, want in (("npy", "safetensors"), ("safetensors", "hdf5"), ("h5", "npy")):
     d = f"{work}/{have}-float32"
     before = tree_hashes(d)
-    p = export(tok, d, "--dtype", "float32", "--format", want, *OPTS, check_rc=None)
+    p = export(tok, d, "--dtype", "float32", "--format", want, *OPTS, rc=None)
     check(p.returncode == 1 and '"shard_format"' in p.stderr,
           f"a {have} folder, --format {want}: exit 1 naming shard_format: {p.stderr.strip()}")
     check(tree_hashes(d) == before, "... and its files untouched")
 
 
 # ---- MPI, kill and resume -------------------------------------------------------------------
-def synthetic(path, n_tokens, d=8, T=128):
-    n_p = (n_tokens + T - 1) // T
-    L = np.full(n_p, T, np.int64)
-    L[-1] = n_tokens - T * (n_p - 1)
-    with h5py.File(path, "w") as f:
-        f.attrs.update(harvest_format=1, complete=1, data_checksum=777 + n_tokens,
-                       storage_dtype="float32", max_seq_len=T)
-        f["prompts/length"] = L
-        f["prompts/token_offset"] = np.concatenate([[0], np.cumsum(L)[:-1]])
-        f["prompts/source_index"] = np.arange(n_p, dtype=np.int64)
-        f["tokens/input_ids"] = np.random.default_rng(0).integers(0, 1000, n_tokens)
-        f["tokens/prompt_index"] = np.repeat(np.arange(n_p), L)
-        f["tokens/position"] = np.concatenate([np.arange(x) for x in L])
-        x = (np.arange(n_tokens)[:, None] + np.arange(d) / 16).astype(np.float32)
-        f.create_dataset("activations/x", data=x, chunks=(65536, d))
-        f["activations/x"].attrs["stored_axes"] = ["token", "feature"]
-    return path
-
-
 def finished_shards(fmt, k):
     if not os.path.isdir(k):
         return []
@@ -313,7 +279,7 @@ def finished_shards(fmt, k):
             not n.endswith(".tmp") and (fmt != "npy" or os.path.isdir(f"{k}/{n}"))]
 
 
-big = synthetic(f"{work}/big.h5", 400_000)
+big = synthetic_output(f"{work}/big.h5", 400_000)
 BIG = ["--shard-tokens", "20000", "--val", "0.1", "--seed", "3", "--memory", "2M"]
 for fmt in FORMATS:
     F = ["--format", fmt, *BIG]
@@ -359,7 +325,7 @@ else:
             ref = f"{work}/{fmt}-ref"
             export(tok, ref, *F)
             d = f"{disk}/{fmt}"
-            p = export(tok, d, *F, check_rc=None)
+            p = export(tok, d, *F, rc=None)
             check(p.returncode == 2 and f"{d}/train-0000" in p.stderr and "disk full" in p.stderr,
                   f"{fmt}: a full disk: exit 2 naming the shard and the cause, got "
                   f"{p.returncode}: {p.stderr[-600:]}")

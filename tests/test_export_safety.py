@@ -17,26 +17,16 @@ import time
 import h5py
 import numpy as np
 
-from util import MPI_ENV, args, check, finish, init_model, run, write_job, write_prompts
+from util import (MPI_ENV, ExportFixture, args, check, finish, run, synthetic_output,
+                  write_job)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "io", "python"))
 import harvest_data as hd  # noqa: E402
 
 harvest, work = args()
-LENGTHS = [5, 17, 1, 30, 64, 9, 12, 40, 3, 22, 64, 2, 50, 7, 33, 11, 48, 4, 26, 60]
-write_prompts(f"{work}/prompts.jsonl", LENGTHS, seed=5)
-init_model(harvest, f"{work}/model", seed=5)
-init_model(harvest, f"{work}/model2", seed=6)
+fx = ExportFixture(harvest, work, models=(("model", 5), ("model2", 6)))
+export = fx.export
 NAMES = ["decoder_0_output", "encoder_1_output"]
-
-
-def export(src, d, *opts, rc=0):
-    p = subprocess.run([harvest, "export", src, "--shards", d, "--quiet", *opts],
-                       capture_output=True, text=True, env=MPI_ENV, timeout=600)
-    if rc is not None and p.returncode != rc:
-        check(False, f"export {d} {' '.join(opts)}: exit {p.returncode}, expected {rc}: "
-                     f"{p.stderr[-1500:]}")
-    return p
 
 
 def hashes(d, shards_only=True):
@@ -45,10 +35,8 @@ def hashes(d, shards_only=True):
 
 
 def harvest_out(model, name="out", **extra):
-    job = write_job(f"{work}/{name}.json", model=model, activations=NAMES, batch_size=3,
-                    max_seq_len=64, output={"path": f"{name}.h5", "layout": "token"}, **extra)
-    run(harvest, "run", job, "--quiet", "--overwrite", check=0)
-    return f"{work}/{name}.h5"
+    return fx.output(name, NAMES, "--overwrite", job_extra=dict(model=model, **extra),
+                     layout="token")
 
 
 # ---- item 2: the source written again by another model ---------------------------------------
@@ -77,26 +65,7 @@ print("item 2: a source written by another model is refused, or redone whole", f
 
 
 # ---- a synthetic output, large enough for an export to take a while ---------------------------
-def synthetic(path, n_tokens, d=8, T=128, seed=0):
-    """a token-layout harvest output written directly (one plain dataset, no segments)"""
-    n_p = (n_tokens + T - 1) // T
-    L = np.full(n_p, T, np.int64)
-    L[-1] = n_tokens - T * (n_p - 1)
-    off = np.concatenate([[0], np.cumsum(L)[:-1]])
-    rng = np.random.default_rng(seed)
-    with h5py.File(path, "w") as f:
-        f.attrs.update(harvest_format=1, complete=1, data_checksum=777 + n_tokens,
-                       storage_dtype="float32", max_seq_len=T)
-        f["prompts/length"], f["prompts/token_offset"] = L, off
-        f["prompts/source_index"] = np.arange(n_p, dtype=np.int64)
-        f["tokens/input_ids"] = rng.integers(0, 1000, n_tokens)
-        x = f.create_dataset("activations/x", (n_tokens, d), np.float32)
-        x[:] = np.arange(n_tokens, dtype=np.float32)[:, None] + np.arange(d) / 16
-        x.attrs["stored_axes"] = ["token", "feature"]
-    return path
-
-
-big = synthetic(f"{work}/big.h5", 200_000)
+big = synthetic_output(f"{work}/big.h5", 200_000, columns=False, chunks=False)
 
 # ---- item 3: two exports into one folder at once ---------------------------------------------
 d3 = f"{work}/two"

@@ -246,3 +246,69 @@ def finish():
     print("all checks passed")
     if _work:  # outputs run to gigabytes: keep them only for a failure
         shutil.rmtree(_work, ignore_errors=True)
+
+
+# ---- the export tests' fixture (test_export, test_export_formats, test_export_safety) ----------
+EXPORT_LENGTHS = [5, 17, 1, 30, 64, 9, 12, 40, 3, 22, 64, 2, 50, 7, 33, 11, 48, 4, 26, 60]
+
+
+class ExportFixture:
+    """The export tests' corpus (work/prompts.jsonl: EXPORT_LENGTHS, seed 5) and models
+    (work/MODEL for each (MODEL, seed) of models); outputs of it (output) and `harvest export
+    --shards` runs (export)."""
+
+    def __init__(self, harvest, work, models=(("model", 5),)):
+        self.harvest, self.work = harvest, work
+        for m, seed in models:
+            init_model(harvest, f"{work}/{m}", seed=seed)
+        write_prompts(f"{work}/prompts.jsonl", EXPORT_LENGTHS, seed=5)
+
+    def output(self, name, acts, *run_args, job_extra=None, **output):
+        """work/NAME.h5: `harvest run` of acts (batch 3, max_seq_len 64) with output keys
+        output, job keys job_extra and `harvest run` flags run_args"""
+        o = dict({"path": f"{name}.h5"}, **output)
+        job = write_job(f"{self.work}/{name}.json", activations=acts, batch_size=3,
+                        max_seq_len=64, output=o, **(job_extra or {}))
+        run(self.harvest, "run", job, "--quiet", *run_args, check=0)
+        return f"{self.work}/{name}.h5"
+
+    def export(self, src, d, *opts, rc=0, np_=1):
+        """`harvest export SRC --shards D --quiet OPTS` on np_ ranks, its exit code checked
+        against rc (None: not checked); the CompletedProcess"""
+        cmd = [self.harvest, "export", src, "--shards", d, "--quiet", *opts]
+        if np_ > 1:
+            cmd = ["mpirun", "-np", str(np_)] + cmd
+        p = subprocess.run(cmd, capture_output=True, text=True, env=MPI_ENV, timeout=600)
+        if rc is not None and p.returncode != rc:
+            check(False, f"export {d} {' '.join(opts)}: exit {p.returncode}, expected {rc}: "
+                         f"{p.stderr[-1500:]}")
+        return p
+
+
+def synthetic_output(path, n_tokens, d=8, T=128, checksum=777, columns=True, chunks=True):
+    """A token-layout harvest output written directly (one plain dataset "x" of d features, no
+    segments): prompts of T tokens (the last fewer), x[t] = t + feature / 16, input ids from
+    numpy's default_rng(0); data_checksum checksum + n_tokens; with /tokens/prompt_index and
+    position when columns, chunks of 65536 rows when chunks."""
+    import h5py
+    import numpy as np
+    n_p = (n_tokens + T - 1) // T
+    L = np.full(n_p, T, np.int64)
+    L[-1] = n_tokens - T * (n_p - 1)
+    with h5py.File(path, "w") as f:
+        f.attrs.update(harvest_format=1, complete=1, data_checksum=checksum + n_tokens,
+                       storage_dtype="float32", max_seq_len=T)
+        f["prompts/length"] = L
+        f["prompts/token_offset"] = np.concatenate([[0], np.cumsum(L)[:-1]])
+        f["prompts/source_index"] = np.arange(n_p, dtype=np.int64)
+        f["tokens/input_ids"] = np.random.default_rng(0).integers(0, 1000, n_tokens)
+        if columns:
+            f["tokens/prompt_index"] = np.repeat(np.arange(n_p), L)
+            f["tokens/position"] = np.concatenate([np.arange(x) for x in L])
+        x = f.create_dataset("activations/x", (n_tokens, d), np.float32,
+                             chunks=(65536, d) if chunks else None)
+        for a in range(0, n_tokens, 1 << 20):  # a piece at a time: memory flat in n_tokens
+            b = min(n_tokens, a + (1 << 20))
+            x[a:b] = np.arange(a, b, dtype=np.float32)[:, None] + np.arange(d) / 16
+        x.attrs["stored_axes"] = ["token", "feature"]
+    return path
