@@ -115,10 +115,11 @@ static int seg_finish(struct writer *w, struct ah_error *err) {
     w->seg = NULL;
     w->seconds += now_seconds() - t0; // the fsync is part of writing
     if (rc < 0) return rc;
-    if (w->ws) { // the segment's statistics' partials go in before it is listed
+    if (w->cons &&
+        w->segment) { // the consumers' partials (statistics...) go in before it is listed
         char path[4400];
         snprintf(path, sizeof path, "%s.parts/%s", w->pl->j.out_path, rec.file);
-        if ((rc = wstats_flush(w->ws, w->g->scomm, path, err)) < 0) {
+        if ((rc = w->segment(w->cons, w->g->scomm, path, err)) < 0) {
             h5out_record_free(&rec);
             return rc;
         }
@@ -345,12 +346,12 @@ int writer_finish(struct writer *w, struct ah_error *err) {
     return rc;
 }
 
-int writer_stats(struct writer *w, struct ah_error *err) {
-    if (w->g->rank != 0 || !w->pl->n_stats) return 0;
+int writer_stats(struct writer *w, bool if_missing, struct ah_error *err) {
+    if (w->g->rank != 0 || !w->final) return 0;
     int n = 0;
     const struct h5out_record *rec = h5m_records(w->mst, &n);
     double t0 = now_seconds();
-    int rc = wstats_final(w->pl, rec, n, err);
+    int rc = w->final(w->pl, rec, n, if_missing, err);
     w->seconds += now_seconds() - t0;
     return rc;
 }
@@ -365,7 +366,7 @@ int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done
     int rc = h5m_write(w->mst, all == pl->ds.n, err);
     w->seconds += now_seconds() - t0;
     *prompts_done = all;
-    if (rc == 0 && all == pl->ds.n && pl->n_stats) rc = writer_stats(w, err);
+    if (rc == 0 && all == pl->ds.n) rc = writer_stats(w, false, err);
     if (rc == 0 && all < pl->ds.n)
         rc = ah_fail(err, AH_ESTOP,
                      "stopped by a signal after %lld of %lld prompts; run the same command "

@@ -137,9 +137,24 @@ static int line_of(const char *text, const char *at) {
     return line;
 }
 
-static const char *const top_keys[] = {"model",      "data",       "activations", "max_seq_len",
-                                       "batch_size", "output",     "parallel",    "pool",
-                                       "select",     "statistics", "compute",     NULL};
+// the strings of the array arr (key `key`) into *out (*n of them, each malloc'd)
+static int get_names(const cJSON *arr, const char *key, const char *path, char ***out, int *n,
+                     struct ah_error *err) {
+    *out = calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof(char *));
+    if (!*out) return -AH_ENOMEM;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, arr) {
+        if (!cJSON_IsString(a) || !a->valuestring[0])
+            return ah_fail(err, AH_EINVAL, "%s: \"%s[%d]\": expected a non-empty string", path, key,
+                           *n);
+        if (!((*out)[(*n)++] = strdup(a->valuestring))) return -AH_ENOMEM;
+    }
+    return 0;
+}
+
+static const char *const top_keys[] = {
+    "model", "data",   "activations", "max_seq_len", "batch_size",   "output", "parallel",
+    "pool",  "select", "statistics",  "compute",     "norm_profile", NULL};
 static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
@@ -205,15 +220,17 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                        "%s: \"activations\": expected a non-empty array of names "
                        "or globs (see `harvest activations MODEL_DIR`)",
                        path);
-    j->activations = calloc((size_t)cJSON_GetArraySize(acts), sizeof(char *));
-    if (!j->activations) return -AH_ENOMEM;
-    const cJSON *a;
-    cJSON_ArrayForEach(a, acts) {
-        if (!cJSON_IsString(a) || !a->valuestring[0])
-            return ah_fail(err, AH_EINVAL, "%s: \"activations[%d]\": expected a non-empty string",
-                           path, j->n_activations);
-        if (!(j->activations[j->n_activations++] = strdup(a->valuestring))) return -AH_ENOMEM;
-    }
+    if ((rc = get_names(acts, "activations", path, &j->activations, &j->n_activations, err)) < 0)
+        return rc;
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "norm_profile");
+    if (prof && !cJSON_IsArray(prof))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"norm_profile\": expected an array of names, aliases or globs of "
+                       "(batch, sequence, features) activations",
+                       path);
+    if (prof &&
+        (rc = get_names(prof, "norm_profile", path, &j->norm_profile, &j->n_norm_profile, err)) < 0)
+        return rc;
 
     int cm = JOB_COMPUTE_F32; // in the order of enum job_compute
     static const char *const computes[] = {"float32", "bf16", NULL};
@@ -307,6 +324,9 @@ void job_free(struct job *j) {
     for (int i = 0; i < j->n_activations; i++)
         free(j->activations[i]);
     free(j->activations);
+    for (int i = 0; i < j->n_norm_profile; i++)
+        free(j->norm_profile[i]);
+    free(j->norm_profile);
     free(j->path);
     free(j->text);
     free(j->model);
@@ -343,9 +363,8 @@ static int edit_distance(const char *a, const char *b) {
 }
 
 // pattern a of the job matches nothing: an error suggesting the three closest names
-static int no_match(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
-                    struct ah_error *err) {
-    const char *pat = j->activations[a];
+static int no_match(const struct job *j, const char *key, const char *pat, int a,
+                    const struct tap_desc *cat, int n_cat, struct ah_error *err) {
     int best[3] = {-1, -1, -1}, bd[3] = {1 << 30, 1 << 30, 1 << 30};
     for (int i = 0; i < n_cat; i++) {
         int d = edit_distance(pat, cat[i].name);
@@ -365,37 +384,35 @@ static int no_match(const struct job *j, int a, const struct tap_desc *cat, int 
         snprintf(sugg + strlen(sugg), sizeof sugg - strlen(sugg), "%s\"%s\"", k ? ", " : "",
                  cat[best[k]].name);
     return ah_fail(err, AH_EINVAL,
-                   "%s: \"activations[%d]\": \"%s\" matches no activation of the model; "
+                   "%s: \"%s[%d]\": \"%s\" matches no activation of the model; "
                    "closest: %s (list them with `harvest activations MODEL_DIR`)",
-                   j->path, a, pat, sugg);
+                   j->path, key, a, pat, sugg);
 }
 
 // pattern a of the job, a name no glob matched, taken as an alias (model/aliases.h): marks its
 // catalogue entry with bit 2 of want and the name in alias_of_id
-static int select_alias(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
-                        const char *family, uint8_t *want, const char **alias_of_id,
-                        struct ah_error *err) {
-    const char *pat = j->activations[a];
+static int select_alias(const struct job *j, const char *key, const char *pat, int a,
+                        const struct tap_desc *cat, int n_cat, const char *family, uint8_t *want,
+                        const char **alias_of_id, struct ah_error *err) {
     char canon[TAP_NAME_MAX + 128];
     int r = alias_resolve(family, pat, canon, sizeof canon);
-    if (r == 0) return no_match(j, a, cat, n_cat, err);
+    if (r == 0) return no_match(j, key, pat, a, cat, n_cat, err);
     if (r < 0)
-        return ah_fail(err, AH_EINVAL, "%s: \"activations[%d]\": \"%s\": %s", j->path, a, pat,
-                       canon);
+        return ah_fail(err, AH_EINVAL, "%s: \"%s[%d]\": \"%s\": %s", j->path, key, a, pat, canon);
     int i = 0;
     while (i < n_cat && strcmp(cat[i].name, canon))
         i++;
     if (i == n_cat)
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"activations[%d]\": \"%s\" is an alias of \"%s\", which the %s "
+                       "%s: \"%s[%d]\": \"%s\" is an alias of \"%s\", which the %s "
                        "model lacks (list its aliases with `harvest activations MODEL_DIR "
                        "--aliases`)",
-                       j->path, a, pat, canon, family);
+                       j->path, key, a, pat, canon, family);
     if (want[i] & 2)
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"activations[%d]\": \"%s\" and \"%s\" are both \"%s\" (a value "
+                       "%s: \"%s[%d]\": \"%s\" and \"%s\" are both \"%s\" (a value "
                        "is stored once, under one name: ask for one)",
-                       j->path, a, alias_of_id[i], pat, canon);
+                       j->path, key, a, alias_of_id[i], pat, canon);
     want[i] |= 2;
     alias_of_id[i] = pat;
     return 0;
@@ -403,23 +420,31 @@ static int select_alias(const struct job *j, int a, const struct tap_desc *cat, 
 
 int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, const char *family,
                uint8_t *want, const char **alias_of_id, struct ah_error *err) {
-    for (int a = 0; a < j->n_activations; a++) {
+    return job_select_list(j, "activations", j->activations, j->n_activations, cat, n_cat, family,
+                           want, alias_of_id, err);
+}
+
+int job_select_list(const struct job *j, const char *key, char *const *names, int n,
+                    const struct tap_desc *cat, int n_cat, const char *family, uint8_t *want,
+                    const char **alias_of_id, struct ah_error *err) {
+    for (int a = 0; a < n; a++) {
         int hits = 0, rc;
         for (int i = 0; i < n_cat; i++)
-            if (tap_glob_match(j->activations[a], cat[i].name)) {
+            if (tap_glob_match(names[a], cat[i].name)) {
                 want[i] |= 1;
                 hits++;
             }
-        if (!hits && (rc = select_alias(j, a, cat, n_cat, family, want, alias_of_id, err)) < 0)
+        if (!hits && (rc = select_alias(j, key, names[a], a, cat, n_cat, family, want, alias_of_id,
+                                        err)) < 0)
             return rc;
     }
     for (int i = 0; i < n_cat; i++) {
         if (want[i] == 3)
             return ah_fail(err, AH_EINVAL,
-                           "%s: \"activations\": \"%s\" is an alias of \"%s\", which a name or "
+                           "%s: \"%s\": \"%s\" is an alias of \"%s\", which a name or "
                            "glob of the job also asks for (a value is stored once, under one "
                            "name: ask for one)",
-                           j->path, alias_of_id[i], cat[i].name);
+                           j->path, key, alias_of_id[i], cat[i].name);
         want[i] = want[i] != 0;
     }
     return 0;
