@@ -405,13 +405,14 @@ static int np_entries(const struct plan *pl, const struct h5out_record *rec, int
         int got = h5prof_batches(path, value, &b, &m);
         if (got < 0)
             return ah_fail(err, AH_EIO, "%s: cannot read the norm profile's partials", path);
-        struct npentry *ne =
-            *n + m > cap ? realloc(*e, (size_t)(cap = 2 * cap + m + 1) * sizeof *ne) : *e;
-        if (!ne) {
-            free(b);
-            return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile's partials");
+        if (*n + m > cap) {
+            struct npentry *ne = realloc(*e, (size_t)(cap = 2 * cap + m) * sizeof *ne);
+            if (!ne) {
+                free(b);
+                return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile's partials");
+            }
+            *e = ne;
         }
-        *e = ne;
         for (int64_t j = 0; j < m; j++)
             if (lists_prompt(&rec[r], b[j] * pl->B)) (*e)[(*n)++] = (struct npentry){b[j], j, r};
         free(b);
