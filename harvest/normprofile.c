@@ -229,6 +229,7 @@ static int np_take(void *u, const struct ctake *t, const struct tview *v, struct
     (void)err;
     const struct cbatch *bt = t->bt;
     double *p = np->part + np->val_of_id[t->id] * np->z.L;
+    AH_ASSERT(v->ndim == 3 && v->dtype == TAP_F32 && v->dims[1] <= np->z.T);
     int64_t T = v->dims[1], F = v->dims[2];
     const float *x = v->data;
     for (int64_t s = 0; s < T; s++) {

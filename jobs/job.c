@@ -161,16 +161,9 @@ static const char *const out_keys[] = {
     "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
 static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
 
-static int parse(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
-    int rc;
-    if (!cJSON_IsObject(root)) return ah_fail(err, AH_EINVAL, "%s: expected a JSON object", path);
-    if ((rc = check_keys(root, top_keys, path, "", err)) < 0) return rc;
-
-    char *model = NULL;
-    if ((rc = get_string(root, "model", path, "", true, &model, err)) < 0) return rc;
-    j->model = resolve(path, model);
-    free(model);
-
+// "data": a path, or an object {path, format, field, pack, fields}
+static int parse_data(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc = 0;
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     char *dpath = NULL;
     if (cJSON_IsObject(data)) {
@@ -212,8 +205,12 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                        "\"text\", \"text-files\" or \"megatron\")",
                        path, j->data_format);
     if (cJSON_IsObject(data) && (rc = job_parse_fields(j, data, path, err)) < 0) return rc;
-    if ((rc = job_parse_pool(j, root, path, err)) < 0) return rc;
+    return 0;
+}
 
+// "activations" and "norm_profile": names, aliases or globs
+static int parse_names(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc = 0;
     const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");
     if (!cJSON_IsArray(acts) || cJSON_GetArraySize(acts) == 0)
         return ah_fail(err, AH_EINVAL,
@@ -231,22 +228,12 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
     if (prof &&
         (rc = get_names(prof, "norm_profile", path, &j->norm_profile, &j->n_norm_profile, err)) < 0)
         return rc;
+    return 0;
+}
 
-    int cm = JOB_COMPUTE_F32; // in the order of enum job_compute
-    static const char *const computes[] = {"float32", "bf16", NULL};
-    if ((rc = get_choice(root, "compute", path, "", computes, &cm, err)) < 0) return rc;
-    j->compute = (enum job_compute)cm;
-
-    j->batch_size = 8;
-    if ((rc = get_int(root, "max_seq_len", path, "", 1, 1 << 20, &j->max_seq_len, err)) < 0 ||
-        (rc = get_int(root, "batch_size", path, "", 1, 1 << 16, &j->batch_size, err)) < 0)
-        return rc;
-    if (j->pack && j->max_seq_len < 2)
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"data.pack\" cuts contexts of \"max_seq_len\" tokens: give "
-                       "\"max_seq_len\" (at least 2)",
-                       path);
-
+// "output"
+static int parse_output(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc = 0;
     const cJSON *out = cJSON_GetObjectItemCaseSensitive(root, "output");
     if (!cJSON_IsObject(out))
         return ah_fail(err, AH_EINVAL, "%s: \"output\": expected an object with at least \"path\"",
@@ -270,7 +257,13 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
         (rc = get_int(out, "checkpoint_seconds", path, "output.", 0, 1 << 30,
                       &j->checkpoint_seconds, err)) < 0)
         return rc;
+    return 0;
+}
 
+// "parallel"
+static int parse_parallel(struct job *j, const cJSON *root, const char *path,
+                          struct ah_error *err) {
+    int rc = 0;
     j->pipeline_stages = j->expert_parallel = 1;
     const cJSON *par = cJSON_GetObjectItemCaseSensitive(root, "parallel");
     if (par) {
@@ -283,6 +276,41 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                           err)) < 0)
             return rc;
     }
+    return 0;
+}
+
+static int parse(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc;
+    if (!cJSON_IsObject(root)) return ah_fail(err, AH_EINVAL, "%s: expected a JSON object", path);
+    if ((rc = check_keys(root, top_keys, path, "", err)) < 0) return rc;
+
+    char *model = NULL;
+    if ((rc = get_string(root, "model", path, "", true, &model, err)) < 0) return rc;
+    j->model = resolve(path, model);
+    free(model);
+
+    if ((rc = parse_data(j, root, path, err)) < 0) return rc;
+    if ((rc = job_parse_pool(j, root, path, err)) < 0) return rc;
+
+    if ((rc = parse_names(j, root, path, err)) < 0) return rc;
+
+    int cm = JOB_COMPUTE_F32; // in the order of enum job_compute
+    static const char *const computes[] = {"float32", "bf16", NULL};
+    if ((rc = get_choice(root, "compute", path, "", computes, &cm, err)) < 0) return rc;
+    j->compute = (enum job_compute)cm;
+
+    j->batch_size = 8;
+    if ((rc = get_int(root, "max_seq_len", path, "", 1, 1 << 20, &j->max_seq_len, err)) < 0 ||
+        (rc = get_int(root, "batch_size", path, "", 1, 1 << 16, &j->batch_size, err)) < 0)
+        return rc;
+    if (j->pack && j->max_seq_len < 2)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"data.pack\" cuts contexts of \"max_seq_len\" tokens: give "
+                       "\"max_seq_len\" (at least 2)",
+                       path);
+
+    if ((rc = parse_output(j, root, path, err)) < 0) return rc;
+    if ((rc = parse_parallel(j, root, path, err)) < 0) return rc;
     if (!j->model || !j->data_path || !j->out_path || !j->data_format) return -AH_ENOMEM;
     // token selection and write-time statistics (jobs/select.h)
     if ((rc = select_parse(cJSON_GetObjectItemCaseSensitive(root, "select"), path, &j->sel, err)) <

@@ -9,6 +9,7 @@
 - the token layout gives the prompt layout's profile, bit for bit;
 - np 1 = np 2 (replicas) = 2 pipeline stages = 2 x 2, bit for bit (values of both stages);
 - SIGTERM then --resume, and SIGKILL then --resume: the uninterrupted run's profile, bit for bit;
+  a complete output without /norm_profile (killed before it was added) gets it from --resume;
 - harvest_data norm_profile() and the `harvest inspect` line;
 - bad input, exit 1 naming the key and value: an unknown name, a (batch, head, sequence, dim)
   value, an int64 mask, attention probabilities (a key axis), not an array, a value deeper than
@@ -178,6 +179,12 @@ rc = stop_mid_run(harvest, job("stop"), out)
 check(rc == 3, f"stopped: exit {rc}")
 run(harvest, "run", job("stop"), "--resume", "--quiet", check=0)
 same_profile(ref, out, "SIGTERM + --resume")
+# killed after the complete master, before its /norm_profile: a --resume adds it
+with h5py.File(out, "r+") as f:
+    del f["norm_profile"]
+p = run(harvest, "run", job("stop"), "--resume", check=0)
+check("already complete" in p.stderr, f"complete output: {p.stderr[-300:]}")
+same_profile(ref, out, "/norm_profile missing + --resume")
 
 out = f"{work}/kill.h5"
 for attempt in range(3):
