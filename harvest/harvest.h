@@ -178,6 +178,9 @@ extern const struct consumer_kind collect_kind;
 extern const struct consumer_kind wstats_kind;
 // the per-position norm profile (normprofile.c; docs/output.md "Norm profile")
 extern const struct consumer_kind normprofile_kind;
+// The deepest block (tap_desc.block) of the job's "norm_profile" values, -1 with none (or a name
+// that resolves to nothing: the kind's check says so). The plan runs the blocks up to it.
+int normprofile_deepest(const struct plan *pl);
 
 // ---- progress on stderr ----
 struct progress {

@@ -53,7 +53,8 @@ static bool computed(const struct plan *pl, int b) {
     return b < pl->blk_end || (b >= pl->m.n_blocks && pl->blk_end == pl->m.n_blocks);
 }
 
-static int npnames_of(const struct plan *pl, struct npnames *x, struct ah_error *err) {
+// the job's names resolved against the catalogue (x->want NULL without the key)
+static int npnames_of_job(const struct plan *pl, struct npnames *x, struct ah_error *err) {
     const struct job *j = &pl->j;
     const struct model *m = &pl->m;
     memset(x, 0, sizeof *x);
@@ -61,9 +62,16 @@ static int npnames_of(const struct plan *pl, struct npnames *x, struct ah_error 
     x->want = calloc((size_t)m->n_cat + 1, 1);
     x->alias = calloc((size_t)m->n_cat + 1, sizeof *x->alias);
     if (!x->want || !x->alias) return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile");
-    int rc = job_select_list(j, "norm_profile", j->norm_profile, j->n_norm_profile, m->cat,
-                             m->n_cat, m->family, x->want, x->alias, err);
-    for (int i = 0; rc == 0 && i < m->n_cat; i++) {
+    return job_select_list(j, "norm_profile", j->norm_profile, j->n_norm_profile, m->cat, m->n_cat,
+                           m->family, x->want, x->alias, err);
+}
+
+// ... and checked: each a profilable value the job computes
+static int npnames_of(const struct plan *pl, struct npnames *x, struct ah_error *err) {
+    const struct job *j = &pl->j;
+    const struct model *m = &pl->m;
+    int rc = npnames_of_job(pl, x, err);
+    for (int i = 0; rc == 0 && x->want && i < m->n_cat; i++) {
         if (!x->want[i]) continue;
         const struct tap_desc *d = &m->cat[i];
         char shape[256] = "";
@@ -75,15 +83,21 @@ static int npnames_of(const struct plan *pl, struct npnames *x, struct ah_error 
                            "%s: \"norm_profile\": \"%s\" is %s (%s): a profile takes a float "
                            "activation shaped (batch, sequence, features)",
                            j->path, d->name, tap_dtype_name(d->dtype), shape);
-        if (!computed(pl, d->block))
-            return ah_fail(err, AH_EINVAL,
-                           "%s: \"norm_profile\": \"%s\" lies deeper than every value of "
-                           "\"activations\", so the job does not compute it: store it (or a "
-                           "later value) too",
-                           j->path, d->name);
+        AH_ASSERT(computed(pl, d->block)); // the plan runs the blocks up to the deepest
         x->n++;
     }
     return rc;
+}
+
+int normprofile_deepest(const struct plan *pl) {
+    struct npnames x;
+    struct ah_error e = {0};
+    int deepest = -1;
+    if (npnames_of_job(pl, &x, &e) == 0)
+        for (int i = 0; x.want && i < pl->m.n_cat; i++)
+            if (x.want[i] && pl->m.cat[i].block > deepest) deepest = pl->m.cat[i].block;
+    npnames_free(&x);
+    return deepest;
 }
 
 // whether this rank's stage computes the value of block b (grid.c's owner of a block)

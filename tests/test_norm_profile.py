@@ -4,7 +4,8 @@
   hist exact, max and the outliers (prompt, position, token id, norm; ties to the smaller
   (prompt, position)) exact or <= 1e-12 relative, sum and sum_sq <= 1e-12 relative; hist_edges
   2^(k/4), k = -32..96; n_nan 0; max NaN where count is 0; a value profiled but not stored
-  (encoder_0_norm2) counts what the stored ones count;
+  (encoder_0_norm2) counts what the stored ones count, and so does one deeper than every stored
+  value (decoder_0_output: the job runs the blocks up to it);
 - with "select" (prompt layout, /tokens/selected): only the chosen tokens;
 - the token layout gives the prompt layout's profile, bit for bit;
 - np 1 = np 2 (replicas) = 2 pipeline stages = 2 x 2, bit for bit (values of both stages);
@@ -12,8 +13,8 @@
   a complete output without /norm_profile (killed before it was added) gets it from --resume;
 - harvest_data norm_profile() and the `harvest inspect` line;
 - bad input, exit 1 naming the key and value: an unknown name, a (batch, head, sequence, dim)
-  value, an int64 mask, attention probabilities (a key axis), not an array, a value deeper than
-  every stored one, a value of a pipeline stage that stores nothing.
+  value, an int64 mask, attention probabilities (a key axis), not an array, a value of a pipeline
+  stage that stores nothing.
 Mutation caught: part_merge adding only the last batch's counts (total[t] = part[t]) fails the
 count, sum and grid checks."""
 import json
@@ -163,6 +164,16 @@ check_against_numpy(f"{work}/sel.h5", True, "select")
 run(harvest, "run", job("tok", layout="token"), "--quiet", check=0)
 same_profile(ref, f"{work}/tok.h5", "token layout")
 
+# a value deeper than every stored one: the job runs the blocks up to it
+run(harvest, "run", job("deep", prof=["decoder_0_output"]), "--quiet", check=0)
+with h5py.File(ref, "r") as f:
+    want_count = f["norm_profile/encoder_0_output/count"][:]
+with h5py.File(f"{work}/deep.h5", "r") as f:
+    g = f["norm_profile/decoder_0_output"]
+    check(np.array_equal(g["count"][:], want_count) and g["hist"][:].sum() == want_count.sum()
+          and np.isfinite(g["sum"][:]).all() and g["sum"][:].sum() > 0,
+          "a deeper unstored value: the stored values' counts, finite sums")
+
 # ---- grids ----
 if MPIRUN:
     for label, np_, stages in [("np 2", 2, 1), ("2 stages", 2, 2), ("2 x 2", 4, 2)]:
@@ -206,8 +217,7 @@ BAD = [("unknown", ["encoder_0_outptu"], '"norm_profile[0]": "encoder_0_outptu"'
        ("heads", ["encoder_0_q"], '"norm_profile": "encoder_0_q"'),
        ("int64", ["encoder_0_global_mask"], '"norm_profile": "encoder_0_global_mask"'),
        ("key", ["encoder_0_attn_probs"], '"norm_profile": "encoder_0_attn_probs"'),
-       ("string", "encoder_0_output", '"norm_profile": expected an array'),
-       ("deep", ["decoder_0_output"], '"norm_profile": "decoder_0_output"')]
+       ("string", "encoder_0_output", '"norm_profile": expected an array')]
 for name, prof, want in BAD:
     p = run(harvest, "run", job("bad-" + name, prof=prof), "--quiet")
     check(p.returncode == 1 and want in p.stderr,
