@@ -5,20 +5,30 @@
 // token layout:  the view's one sequence axis moves to the front: (1, A.., T, B..) -> (T, A.., B..)
 //                at rows token_offset .. token_offset + T; under "select" only the chosen
 //                positions, at the prompt's stored rows (harvest/run.h st_off).
-#include "harvest/harvest.h"
-#include "harvest/writer.h"
+#include "harvest/writer.h" // writer_rows; harvest/run.h: struct plan, struct grid
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct collector {
+    struct writer *w;               // borrowed
+    const struct placement *pc;     // where rows go (harvest/rounds.h); borrowed
+    const struct h5out_dset *dsets; // borrowed
+    const int *dset_of_id;          // (n_cat) dataset index of a catalogue id, or -1
+    enum job_layout layout;
+    uint8_t *want; // (n_cat) this stage's datasets; owned
+    float *buf;    // padded/transposed row; owned
+    size_t buf_bytes;
+    struct ah_error *err; // where a failure's message goes (the take's)
+};
 
 static void *scratch(struct collector *c, size_t bytes) {
     if (bytes > c->buf_bytes) {
         free(c->buf);
         c->buf = malloc(bytes);
         c->buf_bytes = c->buf ? bytes : 0;
-        if (!c->buf)
-            c->rc = ah_fail(&c->err, AH_ENOMEM, "out of memory: a row buffer of %zu bytes", bytes);
+        if (!c->buf) ah_fail(c->err, AH_ENOMEM, "out of memory: a row buffer of %zu bytes", bytes);
     }
     return c->buf;
 }
@@ -46,7 +56,7 @@ static void copy_corner(char *dst, const char *src, int nd, const int64_t *sd, c
     }
 }
 
-static void take_prompt(struct collector *c, int di, int b, const struct tview *v) {
+static int take_prompt(struct collector *c, int di, const struct ctake *t, const struct tview *v) {
     const struct h5out_dset *d = &c->dsets[di];
     size_t es = tap_dtype_size(v->dtype);
     int nd = v->ndim - 1; // without the batch axis
@@ -59,7 +69,7 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
     const void *row = v->data;
     if (!same) {
         char *buf = scratch(c, (size_t)elems * es);
-        if (!buf) return;
+        if (!buf) return -AH_ENOMEM;
         if (v->dtype == TAP_F32)
             for (int64_t i = 0; i < elems; i++)
                 ((float *)(void *)buf)[i] = NAN;
@@ -68,15 +78,15 @@ static void take_prompt(struct collector *c, int di, int b, const struct tview *
         copy_corner(buf, v->data, nd, v->dims + 1, d->dims + 1, es);
         row = buf;
     }
-    c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, false), 1, row, &c->err);
+    return writer_rows(c->w, di, place_prompt_row(c->pc, t->bt->k, t->b, false), 1, row, c->err);
 }
 
-static void take_token(struct collector *c, int di, int b, const struct tview *v) {
+static int take_token(struct collector *c, int di, const struct ctake *t, const struct tview *v) {
     int k = tview_seq_axis(c->dsets[di].desc, v);
     int64_t T = v->dims[k], outer = 1;
     for (int i = 1; i < k; i++)
         outer *= v->dims[i];
-    const uint8_t *keep = c->keep ? c->keep + c->boff[b] : NULL; // under "select"
+    const uint8_t *keep = t->keep; // under "select"
     const void *rows = v->data;
     int64_t n = T;
     if (outer > 1 || keep) {
@@ -84,29 +94,55 @@ static void take_token(struct collector *c, int di, int b, const struct tview *v
         for (int i = 1; i < v->ndim; i++)
             elems *= v->dims[i];
         char *buf = scratch(c, (size_t)elems * tap_dtype_size(v->dtype));
-        if (!buf) return;
+        if (!buf) return -AH_ENOMEM;
         n = tview_rows(v, k, keep, buf);
         rows = buf;
     }
-    if (n > 0)
-        c->rc = writer_rows(c->w, di, place_prompt_row(c->pc, c->batch, b, true), n, rows, &c->err);
+    if (n == 0) return 0;
+    return writer_rows(c->w, di, place_prompt_row(c->pc, t->bt->k, t->b, true), n, rows, c->err);
 }
 
-void collect_take(void *u, int id, int b, const struct tview *v) {
+static int collect_take(void *u, const struct ctake *t, const struct tview *v,
+                        struct ah_error *err) {
     struct collector *c = u;
-    if (c->rc < 0) return; // the first error stands; the driver checks after forward
-    double t0 = now_seconds();
-    int di = c->dset_of_id[id];
+    c->err = err;
+    int di = c->dset_of_id[t->id];
     AH_ASSERT(di >= 0);
-    if (c->layout == JOB_LAYOUT_PROMPT)
-        take_prompt(c, di, b, v);
-    else
-        take_token(c, di, b, v);
-    c->seconds += now_seconds() - t0;
+    return c->layout == JOB_LAYOUT_PROMPT ? take_prompt(c, di, t, v) : take_token(c, di, t, v);
 }
 
-void collector_free(struct collector *c) {
+static void collect_free(void *u) {
+    struct collector *c = u;
+    if (!c) return;
     free(c->buf);
-    c->buf = NULL;
-    c->buf_bytes = 0;
+    free(c->want);
+    free(c);
 }
+
+// Expert shard 0 of a stage writes the stage's datasets (the shards of a replica compute them
+// alike); the other shards collect nothing.
+static int collect_make(struct consumer *out, const struct consumer_env *env,
+                        struct ah_error *err) {
+    const struct plan *pl = env->pl;
+    const struct grid *g = env->g;
+    if (g->shard != 0) return 0;
+    struct collector *c = calloc(1, sizeof *c);
+    if (c) c->want = calloc((size_t)pl->m.n_cat + 1, 1);
+    if (!c || !c->want) {
+        collect_free(c);
+        return ah_fail(err, AH_ENOMEM, "out of memory: a want list of %d names", pl->m.n_cat);
+    }
+    *c = (struct collector){.w = env->w,
+                            .pc = &pl->place.pc,
+                            .dsets = pl->names.dsets,
+                            .dset_of_id = pl->names.dset_of_id,
+                            .layout = pl->j.layout,
+                            .want = c->want};
+    for (int i = 0; i < pl->m.n_cat; i++)
+        c->want[i] = pl->names.dset_of_id[i] >= g->i0 && pl->names.dset_of_id[i] < g->i1;
+    *out = (struct consumer){
+        .name = "collect", .want = c->want, .take = collect_take, .free = collect_free, .u = c};
+    return 0;
+}
+
+const struct consumer_kind collect_kind = {"collect", NULL, collect_make, NULL};

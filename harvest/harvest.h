@@ -11,6 +11,7 @@
 #include "model/family.h"
 #include "model/moe.h" // struct expert_shard
 
+#include <mpi.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -61,15 +62,81 @@ double model_block_flops(const struct model *m, int b, int T);
 int64_t model_stage_bytes(const struct model *m, int b0, int b1, bool head, int shard, int n_shards,
                           const char **kind);
 
-// ---- tap consumers: each tap view goes, in order, to every consumer that wants its name ----
-// The forward pass computes what any consumer wants and nothing more (the union of their wants).
-// A consumer copies what it keeps before returning (buffers are reused) and records its errors
-// itself, for the driver to check after the forward pass. The HDF5 collector is the first one;
-// write-time statistics and token selection attach here.
+// ---- tap consumers: the protocol (consumers.c) ----
+// Each tap view goes, in order, to every consumer that wants its name; the forward pass computes
+// what any consumer wants and nothing more (the union of their wants). Around every batch:
+//   begin(batch)         what a consumer needs to know of the batch (struct cbatch)
+//   take(view) ...       one call per prompt and wanted value; the view is valid during the call
+//                        only (buffers are reused): a consumer copies what it keeps
+//   end(batch)           the batch's views are all in
+// and, for consumers that keep per-batch partials in the segment files (write-time statistics,
+// the norm profile), segment(path) when a segment of this rank's stage closes, before the master
+// lists it (collective over the stage's ranks). The selection ("select", the norm guard) is
+// applied once, before the consumers: each take receives its prompt's keep mask.
+// Errors: any hook returns 0 or a negative AH_E* with a message in err. The first failure stands
+// (later takes of the batch are skipped) and reaches the run from consumers_end as an ah_error:
+// the run stops (exit 1 or 2 as the code says).
+struct cbatch {
+    int64_t k;           // batch index
+    int64_t p0;          // its first prompt (corpus index); prompt b is p0 + b
+    int n;               // prompts
+    const int *lens;     // (n) tokens of prompt b
+    const int64_t *boff; // (n) prompt b's first token, counted from the batch's first
+    int64_t t0;          // the batch's first token in the corpus (ds.off)
+    int64_t n_tokens;    // tokens of the batch
+    const int64_t *ids;  // (n_tokens) their token ids; borrowed
+    const uint8_t *keep; // (n_tokens) the chosen positions (1) under "select"; NULL: all
+};
+
+struct ctake {
+    int id;                   // catalogue id of the value
+    const struct tap_desc *d; // its catalogue entry; borrowed
+    int b;                    // prompt within the batch
+    const uint8_t *keep;      // (lens[b]) its chosen positions; NULL: all
+    const struct cbatch *bt;  // the batch in hand; borrowed
+};
+
+struct out_ops;
 struct consumer {
-    const uint8_t *want; // (n_cat) the names it takes; borrowed
-    void (*take)(void *u, int id, int b, const struct tview *v);
+    const char *name;    // for messages
+    const uint8_t *want; // (n_cat) the names it takes; borrowed (NULL: none)
+    int (*begin)(void *u, const struct cbatch *bt, struct ah_error *err); // may be NULL
+    int (*take)(void *u, const struct ctake *t, const struct tview *v, struct ah_error *err);
+    int (*end)(void *u, const struct cbatch *bt, struct ah_error *err); // may be NULL
+    // a segment of the stage closed (collective over comm): `file` of the output at out_path, of
+    // format out (its partials go in through out or the consumer's own io/ file); may be NULL
+    int (*segment)(void *u, const struct out_ops *out, MPI_Comm comm, const char *out_path,
+                   const char *file, struct ah_error *err);
+    void (*free)(void *u); // releases u (NULL: u is not owned)
     void *u;
+    double seconds; // spent in take (the protocol's count)
+};
+
+// What a consumer is made from: the plan and grid of this rank (harvest/run.h) and its writer.
+struct plan;
+struct grid;
+struct writer;
+struct h5out_record;
+struct consumer_env {
+    const struct plan *pl;
+    const struct grid *g;
+    struct writer *w;
+};
+
+// A kind of consumer: one file defines one (`const struct consumer_kind NAME_kind`), and one line
+// of consumers.c's table registers it. Hooks may be NULL.
+//   check  every rank, after the grid and before the output is touched: bad input (exit 1) found
+//          here ends every rank alike (Collective through run_agree by the caller)
+//   make   every rank: fills *c, or leaves c->take NULL when this rank has nothing to do
+//   final  rank 0, every batch in: what the kind stores in the master (from the listed segment
+//          records); if_missing: only when the master lacks it (a run that finds its output
+//          complete: killed between the last master and this)
+struct consumer_kind {
+    const char *name;
+    int (*check)(const struct plan *pl, const struct grid *g, struct ah_error *err);
+    int (*make)(struct consumer *c, const struct consumer_env *env, struct ah_error *err);
+    int (*final)(const struct plan *pl, const struct out_ops *out, const struct h5out_record *rec,
+                 int n_rec, bool if_missing, struct ah_error *err);
 };
 
 #define CONSUMERS_MAX 8
@@ -77,40 +144,48 @@ struct consumers {
     struct consumer list[CONSUMERS_MAX];
     int n;
     int n_cat;
-    uint8_t *want; // (n_cat) union of the consumers' wants; owned
+    uint8_t *want;         // (n_cat) union of the consumers' wants; owned
+    const struct plan *pl; // borrowed
+    struct cbatch bt;      // the batch in hand
+    int rc;                // the first failure of the batch (0: none)
+    struct ah_error err;
 };
 
-int consumers_init(struct consumers *cs, int n_cat, struct ah_error *err);
+// Every registered kind's check, in table order. 0 or the first failure.
+int consumers_check(const struct plan *pl, const struct grid *g, struct ah_error *err);
+// Makes every registered kind's consumer of this rank, in table order (the collector first).
+int consumers_init(struct consumers *cs, const struct consumer_env *env, struct ah_error *err);
 // Appends c (its want is folded into the union). -AH_EINVAL beyond CONSUMERS_MAX.
 int consumers_add(struct consumers *cs, const struct consumer *c, struct ah_error *err);
+// Around a batch's forward pass: bt is copied (its arrays borrowed until consumers_end), then
+// every begin hook; consumers_end calls every end hook and returns the batch's first failure.
+int consumers_begin(struct consumers *cs, const struct cbatch *bt, struct ah_error *err);
+int consumers_end(struct consumers *cs, struct ah_error *err);
+// Collective over the stage (comm): the stage's segment `file` of the output at out_path closed.
+int consumers_segment(struct consumers *cs, const struct out_ops *out, MPI_Comm comm,
+                      const char *out_path, const char *file, struct ah_error *err);
+// Rank 0, every batch in: every kind's final hook, in table order.
+int consumers_final(const struct plan *pl, const struct out_ops *out,
+                    const struct h5out_record *rec, int n_rec, bool if_missing,
+                    struct ah_error *err);
 // The tap that feeds them: want is the union, take fans out.
 struct tap consumers_tap(struct consumers *cs);
-void consumers_free(struct consumers *cs); // safe on a zeroed struct
+// Seconds spent in take by the consumer named name (0 if none).
+double consumers_seconds(const struct consumers *cs, const char *name);
+void consumers_free(struct consumers *cs); // frees every consumer; safe on a zeroed struct
 
-// ---- the HDF5 collector: tap views -> stored rows, through the writer ----
-struct writer;
-struct placement;
-struct collector {
-    struct writer *w;               // borrowed
-    const struct placement *pc;     // where rows go (harvest/rounds.h); borrowed
-    const struct h5out_dset *dsets; // borrowed
-    const int *dset_of_id;          // (n_cat) dataset index of a catalogue id, or -1
-    enum job_layout layout;
-    int64_t batch;       // the batch in hand
-    const uint8_t *keep; // (batch tokens) the chosen positions under "select" (NULL: all)
-    const int64_t *boff; // (batch prompts) prompt b's first token in keep
-    float *buf;          // padded/transposed row; owned
-    size_t buf_bytes;
-    int rc; // first error, 0 if none
-    struct ah_error err;
-    double seconds; // time spent in take()
-};
-
-void collect_take(void *u, int id, int b, const struct tview *v);
-
-// ---- write-time statistics: a tap consumer after the collector (wstats.c) ----
-struct wstats;
-void collector_free(struct collector *c);
+// ---- the registered kinds ----
+// the HDF5 collector (collect.c): tap views -> stored rows, through the writer. Prompt layout:
+// the view (1, ...) is the leading corner of row `prompt`; token layout: the chosen positions'
+// rows at the prompt's stored rows. It takes this stage's datasets on expert shard 0.
+extern const struct consumer_kind collect_kind;
+// write-time statistics (wstats.c, wstats.h)
+extern const struct consumer_kind wstats_kind;
+// the per-position norm profile (normprofile.c; docs/output.md "Norm profile")
+extern const struct consumer_kind normprofile_kind;
+// The deepest block (tap_desc.block) of the job's "norm_profile" values, -1 with none (or a name
+// that resolves to nothing: the kind's check says so). The plan runs the blocks up to it.
+int normprofile_deepest(const struct plan *pl);
 
 // ---- progress on stderr ----
 struct progress {

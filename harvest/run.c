@@ -90,10 +90,7 @@ struct rank_run {
     const struct plan *pl;
     const struct grid *g;
     struct writer w;
-    struct collector col;  // the first tap consumer
-    uint8_t *col_want;     // (n_cat) what it stores: this stage's datasets; owned
-    struct consumers cons; // every tap consumer; cons.want is what the forward computes
-    struct wstats *ws;     // write-time statistics (the second consumer), or NULL
+    struct consumers cons; // every tap consumer (consumers.c); cons.want: what the forward computes
     uint8_t *keep;         // (max_tokens) the batch's chosen positions under "select"
     struct model_state st;
     struct expert_shard shard; // this rank's routed experts
@@ -110,31 +107,13 @@ struct rank_run {
     double busy, wall; // seconds working (forward, writes, hand-off copies) and in the loop
 };
 
-// the consumers: the HDF5 collector first (shard 0 writes what the shards of a replica compute
-// alike); write-time statistics and token selection go after it
+// the consumers: every registered kind's (consumers.c), the HDF5 collector first; the writer
+// tells them when a segment closes
 static int rank_consumers(struct rank_run *rr, struct ah_error *err) {
-    const struct plan *pl = rr->pl;
-    const struct grid *g = rr->g;
-    rr->col = (struct collector){.w = &rr->w,
-                                 .pc = &pl->place.pc,
-                                 .dsets = pl->names.dsets,
-                                 .dset_of_id = pl->names.dset_of_id,
-                                 .layout = pl->j.layout};
-    if (!(rr->col_want = calloc((size_t)pl->m.n_cat + 1, 1)))
-        return ah_fail(err, AH_ENOMEM, "out of memory: a want list of %d names", pl->m.n_cat);
-    for (int i = 0; g->shard == 0 && i < pl->m.n_cat; i++)
-        rr->col_want[i] = pl->names.dset_of_id[i] >= g->i0 && pl->names.dset_of_id[i] < g->i1;
-    struct consumer c = {rr->col_want, collect_take, &rr->col};
-    int rc = consumers_init(&rr->cons, pl->m.n_cat, err);
-    if (rc == 0) rc = consumers_add(&rr->cons, &c, err);
-    if (rc == 0 && pl->stats.n && g->scomm != MPI_COMM_NULL)
-        rc = wstats_init(&rr->ws, pl, g->i0, g->i1, g->shard == 0, err);
-    if (rc == 0 && rr->ws && g->shard == 0) {
-        struct consumer s = wstats_consumer(rr->ws);
-        rc = consumers_add(&rr->cons, &s, err);
-    }
-    rr->w.ws = rr->ws; // its partials go into the segments
-    return rc;
+    struct consumer_env env = {rr->pl, rr->g, &rr->w};
+    rr->w.cons = &rr->cons;
+    rr->w.segment = consumers_segment;
+    return consumers_init(&rr->cons, &env, err);
 }
 
 // The tokens batch k runs through the model: [*t0, *t1) of the corpus (ds.off; the stored rows
@@ -192,11 +171,8 @@ static int rank_setup(struct rank_run *rr, const uint8_t *done, bool quiet, stru
 
 static void rank_free(struct rank_run *rr, bool wait) {
     pipe_free(&rr->pipe, wait);
-    collector_free(&rr->col);
     consumers_free(&rr->cons);
-    wstats_free(rr->ws);
     free(rr->keep);
-    free(rr->col_want);
     model_state_free(&rr->st);
     exchange_free(&rr->ex);
     free(rr->mine);
@@ -234,17 +210,11 @@ static int run_batch(struct rank_run *rr, int64_t k, const float *in, struct ah_
     for (int a = 0; in && a < rr->n_hand; a++)
         memcpy(rr->hand[a], in + a * hand_n, hand_n * sizeof(float));
     struct tap tp = consumers_tap(&rr->cons);
-    rr->col.batch = k;
-    rr->col.keep = rr->keep;
-    rr->col.boff = rr->boff;
-    if (rr->ws) wstats_batch_begin(rr->ws, rr->keep, rr->boff);
-    model_forward(&pl->m, &rr->st, &bt, &tp, rr->g->b0, rr->g->b1);
-    if (rr->col.rc < 0) {
-        *err = rr->col.err;
-        return rr->col.rc;
-    }
-    int rc = rr->ws && rr->g->shard == 0 ? wstats_batch_end(rr->ws, k, err) : 0;
+    struct cbatch cb = {k, r.p0, n, rr->lens, rr->boff, t0, bt.n_tokens, bt.ids, rr->keep};
+    int rc = consumers_begin(&rr->cons, &cb, err);
     if (rc < 0) return rc;
+    model_forward(&pl->m, &rr->st, &bt, &tp, rr->g->b0, rr->g->b1);
+    if ((rc = consumers_end(&rr->cons, err)) < 0) return rc;
     if (!rr->pipe.last) pipe_send(&rr->pipe, k, rr->hand, rr->n_hand, hand_n);
     rr->busy += now_seconds() - start;
     rr->done_prompts += n;
@@ -337,6 +307,7 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
         fprintf(stderr, "harvest: norm guard: median norm %.6g, %lld tokens dropped\n",
                 pl->ng.median, (long long)pl->ng.n_drop);
     if (rc == 0) rc = run_agree(grid_make(g, pl, rank, size, err), err);
+    if (rc == 0) rc = run_agree(consumers_check(pl, g, err), err); // the consumers' job keys
     if (rc < 0) return rc;
     say_stage(pl, g, o->quiet);
     *prov = grid_provenance(g);
@@ -347,6 +318,7 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
     rr->pl = pl;
     rr->g = g;
     if (rc == 0) rc = writer_open(&rr->w, pl, g, o, *prov, *done, complete, err);
+    rr->w.final = consumers_final; // what the consumers store in the master at the end
     if (rc == 0 && rank == 0) normguard_save(pl); // the pass's record for a --resume
     return rc;
 }
@@ -360,18 +332,6 @@ static char *timed_provenance(const struct rank_run *rr, const char *prov) {
     char *t = g->rank == 0 ? provenance_timing(prov, times, g->size) : NULL;
     free(times);
     return t;
-}
-
-// Whether the output's master holds the write-time statistics the job asks for (rank 0's view;
-// true elsewhere and without statistics).
-static bool has_stats(const struct plan *pl) {
-    int rank = 0;
-    CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
-    if (rank != 0 || !pl->stats.n) return true;
-    struct out_peek pk;
-    bool yes = out_format(pl->j.out_path)->peek(pl->j.out_path, &pk) == 0 && pk.has_stats;
-    out_peek_free(&pk);
-    return yes;
 }
 
 int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_error *err) {
@@ -392,8 +352,8 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     if (rc < 0 || (todo == 0 && complete)) {
         if (rc == 0 && g.rank == 0 && !o->quiet)
             fprintf(stderr, "harvest: %s is already complete\n", pl.j.out_path);
-        if (rc == 0) // killed between the last master and its /stats: rank 0 adds them
-            rc = run_agree(has_stats(&pl) ? 0 : writer_stats(&rr.w, err), err);
+        if (rc == 0) // killed between the last master and its /stats (or the like): rank 0 adds
+            rc = run_agree(writer_stats(&rr.w, true, err), err);
         goto done;
     }
     // ---- the work ----
@@ -415,7 +375,8 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
         *stats = (struct run_stats){.prompts = pl.ds.n,
                                     .tokens = pl.ds.n_tokens,
                                     .seconds = now_seconds() - t_start,
-                                    .seconds_write = rr.col.seconds + rr.w.seconds,
+                                    .seconds_write =
+                                        consumers_seconds(&rr.cons, "collect") + rr.w.seconds,
                                     .bytes = rr.w.bytes,
                                     .state_bytes = rr.st.bytes};
 done:

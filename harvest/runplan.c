@@ -602,6 +602,8 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
             pl->names.n_dsets++;
             deepest = m->cat[i].block > deepest ? m->cat[i].block : deepest;
         }
+    int prof = normprofile_deepest(pl); // the job key norm_profile's values are computed too
+    deepest = prof > deepest ? prof : deepest;
     pl->place.blk_end = deepest + 1 < m->n_blocks ? deepest + 1 : m->n_blocks;
     if (j->pipeline_stages >
         (pl->place.blk_end > 0 ? pl->place.blk_end : 1)) // 0 blocks: embeddings only

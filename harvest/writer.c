@@ -113,8 +113,9 @@ static int seg_finish(struct writer *w, struct ah_error *err) {
     w->seg = NULL;
     w->seconds += now_seconds() - t0; // the fsync is part of writing
     if (rc < 0) return rc;
-    if (w->ws) { // the segment's statistics' partials go in before it is listed
-        if ((rc = wstats_flush(w->ws, w->out, w->g->scomm, w->pl->j.out_path, rec.file, err)) < 0) {
+    if (w->cons &&
+        w->segment) { // the consumers' partials (statistics...) go in before it is listed
+        if ((rc = w->segment(w->cons, w->out, w->g->scomm, w->pl->j.out_path, rec.file, err)) < 0) {
             h5out_record_free(&rec);
             return rc;
         }
@@ -341,12 +342,12 @@ int writer_finish(struct writer *w, struct ah_error *err) {
     return rc;
 }
 
-int writer_stats(struct writer *w, struct ah_error *err) {
-    if (w->g->rank != 0 || !w->pl->stats.n) return 0;
+int writer_stats(struct writer *w, bool if_missing, struct ah_error *err) {
+    if (w->g->rank != 0 || !w->final) return 0;
     int n = 0;
     const struct h5out_record *rec = w->out->master_records(w->mst, &n);
     double t0 = now_seconds();
-    int rc = wstats_final(w->pl, w->out, rec, n, err);
+    int rc = w->final(w->pl, w->out, rec, n, if_missing, err);
     w->seconds += now_seconds() - t0;
     return rc;
 }
@@ -361,7 +362,7 @@ int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done
     int rc = w->out->master_write(w->mst, all == pl->ds.n, err);
     w->seconds += now_seconds() - t0;
     *prompts_done = all;
-    if (rc == 0 && all == pl->ds.n && pl->stats.n) rc = writer_stats(w, err);
+    if (rc == 0 && all == pl->ds.n) rc = writer_stats(w, false, err);
     if (rc == 0 && all < pl->ds.n)
         rc = ah_fail(err, AH_ESTOP,
                      "stopped by a signal after %lld of %lld prompts; run the same command "

@@ -39,7 +39,13 @@ struct writer {
     struct pending *pend;      // (n_pend) record sends in flight (ranks other than 0)
     int n_pend;
     char *fingerprint; // rank 0: the model's fingerprint (JSON text), owned
-    struct wstats *ws; // write-time statistics of this stage (harvest/wstats.h), or NULL; borrowed
+    // the tap consumers (harvest.h), wired by run.c: told when a segment closes (cons NULL:
+    // none), and what they store in the master when every batch is in (final NULL: nothing)
+    struct consumers *cons; // borrowed
+    int (*segment)(struct consumers *cs, const struct out_ops *out, MPI_Comm comm,
+                   const char *out_path, const char *file, struct ah_error *err);
+    int (*final)(const struct plan *pl, const struct out_ops *out, const struct h5out_record *rec,
+                 int n_rec, bool if_missing, struct ah_error *err);
     // rank 0 under "select": the /tokens tables (plan_index_tables) the master borrows; owned
     int64_t *t_ids, *t_pos, *t_count;
     uint8_t *t_sel;
@@ -66,9 +72,10 @@ int writer_finish(struct writer *w, struct ah_error *err);
 // a message saying how to continue.
 int writer_final(struct writer *w, const char *provenance, int64_t *prompts_done,
                  struct ah_error *err);
-// Rank 0 (others return 0), every batch in: the write-time statistics into the master (wstats.h).
-// writer_final calls it; a run that finds its output complete calls it when /stats is missing.
-int writer_stats(struct writer *w, struct ah_error *err);
+// Rank 0 (others return 0), every batch in: what the consumers store in the master (write-time
+// statistics, the norm profile: consumers_final). writer_final calls it; a run that finds its
+// output complete calls it with if_missing (each kind adds what the master lacks).
+int writer_stats(struct writer *w, bool if_missing, struct ah_error *err);
 void writer_close(struct writer *w); // frees; safe on a zeroed struct
 
 #endif

@@ -1,6 +1,8 @@
 // wstats.c - see wstats.h. F = features of a set's row, L = doubles of a batch's packed partials.
 #include "harvest/wstats.h"
 
+#include "io/h5profile.h" // h5prof_has_group
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +23,21 @@ struct wstats {
     uint8_t *want;      // (n_cat) what this rank takes
     struct stats *part; // (n_sets) the batch in hand
     int64_t L;          // doubles of one batch's packed partials
-    const uint8_t *keep;
-    const int64_t *boff;
-    float *buf; // (T, F) the chosen rows of a view
+    bool takes;         // this rank computes them (else it only joins the flushes)
+    float *buf;         // (T, F) the chosen rows of a view
     size_t cap;
     int64_t n_held, cap_held;
     int64_t *held_batch; // (n_held) the batches since the last flush
     double *held;        // (n_held, L) their packed partials
-    int rc;
-    struct ah_error err;
 };
+
+// the catalogue id of dataset i (plan.dset_of_id's inverse)
+static int dset_id(const struct plan *pl, int i) {
+    for (int id = 0; id < pl->m.n_cat; id++)
+        if (pl->names.dset_of_id[id] == i) return id;
+    AH_ASSERT(!"a dataset with no catalogue id");
+    return -1;
+}
 
 // The sets of datasets [i0, i1): every element of a stored row but the sequence axis is a
 // feature (as io/h5stats.c's src_describe reads them back).
@@ -38,7 +45,7 @@ static int sets_of(const struct plan *pl, int i0, int i1, struct wset *out) {
     int n = 0;
     for (int i = i0; i < i1; i++) {
         const struct h5out_dset *d = &pl->names.dsets[i];
-        if (!pl->stats.want[d->desc - pl->m.cat]) continue;
+        if (!pl->stats.want[dset_id(pl, i)]) continue;
         struct wset *s = &out[n++];
         *s = (struct wset){.dset = i, .F = 1};
         for (int k = 1; k < d->ndim; k++)
@@ -58,6 +65,7 @@ int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool
         return ah_fail(err, AH_ENOMEM, "out of memory: the statistics of %d names", i1 - i0);
     }
     w->pl = pl;
+    w->takes = takes;
     w->n_sets = sets_of(pl, i0, i1, w->set);
     if (w->n_sets == 0) {
         wstats_free(w);
@@ -71,7 +79,7 @@ int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool
     for (int i = 0; rc == 0 && i < n_cat; i++)
         w->set_of_id[i] = -1;
     for (int k = 0; rc == 0 && k < w->n_sets; k++) {
-        int id = (int)(pl->names.dsets[w->set[k].dset].desc - pl->m.cat);
+        int id = dset_id(pl, w->set[k].dset);
         w->set_of_id[id] = k;
         w->want[id] = takes;
         rc = stats_init(&w->part[k], w->set[k].F);
@@ -96,44 +104,39 @@ void wstats_free(struct wstats *w) {
 }
 
 // the tap consumer: prompt b's chosen rows of one activation into the batch's partial
-static void wstats_take(void *u, int id, int b, const struct tview *v) {
+static int wstats_take(void *u, const struct ctake *t, const struct tview *v,
+                       struct ah_error *err) {
     struct wstats *w = u;
-    if (w->rc < 0) return;
-    struct wset *s = &w->set[w->set_of_id[id]];
-    int k = tview_seq_axis(w->pl->m.cat + id, v);
-    if (k == 1 && !w->keep) { // (1, T, F): already the rows, in order
-        stats_add_rows(&w->part[w->set_of_id[id]], v->data, v->dims[1]);
-        return;
+    struct wset *s = &w->set[w->set_of_id[t->id]];
+    int k = tview_seq_axis(t->d, v);
+    if (k == 1 && !t->keep) { // (1, T, F): already the rows, in order
+        stats_add_rows(&w->part[w->set_of_id[t->id]], v->data, v->dims[1]);
+        return 0;
     }
     size_t need = (size_t)(v->dims[k] * s->F) * sizeof(float);
     if (need > w->cap) {
         free(w->buf);
         w->cap = (w->buf = malloc(need)) ? need : 0;
-        if (!w->buf) {
-            w->rc = ah_fail(&w->err, AH_ENOMEM, "out of memory: %zu bytes of rows", need);
-            return;
-        }
+        if (!w->buf) return ah_fail(err, AH_ENOMEM, "out of memory: %zu bytes of rows", need);
     }
-    int64_t n = tview_rows(v, k, w->keep ? w->keep + w->boff[b] : NULL, (char *)w->buf);
-    stats_add_rows(&w->part[w->set_of_id[id]], w->buf, n);
+    int64_t n = tview_rows(v, k, t->keep, (char *)w->buf);
+    stats_add_rows(&w->part[w->set_of_id[t->id]], w->buf, n);
+    return 0;
 }
 
-struct consumer wstats_consumer(struct wstats *w) {
-    return (struct consumer){w->want, wstats_take, w};
-}
-
-void wstats_batch_begin(struct wstats *w, const uint8_t *keep, const int64_t *boff) {
-    w->keep = keep;
-    w->boff = boff;
+static int wstats_begin(void *u, const struct cbatch *bt, struct ah_error *err) {
+    struct wstats *w = u;
+    (void)bt, (void)err;
     for (int k = 0; k < w->n_sets; k++)
         stats_reset(&w->part[k]);
+    return 0;
 }
 
-int wstats_batch_end(struct wstats *w, int64_t k, struct ah_error *err) {
-    if (w->rc < 0) {
-        *err = w->err;
-        return w->rc;
-    }
+// batch k's partials packed and held until the segment closes
+static int wstats_end(void *u, const struct cbatch *bt, struct ah_error *err) {
+    struct wstats *w = u;
+    if (!w->takes) return 0; // expert shards other than 0 hold nothing
+    int64_t k = bt->k;
     if (w->n_held == w->cap_held) {
         int64_t c = w->cap_held * 2 + 8;
         int64_t *nb = realloc(w->held_batch, (size_t)c * sizeof *nb);
@@ -358,3 +361,47 @@ int wstats_final(const struct plan *pl, const struct out_ops *out, const struct 
     free(set);
     return rc;
 }
+
+// ---------------------------------------------------------------------------------------------
+// the consumer kind (harvest.h): every rank of a stage with statistics joins the segment
+// flushes; its expert shard 0 takes the views
+
+static void wstats_free_u(void *u) {
+    wstats_free(u);
+}
+
+static int wstats_segment(void *u, const struct out_ops *out, MPI_Comm comm, const char *out_path,
+                          const char *file, struct ah_error *err) {
+    return wstats_flush(u, out, comm, out_path, file, err);
+}
+
+static int wstats_make(struct consumer *c, const struct consumer_env *env, struct ah_error *err) {
+    const struct plan *pl = env->pl;
+    const struct grid *g = env->g;
+    struct wstats *w = NULL;
+    if (!pl->stats.n || g->scomm == MPI_COMM_NULL) return 0;
+    int rc = wstats_init(&w, pl, g->i0, g->i1, g->shard == 0, err);
+    if (rc < 0 || !w) {
+        wstats_free(w);
+        return rc;
+    }
+    *c = (struct consumer){.name = "wstats",
+                           .want = w->want,
+                           .begin = wstats_begin,
+                           .take = wstats_take,
+                           .end = wstats_end,
+                           .segment = wstats_segment,
+                           .free = wstats_free_u,
+                           .u = w};
+    return 0;
+}
+
+static int wstats_final_kind(const struct plan *pl, const struct out_ops *out,
+                             const struct h5out_record *rec, int n_rec, bool if_missing,
+                             struct ah_error *err) {
+    if (!pl->stats.n) return 0;
+    if (if_missing && h5prof_has_group(pl->j.out_path, "stats")) return 0;
+    return wstats_final(pl, out, rec, n_rec, err);
+}
+
+const struct consumer_kind wstats_kind = {"wstats", NULL, wstats_make, wstats_final_kind};

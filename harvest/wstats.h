@@ -21,12 +21,8 @@ struct wstats;
 int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool takes,
                 struct ah_error *err);
 void wstats_free(struct wstats *w); // safe on NULL
-// The tap consumer (harvest.h); its want is empty unless takes.
-struct consumer wstats_consumer(struct wstats *w);
-// Around a batch's forward pass: keep (the batch's tokens; NULL: all) and boff (prompt b's
-// first token in it) are borrowed until wstats_batch_end, which packs batch k's partials.
-void wstats_batch_begin(struct wstats *w, const uint8_t *keep, const int64_t *boff);
-int wstats_batch_end(struct wstats *w, int64_t k, struct ah_error *err);
+// The tap consumer is the kind wstats_kind (harvest.h): its want is empty unless takes; a batch's
+// end packs its partials, a segment's close is wstats_flush and the kind's final wstats_final.
 // Collective over comm (the ranks of the stage, the segment's writers): the partials held since
 // the last flush go into the closed segment `file` of the output at out_path (format out),
 // written and made durable by comm's rank 0.

@@ -137,25 +137,33 @@ static int line_of(const char *text, const char *at) {
     return line;
 }
 
-static const char *const top_keys[] = {"model",      "data",       "activations", "max_seq_len",
-                                       "batch_size", "output",     "parallel",    "pool",
-                                       "select",     "statistics", "compute",     NULL};
+// the strings of the array arr (key `key`) into *out (*n of them, each malloc'd)
+static int get_names(const cJSON *arr, const char *key, const char *path, char ***out, int *n,
+                     struct ah_error *err) {
+    *out = calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof(char *));
+    if (!*out) return -AH_ENOMEM;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, arr) {
+        if (!cJSON_IsString(a) || !a->valuestring[0])
+            return ah_fail(err, AH_EINVAL, "%s: \"%s[%d]\": expected a non-empty string", path, key,
+                           *n);
+        if (!((*out)[(*n)++] = strdup(a->valuestring))) return -AH_ENOMEM;
+    }
+    return 0;
+}
+
+static const char *const top_keys[] = {
+    "model", "data",   "activations", "max_seq_len", "batch_size",   "output", "parallel",
+    "pool",  "select", "statistics",  "compute",     "norm_profile", NULL};
 static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
     "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
 static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
 
-static int parse(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
-    int rc;
-    if (!cJSON_IsObject(root)) return ah_fail(err, AH_EINVAL, "%s: expected a JSON object", path);
-    if ((rc = check_keys(root, top_keys, path, "", err)) < 0) return rc;
-
-    char *model = NULL;
-    if ((rc = get_string(root, "model", path, "", true, &model, err)) < 0) return rc;
-    j->model = resolve(path, model);
-    free(model);
-
+// "data": a path, or an object {path, format, field, pack, fields}
+static int parse_data(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc = 0;
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(root, "data");
     char *dpath = NULL;
     if (cJSON_IsObject(data)) {
@@ -197,39 +205,35 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                        "\"text\", \"text-files\" or \"megatron\")",
                        path, j->data_format);
     if (cJSON_IsObject(data) && (rc = job_parse_fields(j, data, path, err)) < 0) return rc;
-    if ((rc = job_parse_pool(j, root, path, err)) < 0) return rc;
+    return 0;
+}
 
+// "activations" and "norm_profile": names, aliases or globs
+static int parse_names(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc = 0;
     const cJSON *acts = cJSON_GetObjectItemCaseSensitive(root, "activations");
     if (!cJSON_IsArray(acts) || cJSON_GetArraySize(acts) == 0)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"activations\": expected a non-empty array of names "
                        "or globs (see `harvest activations MODEL_DIR`)",
                        path);
-    j->activations = calloc((size_t)cJSON_GetArraySize(acts), sizeof(char *));
-    if (!j->activations) return -AH_ENOMEM;
-    const cJSON *a;
-    cJSON_ArrayForEach(a, acts) {
-        if (!cJSON_IsString(a) || !a->valuestring[0])
-            return ah_fail(err, AH_EINVAL, "%s: \"activations[%d]\": expected a non-empty string",
-                           path, j->n_activations);
-        if (!(j->activations[j->n_activations++] = strdup(a->valuestring))) return -AH_ENOMEM;
-    }
-
-    int cm = JOB_COMPUTE_F32; // in the order of enum job_compute
-    static const char *const computes[] = {"float32", "bf16", NULL};
-    if ((rc = get_choice(root, "compute", path, "", computes, &cm, err)) < 0) return rc;
-    j->compute = (enum job_compute)cm;
-
-    j->batch_size = 8;
-    if ((rc = get_int(root, "max_seq_len", path, "", 1, 1 << 20, &j->max_seq_len, err)) < 0 ||
-        (rc = get_int(root, "batch_size", path, "", 1, 1 << 16, &j->batch_size, err)) < 0)
+    if ((rc = get_names(acts, "activations", path, &j->activations, &j->n_activations, err)) < 0)
         return rc;
-    if (j->pack && j->max_seq_len < 2)
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(root, "norm_profile");
+    if (prof && !cJSON_IsArray(prof))
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"data.pack\" cuts contexts of \"max_seq_len\" tokens: give "
-                       "\"max_seq_len\" (at least 2)",
+                       "%s: \"norm_profile\": expected an array of names, aliases or globs of "
+                       "(batch, sequence, features) activations",
                        path);
+    if (prof &&
+        (rc = get_names(prof, "norm_profile", path, &j->norm_profile, &j->n_norm_profile, err)) < 0)
+        return rc;
+    return 0;
+}
 
+// "output"
+static int parse_output(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc = 0;
     const cJSON *out = cJSON_GetObjectItemCaseSensitive(root, "output");
     if (!cJSON_IsObject(out))
         return ah_fail(err, AH_EINVAL, "%s: \"output\": expected an object with at least \"path\"",
@@ -253,7 +257,13 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
         (rc = get_int(out, "checkpoint_seconds", path, "output.", 0, 1 << 30,
                       &j->checkpoint_seconds, err)) < 0)
         return rc;
+    return 0;
+}
 
+// "parallel"
+static int parse_parallel(struct job *j, const cJSON *root, const char *path,
+                          struct ah_error *err) {
+    int rc = 0;
     j->pipeline_stages = j->expert_parallel = 1;
     const cJSON *par = cJSON_GetObjectItemCaseSensitive(root, "parallel");
     if (par) {
@@ -266,6 +276,41 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
                           err)) < 0)
             return rc;
     }
+    return 0;
+}
+
+static int parse(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    int rc;
+    if (!cJSON_IsObject(root)) return ah_fail(err, AH_EINVAL, "%s: expected a JSON object", path);
+    if ((rc = check_keys(root, top_keys, path, "", err)) < 0) return rc;
+
+    char *model = NULL;
+    if ((rc = get_string(root, "model", path, "", true, &model, err)) < 0) return rc;
+    j->model = resolve(path, model);
+    free(model);
+
+    if ((rc = parse_data(j, root, path, err)) < 0) return rc;
+    if ((rc = job_parse_pool(j, root, path, err)) < 0) return rc;
+
+    if ((rc = parse_names(j, root, path, err)) < 0) return rc;
+
+    int cm = JOB_COMPUTE_F32; // in the order of enum job_compute
+    static const char *const computes[] = {"float32", "bf16", NULL};
+    if ((rc = get_choice(root, "compute", path, "", computes, &cm, err)) < 0) return rc;
+    j->compute = (enum job_compute)cm;
+
+    j->batch_size = 8;
+    if ((rc = get_int(root, "max_seq_len", path, "", 1, 1 << 20, &j->max_seq_len, err)) < 0 ||
+        (rc = get_int(root, "batch_size", path, "", 1, 1 << 16, &j->batch_size, err)) < 0)
+        return rc;
+    if (j->pack && j->max_seq_len < 2)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"data.pack\" cuts contexts of \"max_seq_len\" tokens: give "
+                       "\"max_seq_len\" (at least 2)",
+                       path);
+
+    if ((rc = parse_output(j, root, path, err)) < 0) return rc;
+    if ((rc = parse_parallel(j, root, path, err)) < 0) return rc;
     if (!j->model || !j->data_path || !j->out_path || !j->data_format) return -AH_ENOMEM;
     // token selection and write-time statistics (jobs/select.h)
     if ((rc = select_parse(cJSON_GetObjectItemCaseSensitive(root, "select"), path, &j->sel, err)) <
@@ -307,6 +352,9 @@ void job_free(struct job *j) {
     for (int i = 0; i < j->n_activations; i++)
         free(j->activations[i]);
     free(j->activations);
+    for (int i = 0; i < j->n_norm_profile; i++)
+        free(j->norm_profile[i]);
+    free(j->norm_profile);
     free(j->path);
     free(j->text);
     free(j->model);
@@ -343,9 +391,8 @@ static int edit_distance(const char *a, const char *b) {
 }
 
 // pattern a of the job matches nothing: an error suggesting the three closest names
-static int no_match(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
-                    struct ah_error *err) {
-    const char *pat = j->activations[a];
+static int no_match(const struct job *j, const char *key, const char *pat, int a,
+                    const struct tap_desc *cat, int n_cat, struct ah_error *err) {
     int best[3] = {-1, -1, -1}, bd[3] = {1 << 30, 1 << 30, 1 << 30};
     for (int i = 0; i < n_cat; i++) {
         int d = edit_distance(pat, cat[i].name);
@@ -365,37 +412,35 @@ static int no_match(const struct job *j, int a, const struct tap_desc *cat, int 
         snprintf(sugg + strlen(sugg), sizeof sugg - strlen(sugg), "%s\"%s\"", k ? ", " : "",
                  cat[best[k]].name);
     return ah_fail(err, AH_EINVAL,
-                   "%s: \"activations[%d]\": \"%s\" matches no activation of the model; "
+                   "%s: \"%s[%d]\": \"%s\" matches no activation of the model; "
                    "closest: %s (list them with `harvest activations MODEL_DIR`)",
-                   j->path, a, pat, sugg);
+                   j->path, key, a, pat, sugg);
 }
 
 // pattern a of the job, a name no glob matched, taken as an alias (model/aliases.h): marks its
 // catalogue entry with bit 2 of want and the name in alias_of_id
-static int select_alias(const struct job *j, int a, const struct tap_desc *cat, int n_cat,
-                        const char *family, uint8_t *want, const char **alias_of_id,
-                        struct ah_error *err) {
-    const char *pat = j->activations[a];
+static int select_alias(const struct job *j, const char *key, const char *pat, int a,
+                        const struct tap_desc *cat, int n_cat, const char *family, uint8_t *want,
+                        const char **alias_of_id, struct ah_error *err) {
     char canon[TAP_NAME_MAX + 128];
     int r = alias_resolve(family, pat, canon, sizeof canon);
-    if (r == 0) return no_match(j, a, cat, n_cat, err);
+    if (r == 0) return no_match(j, key, pat, a, cat, n_cat, err);
     if (r < 0)
-        return ah_fail(err, AH_EINVAL, "%s: \"activations[%d]\": \"%s\": %s", j->path, a, pat,
-                       canon);
+        return ah_fail(err, AH_EINVAL, "%s: \"%s[%d]\": \"%s\": %s", j->path, key, a, pat, canon);
     int i = 0;
     while (i < n_cat && strcmp(cat[i].name, canon))
         i++;
     if (i == n_cat)
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"activations[%d]\": \"%s\" is an alias of \"%s\", which the %s "
+                       "%s: \"%s[%d]\": \"%s\" is an alias of \"%s\", which the %s "
                        "model lacks (list its aliases with `harvest activations MODEL_DIR "
                        "--aliases`)",
-                       j->path, a, pat, canon, family);
+                       j->path, key, a, pat, canon, family);
     if (want[i] & 2)
         return ah_fail(err, AH_EINVAL,
-                       "%s: \"activations[%d]\": \"%s\" and \"%s\" are both \"%s\" (a value "
+                       "%s: \"%s[%d]\": \"%s\" and \"%s\" are both \"%s\" (a value "
                        "is stored once, under one name: ask for one)",
-                       j->path, a, alias_of_id[i], pat, canon);
+                       j->path, key, a, alias_of_id[i], pat, canon);
     want[i] |= 2;
     alias_of_id[i] = pat;
     return 0;
@@ -403,23 +448,31 @@ static int select_alias(const struct job *j, int a, const struct tap_desc *cat, 
 
 int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, const char *family,
                uint8_t *want, const char **alias_of_id, struct ah_error *err) {
-    for (int a = 0; a < j->n_activations; a++) {
+    return job_select_list(j, "activations", j->activations, j->n_activations, cat, n_cat, family,
+                           want, alias_of_id, err);
+}
+
+int job_select_list(const struct job *j, const char *key, char *const *names, int n,
+                    const struct tap_desc *cat, int n_cat, const char *family, uint8_t *want,
+                    const char **alias_of_id, struct ah_error *err) {
+    for (int a = 0; a < n; a++) {
         int hits = 0, rc;
         for (int i = 0; i < n_cat; i++)
-            if (tap_glob_match(j->activations[a], cat[i].name)) {
+            if (tap_glob_match(names[a], cat[i].name)) {
                 want[i] |= 1;
                 hits++;
             }
-        if (!hits && (rc = select_alias(j, a, cat, n_cat, family, want, alias_of_id, err)) < 0)
+        if (!hits && (rc = select_alias(j, key, names[a], a, cat, n_cat, family, want, alias_of_id,
+                                        err)) < 0)
             return rc;
     }
     for (int i = 0; i < n_cat; i++) {
         if (want[i] == 3)
             return ah_fail(err, AH_EINVAL,
-                           "%s: \"activations\": \"%s\" is an alias of \"%s\", which a name or "
+                           "%s: \"%s\": \"%s\" is an alias of \"%s\", which a name or "
                            "glob of the job also asks for (a value is stored once, under one "
                            "name: ask for one)",
-                           j->path, alias_of_id[i], cat[i].name);
+                           j->path, key, alias_of_id[i], cat[i].name);
         want[i] = want[i] != 0;
     }
     return 0;

@@ -35,9 +35,11 @@ struct job {
     unsigned pool;      // "pool": bit 0 last, bit 1 mean (jobs/jobfields.c); 0: none
     char **activations; // (n_activations) names or globs as written; owned
     int n_activations;
-    int max_seq_len; // 0: the longest prompt, capped by the model
-    int batch_size;  // prompts per forward (default 8)
-    char *out_path;  // resolved output path; owned
+    char **norm_profile; // (n_norm_profile) "norm_profile": names, aliases or globs; owned
+    int n_norm_profile;  // 0: no profile
+    int max_seq_len;     // 0: the longest prompt, capped by the model
+    int batch_size;      // prompts per forward (default 8)
+    char *out_path;      // resolved output path; owned
     enum job_dtype out_dtype;
     enum job_layout layout;
     int compression;        // gzip level 0-9
@@ -66,5 +68,10 @@ const char *job_compute_name(enum job_compute c);
 // alias and a name or glob): it is stored once.
 int job_select(const struct job *j, const struct tap_desc *cat, int n_cat, const char *family,
                uint8_t *want, const char **alias_of_id, struct ah_error *err);
+// The same for another list of the job (names, n of them) under the key `key` (messages name
+// it): job_select is job_select_list(j, "activations", j->activations, j->n_activations, ...).
+int job_select_list(const struct job *j, const char *key, char *const *names, int n,
+                    const struct tap_desc *cat, int n_cat, const char *family, uint8_t *want,
+                    const char **alias_of_id, struct ah_error *err);
 
 #endif

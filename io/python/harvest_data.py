@@ -521,6 +521,13 @@ class Output:
             t += b - a
         return np.concatenate(parts)
 
+    def norm_profile(self, name=None):
+        """The per-position norm profile of a profiled value (job key "norm_profile",
+        docs/output.md "Norm profile"): a dict of numpy arrays count, sum, sum_sq, max (T,),
+        hist (130,), outlier_prompt, outlier_position, outlier_token, outlier_norm (K',), and
+        value (the catalogue name), hist_edges (129,), n_nan. name None: the stored names."""
+        return norm_profile(self.f, name)
+
     def close(self):
         for f in self._files.values():
             f.close()
@@ -647,6 +654,27 @@ def stats(path, name=None):
         if name not in out:
             raise KeyError(f"{path}: no statistics for {name!r} (it has {sorted(out)})")
         return out[name]
+
+
+def norm_profile(f, name=None):
+    """The norm profile of stored name `name` from an open h5py File or a path (see
+    Output.norm_profile); name None: the sorted list of profiled names ([] when none)."""
+    import h5py
+    if not isinstance(f, h5py.File):
+        with h5py.File(f, "r") as g:
+            return norm_profile(g, name)
+    names = sorted(f["norm_profile"].keys()) if "norm_profile" in f else []
+    if name is None:
+        return names
+    if name not in names:
+        raise KeyError(f"{f.filename}: no norm profile of {name!r} (it has {names})")
+    g = f["norm_profile/" + name]
+    out = {k: g[k][()] for k in g}
+    v = g.attrs["value"]
+    out["value"] = v.decode() if isinstance(v, bytes) else str(v)
+    out["hist_edges"] = np.asarray(g.attrs["hist_edges"], np.float64)
+    out["n_nan"] = int(g.attrs["n_nan"])
+    return out
 
 
 def _field(ds):
