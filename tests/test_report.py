@@ -28,13 +28,10 @@ an incomplete output (complete 0: refused as stats refuses it), a malformed /nor
 folder, a missing output, an -o in a folder that does not exist or under a regular file, --prompts beyond the output or not a number: exit 1 naming
 the file or the flag, nothing written (no REPORT.html, no REPORT.html.tmp), the output unchanged.
 
-The /norm_profile groups come from the job key "norm_profile"; a binary without it (before the
-norm-profile consumer is merged) refuses the key, and the groups are then added with h5py exactly
-per the consumer's layout (add_norm_profile, marked NORM_PROFILE_STANDIN: remove it after the
-merge). Either way the page's numbers are checked against numpy over the activations."""
+The /norm_profile groups come from the job key "norm_profile" (harvest/normprofile.c); the page's
+numbers are checked against numpy over the stored activations."""
 import hashlib
 import html.parser
-import json
 import os
 import shutil
 import struct
@@ -53,10 +50,9 @@ if not CHROMIUM:
     sys.exit("FAIL: chromium is not installed (setup.sh test installs it)")
 HERE = os.path.dirname(os.path.abspath(__file__))
 QS = [0.05, 0.25, 0.5, 0.75, 0.95]
-K_OUTLIERS = 16
 
 
-# ---- NORM_PROFILE_STANDIN: the norm profile consumer's layout, written with h5py ----------------
+# ---- the norm profile's numpy side (docs/output.md "The norm profile") ----------------------------
 def edges():
     return np.array([2.0 ** ((i - 32) / 4) for i in range(129)])  # bins 1..128: [e[i-1], e[i])
 
@@ -79,35 +75,6 @@ def norm_rows(f, name):
     return [np.concatenate(c) for c in zip(*out)]
 
 
-def add_norm_profile(path, names):
-    """/norm_profile/NAME for each name, as the consumer writes it, and the job key in the job."""
-    with h5py.File(path, "a") as f:
-        S = int(f.attrs["max_seq_len"])
-        for name in names:
-            n, p, t, tok = norm_rows(f, name)
-            g = f.create_group("norm_profile/" + name)
-            cnt = np.bincount(t, minlength=S)
-            g["count"] = cnt.astype(np.int64)
-            g["sum"] = np.bincount(t, n, minlength=S)
-            g["sum_sq"] = np.bincount(t, n * n, minlength=S)
-            mx = np.full(S, np.nan)
-            for pos in range(S):
-                if cnt[pos]:
-                    mx[pos] = n[t == pos].max()
-            g["max"] = mx
-            b = np.where(n < 2.0 ** -8, 0, np.where(n >= 2.0 ** 24, 129,
-                         np.floor(4 * np.log2(np.maximum(n, 2.0 ** -8)) + 33).astype(np.int64)))
-            g["hist"] = np.bincount(b, minlength=130).astype(np.int64)
-            o = np.argsort(-n, kind="stable")[:K_OUTLIERS]
-            g["outlier_prompt"], g["outlier_position"] = p[o], t[o]
-            g["outlier_token"], g["outlier_norm"] = tok[o], n[o]
-            g.attrs["value"] = name
-            g.attrs["hist_edges"] = edges()
-            g.attrs["n_nan"] = np.int64(0)
-        job = json.loads(f.attrs["job"])
-        job["norm_profile"] = names
-        f.attrs["job"] = json.dumps(job)
-# ---- end NORM_PROFILE_STANDIN --------------------------------------------------------------------
 
 
 def hist_quantile(h, e, q):
@@ -398,8 +365,7 @@ def report(out, html, *extra, code=0):
 # ---- the three models -----------------------------------------------------------------------------
 def harvest_model(name, init, acts, vocab, layout="prompt", extra=None,
                   lengths=(9, 14, 21, 5, 17, 12), profile=None):
-    """the output of a run; profile: the values of its norm profile (the job key when the binary
-    has it, else NORM_PROFILE_STANDIN)"""
+    """the output of a run; profile: the values of its norm profile (job key "norm_profile")"""
     d = f"{work}/{name}"
     os.makedirs(d)
     run(harvest, *init, f"{d}/model", check=0)
@@ -408,17 +374,8 @@ def harvest_model(name, init, acts, vocab, layout="prompt", extra=None,
                select={"skip_first": 1}, output={"path": "out.h5", "layout": layout})
     job.update(extra or {})
     if profile:
-        p = run(harvest, "run", write_job(f"{d}/job.json", **job, norm_profile=profile), "--quiet")
-        if p.returncode == 0:
-            return f"{d}/out.h5"
-        # NORM_PROFILE_STANDIN: a binary without the job key refuses it (exit 1 naming it)
-        check(p.returncode == 1 and "norm_profile" in p.stderr,
-              f"{name}: the job with norm_profile: exit {p.returncode}: {p.stderr[-500:]}")
-        print(f"{name}: no job key norm_profile in this binary: /norm_profile added with h5py",
-              flush=True)
-    run(harvest, "run", write_job(f"{d}/job.json", **job), "--quiet", "--overwrite", check=0)
-    if profile:
-        add_norm_profile(f"{d}/out.h5", profile)  # NORM_PROFILE_STANDIN
+        job["norm_profile"] = profile
+    run(harvest, "run", write_job(f"{d}/job.json", **job), "--quiet", check=0)
     return f"{d}/out.h5"
 
 
