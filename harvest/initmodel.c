@@ -305,19 +305,6 @@ int init_model_preset(const char *dir, const char *family, const char *preset, u
 
 #define INIT_MAX_SHARDS 1000
 
-static int usage(void) {
-    fprintf(stderr,
-            "usage: harvest init-model --family encdec [--preset spec] [--seed N] "
-            "[--dtype f32|f16|bf16] [--shards N] OUT_DIR\n"
-            "       harvest init-model --family laguna --preset XS-2.1|XS.2|S-2.1|M.1 "
-            "[--seed N] [--shards N] OUT_DIR\n"
-            "       harvest init-model --family laguna --config CONFIG.json --layers N "
-            "[--seed N] [--shards N] OUT_DIR\n"
-            "--shards: 1 to %d, and at most the number of tensors\n",
-            INIT_MAX_SHARDS);
-    return 1;
-}
-
 // The families init-model can write (those with presets), in alphabetical order: "a" or "b".
 static void family_names(char *out, size_t n) {
     const char *last = "";
@@ -334,6 +321,21 @@ static void family_names(char *out, size_t n) {
         snprintf(out + strlen(out), n - strlen(out), "%s\"%s\"", k ? " or " : "", next);
         last = next;
     }
+}
+
+static int usage(void) {
+    char fams[1024];
+    family_names(fams, sizeof fams);
+    fprintf(stderr,
+            "usage: harvest init-model --family F [--preset NAME] [--seed N] "
+            "[--dtype f32|f16|bf16] [--shards N] OUT_DIR\n"
+            "       harvest init-model --family F --config CONFIG.json --layers N "
+            "[--seed N] [--shards N] OUT_DIR\n"
+            "F: %s (harvest activations lists a checkpoint's names; docs/families.md each "
+            "family's presets)\n"
+            "--shards: 1 to %d, and at most the number of tensors\n",
+            fams, INIT_MAX_SHARDS);
+    return 1;
 }
 
 struct init_args {

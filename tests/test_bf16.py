@@ -127,7 +127,7 @@ def mpi_run(job, np_, threads):
 
 
 def grids(d, name, experts=True):
-    """(b) on a checkpoint with experts (model/moe.c's for Qwen3-MoE, model/laguna.c's own); a
+    """(b) on a checkpoint with experts (model/moe.c's for Qwen3-MoE, model/families/laguna.c's own); a
     batch of ~600 tokens so that the matmuls have many tiles and the experts run one a thread
     (their matmuls called inside a parallel region)."""
     write_prompts(f"{d}/grid.jsonl", [60] * 9 + [64, 7, 30, 1], seed=9, vocab=96)

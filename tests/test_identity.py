@@ -1,4 +1,4 @@
-"""The test-only identity family (model/identity.c): two blocks that add nothing, so every value
+"""The test-only identity family (model/families/identity.c): two blocks that add nothing, so every value
 is known in closed form from the (V, D) embedding E: token_embeddings and both layer_outputs are
 E[ids] exactly, logits = E[ids] E^T (float32 sgemm against float64). Chosen from config.json's
 "architectures" like any family."""

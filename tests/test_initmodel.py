@@ -62,7 +62,7 @@ for key, v in c.items():  # everything else as the release has it
                    "num_attention_heads_per_layer", "gating_types", "mlp_only_layers"):
         check(got[key] == v, f"config.json {key}: {got[key]!r}, expected {v!r}")
 
-# the published layout, written out here independently of model/laguna.c
+# the published layout, written out here independently of model/families/laguna.c
 D, Dh, KV, E = 1024, 32, 8, 64
 want = {"model.embed_tokens.weight": ("BF16", [8192, D]), "model.norm.weight": ("BF16", [D]),
         "lm_head.weight": ("BF16", [8192, D])}

@@ -340,7 +340,7 @@ static void test_swiglu_add_match_naive(void) {
     CHECK(op_threads() >= 1);
 }
 
-// float32 angles times A, with inv_freq in sin's first row (as model/laguna.c keeps it)
+// float32 angles times A, with inv_freq in sin's first row (as model/families/laguna.c keeps it)
 static void test_rope_table_f32(void) {
     enum { T = 40, ROT = 6 };
     float c[T * ROT / 2], s[T * ROT / 2], inv[ROT / 2] = {1.0f, 0.1f, 0.01f};
