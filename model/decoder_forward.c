@@ -154,15 +154,6 @@ static void linear(struct dec_state *s, float *out, const float *in, const struc
     if (bias) op_add_bias(out, bias, M, N);
 }
 
-// (1, T, H, hd) view of each prompt's rows of a token-major (N, H hd) buffer
-static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
-                             const float *buf, int H, int hd) {
-    for (int b = 0; tap_wants(tp, id) && b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * H * hd, TAP_F32, 4, {1, bt->len[b], H, hd}};
-        tp->take(tp->u, id, b, &v);
-    }
-}
-
 // the RoPE tables of layer l for a prompt of T tokens (dynamic NTK past max_pos: its own)
 static void tables(const struct decoder *m, struct dec_state *s, int l, int T, const float **ct,
                    const float **st) {
@@ -227,7 +218,7 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
         AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
         attn_forward(&a, &at, s->att);
     }
-    emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
     linear(s, s->a, s->o, &w->wo, w->bo, N, HD, D);
 }
 
@@ -291,10 +282,7 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     for (int64_t t = 0; t < N; t++)
         route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
     int id_i = CAT_ID(m, l, CAT_EXPERT_INDICES), id_o = CAT_ID(m, l, CAT_EXPERT_OUTPUTS);
-    for (int b = 0; tap_wants(tp, id_i) && b < bt->n; b++) {
-        struct tview v = {s->idx + bt->off[b] * k, TAP_I64, 3, {1, bt->len[b], k}};
-        tp->take(tp->u, id_i, b, &v);
-    }
+    tap_emit_rows_i64(tp, id_i, bt, s->idx, (int)k);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
@@ -302,10 +290,7 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     struct moe_experts x = MOE_EXPERTS(s, N, k, D, c->expert_ffn, E,
                                        m->any_bf16 ? s->xpanels : NULL, expert_ffn, &call);
     moe_forward(&x, s->shard, s->routed, keep ? s->eo : NULL);
-    for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
-        struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
-        tp->take(tp->u, id_o, b, &v);
-    }
+    tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);
     memcpy(s->m, s->routed, (size_t)(N * D) * sizeof(float));
 }

@@ -119,16 +119,6 @@ static void split_qkv(const struct lnb_config *c, struct lnb_state *s, int64_t N
             }
 }
 
-// (1, T, H, hd) view of each prompt's rows of a token-major (N, D) buffer
-static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
-                             const float *buf, int H, int hd) {
-    if (!tap_wants(tp, id)) return;
-    for (int b = 0; b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * H * hd, TAP_F32, 4, {1, bt->len[b], H, hd}};
-        tp->take(tp->u, id, b, &v);
-    }
-}
-
 // q, k, v of the block's input: the fused projection split into heads, RoPE on rotary families
 static void qkv(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
                 const struct tap *tp, int l) {
@@ -178,7 +168,7 @@ static void attend(const struct lnb_model *m, struct lnb_state *s, const struct 
         AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
         attn_forward(&a, &at, s->att);
     }
-    emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, c->n_head, c->head_dim);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, c->n_head, c->head_dim);
     project(c, s->a, s->o, m->w[l][LNB_O_W], m->w[l][LNB_O_B], bt->n_tokens, (int)D, (int)D);
 }
 

@@ -364,16 +364,6 @@ static void mm(struct laguna_state *s, float *out, const float *in, const uint16
     op_matmul_bf16(out, in, w, (int)M, (int)K, (int)N, s->tile);
 }
 
-// (1, T, H, Dh) view of each prompt's rows of a token-major (N, H*Dh) buffer
-static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
-                             const float *buf, int H, int Dh) {
-    if (!tap_wants(tp, id)) return;
-    for (int b = 0; b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * H * Dh, TAP_F32, 4, {1, bt->len[b], H, Dh}};
-        tp->take(tp->u, id, b, &v);
-    }
-}
-
 // One prompt's attention for layer l: q (T, H*Dh), k and v (T, KV*Dh) rows -> o (T, H*Dh) head
 // outputs. Allowed keys: j <= i, and i - j < W on sliding layers. Scores for all heads are kept
 // only if a tap wants them.
@@ -438,11 +428,7 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
             zt[e] = (float)(tanh((double)zt[e] / cap) * cap);
         laguna_route(s->idx + t * k, s->w + t * k, zt, w->bias, (int)E, (int)k);
     }
-    int id_i = CAT_ID(m, l, CAT_EXPERT_INDICES);
-    for (int b = 0; tap_wants(tp, id_i) && b < bt->n; b++) {
-        struct tview v = {s->idx + bt->off[b] * k, TAP_I64, 3, {1, bt->len[b], k}};
-        tp->take(tp->u, id_i, b, &v);
-    }
+    tap_emit_rows_i64(tp, CAT_ID(m, l, CAT_EXPERT_INDICES), bt, s->idx, (int)k);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
 
     // each expert on its tokens, over threads; the weighted outputs add up in expert order
@@ -453,10 +439,7 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
     struct laguna_expert_call call = {w, D, Ie};
     struct moe_experts x = MOE_EXPERTS(s, N, k, D, Ie, E, s->xpanels, expert_ffn, &call);
     moe_forward(&x, sh, s->routed, keep ? s->eo : NULL);
-    for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
-        struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
-        tp->take(tp->u, id_o, b, &v);
-    }
+    tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     op_scale(s->routed, (float)c->routed_scaling, N * D);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);
     op_add(s->m, s->routed, s->m, N * D);
@@ -494,13 +477,13 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
     for (int b = 0; b < bt->n; b++)
         attention(m, s, tp, l, b, bt->len[b], s->q + bt->off[b] * HD, s->k + bt->off[b] * KVD,
                   s->v + bt->off[b] * KVD, s->o + bt->off[b] * HD);
-    emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)Dh);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)Dh);
 
     // the softplus gate, one a head or one a channel, then the output projection
     mm(s, s->g, s->xn, w->wg, N, D, G);
     op_act(s->g, N * G, OP_ACT_SOFTPLUS);
     op_mul(s->o, s->g, N * HD, G == HD ? 1 : Dh);
-    emit_token_heads(tp, CAT_ID(m, l, CAT_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
     mm(s, s->a, s->o, w->wo, N, HD, D);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_OUTPUT), bt, s->a, (int)D);
     op_add(s->x, s->x, s->a, N * D);
