@@ -6,7 +6,7 @@
 #include "model/decoder.h"
 
 #include "model/ah.h"
-#include "model/decoder_taps.h"
+#include "model/catalogue.h"
 #include "model/family.h"
 
 #include <stdio.h>
@@ -48,130 +48,30 @@ double dec_block_flops(const struct dec_config *c, int i, int T) {
 }
 
 // ----------------------------------------------------------------------------
-// catalogue: tests/ref/hf/NAMES.md
+// catalogue (model/catalogue.h; tests/ref/hf/NAMES.md)
 
-#define BSH "batch,seq,hidden_size"
-static const struct dec_tap_def {
-    const char *name, *shape, *meaning;
-    enum tap_dtype dtype;
-    char where; // R root before the blocks, E after them, B every block, P blocks with pre
-                // norms, S blocks with post norms, D dense blocks, M mixture blocks
-} defs[DT_N] = {
-    [DT_INPUT_IDS] = {"input_ids", "batch,seq", "The token ids the model was called with", TAP_I64,
-                      'R'},
-    [DT_ATTENTION_MASK] = {"attention_mask", "batch,seq",
-                           "The attention mask the model was called with (all ones)", TAP_I64, 'R'},
-    [DT_TOKEN_EMBEDDINGS] = {"token_embeddings", BSH,
-                             "The embedding module's output (Gemma 2: unscaled; Gemma 3: times "
-                             "sqrt(hidden_size))",
-                             TAP_F32, 'R'},
-    [DT_LAYER_INPUT] = {"layer_input", BSH, "The residual stream entering the block", TAP_F32, 'B'},
-    [DT_ATTENTION_NORM_OUTPUT] = {"attention_norm_output", BSH,
-                                  "input_layernorm's output, what the attention reads", TAP_F32,
-                                  'P'},
-    [DT_QUERIES_PRE_ROPE] = {"attention_queries_pre_rope", "batch,num_heads,seq,qk_head_dim",
-                             "The queries before RoPE (after q_norm where the family has one)",
-                             TAP_F32, 'B'},
-    [DT_KEYS_PRE_ROPE] = {"attention_keys_pre_rope", "batch,num_kv_heads,seq,qk_head_dim",
-                          "The keys before RoPE (after k_norm where the family has one)", TAP_F32,
-                          'B'},
-    [DT_QUERIES] = {"attention_queries", "batch,num_heads,seq,qk_head_dim",
-                    "The queries entering attention (projection, bias, q_norm, RoPE)", TAP_F32,
-                    'B'},
-    [DT_KEYS] = {"attention_keys", "batch,num_kv_heads,seq,qk_head_dim",
-                 "The keys entering attention (projection, bias, k_norm, RoPE)", TAP_F32, 'B'},
-    [DT_VALUES] = {"attention_values", "batch,num_kv_heads,seq,head_dim",
-                   "The values entering attention", TAP_F32, 'B'},
-    [DT_SCORES] = {"attention_scores", "batch,num_heads,query,key",
-                   "q.k times the scale, soft-capped (Gemma 2), -inf where masked: what the "
-                   "softmax reads",
-                   TAP_F32, 'B'},
-    [DT_PROBS] = {"attention_probabilities", "batch,num_heads,query,key",
-                  "The attention pattern the values are mixed with", TAP_F32, 'B'},
-    [DT_HEAD_OUTPUTS] = {"attention_head_outputs", "batch,seq,num_heads,head_dim",
-                         "Each head's P.V, what o_proj receives", TAP_F32, 'B'},
-    [DT_ATTENTION_OUTPUT] = {"attention_output", BSH,
-                             "o_proj's output (Gemma: before post_attention_layernorm)", TAP_F32,
-                             'B'},
-    [DT_ATTENTION_POST_NORM] = {"attention_post_norm_output", BSH,
-                                "post_attention_layernorm(attention_output): what the attention "
-                                "adds to the residual stream",
-                                TAP_F32, 'S'},
-    [DT_LAYER_MID] = {"layer_mid", BSH, "The residual stream after the attention add", TAP_F32,
-                      'B'},
-    [DT_MLP_NORM_OUTPUT] = {"mlp_norm_output", BSH,
-                            "The normed stream the MLP reads (Gemma: pre_feedforward_layernorm)",
-                            TAP_F32, 'P'},
-    [DT_MLP_INPUT] = {"mlp_input", BSH, "What the MLP is called with", TAP_F32, 'B'},
-    [DT_MLP_ACTIVATION] = {"mlp_activation", "batch,seq,intermediate_size", "act(gate_proj(x))",
-                           TAP_F32, 'D'},
-    [DT_MLP_NEURONS] = {"mlp_neurons", "batch,seq,intermediate_size",
-                        "act(gate_proj(x)) * up_proj(x): what down_proj receives", TAP_F32, 'D'},
-    [DT_ROUTER_LOGITS] = {"router_logits", "batch,seq,num_experts",
-                          "The router's logits, before the softmax", TAP_F32, 'M'},
-    [DT_EXPERT_INDICES] = {"expert_indices", "batch,seq,top_k",
-                           "The top-k experts of softmax(router_logits), largest first", TAP_I64,
-                           'M'},
-    [DT_EXPERT_WEIGHTS] = {"expert_weights", "batch,seq,top_k",
-                           "Their probabilities (renormalised: Mixtral, norm_topk_prob)", TAP_F32,
-                           'M'},
-    [DT_EXPERT_OUTPUTS] = {"expert_outputs", "batch,seq,top_k,hidden_size",
-                           "Each slot's weighted expert output", TAP_F32, 'M'},
-    [DT_ROUTED_OUTPUT] = {"routed_output", BSH, "The sum over slots (equals mlp_output)", TAP_F32,
-                          'M'},
-    [DT_MLP_OUTPUT] = {"mlp_output", BSH,
-                       "The MLP module's output (Gemma: before post_feedforward_layernorm)",
-                       TAP_F32, 'B'},
-    [DT_MLP_POST_NORM] = {"mlp_post_norm_output", BSH,
-                          "post_feedforward_layernorm(mlp_output): what the MLP adds", TAP_F32,
-                          'S'},
-    [DT_LAYER_OUTPUT] = {"layer_output", BSH, "The residual stream leaving the block", TAP_F32,
-                         'B'},
-    [DT_FINAL_NORM_OUTPUT] = {"final_norm_output", BSH, "model.norm's output, what the head reads",
-                              TAP_F32, 'E'},
-    [DT_LM_HEAD_OUTPUT] = {"lm_head_output", "batch,seq,vocab_size",
-                           "final_norm_output times the head (the embedding when tied)", TAP_F32,
-                           'E'},
-    [DT_LOGITS] = {"logits", "batch,seq,vocab_size",
-                   "The model's logits: lm_head_output, soft-capped by Gemma 2", TAP_F32, 'E'},
-    [DT_NEXT_TOKEN_PROBS] = {"next_token_probs", "batch,vocab_size",
-                             "softmax of the logits at the last position", TAP_F32, 'E'},
-};
-
-static bool tap_in(const struct dec_config *c, int layer, char where) {
-    if (layer < 0) return where == 'R';
-    if (layer >= c->n_layer) return where == 'E';
-    bool pre = c->blk.norm_at & DEC_NORM_PRE, post = c->blk.norm_at & DEC_NORM_POST;
-    return where == 'B' || (where == 'P' && pre) || (where == 'S' && post) ||
-           where == (c->moe[layer] ? 'M' : 'D');
+// every block has the attention's values, q/k before RoPE among them; the norm outputs where its
+// norms sit; a dense MLP's or a mixture's values
+static unsigned block_options(const void *u, int l) {
+    const struct dec_config *c = u;
+    unsigned has = CAT_PRE_ROPE | (c->moe[l] ? CAT_MOE : CAT_DENSE);
+    if (c->blk.norm_at & DEC_NORM_PRE) has |= CAT_PRE_NORM;
+    if (c->blk.norm_at & DEC_NORM_POST) has |= CAT_POST_NORM;
+    return has;
 }
 
-static int walk(const struct dec_config *c, struct tap_desc *out) {
-    int n = 0;
-    char name[TAP_NAME_MAX];
-    for (int l = -1; l <= c->n_layer; l++)
-        for (int t = 0; t < DT_N; t++) {
-            if (!tap_in(c, l, defs[t].where)) continue;
-            if (out) {
-                if (l >= 0 && l < c->n_layer)
-                    snprintf(name, sizeof name, "layers.%d.%s", l, defs[t].name);
-                else
-                    snprintf(name, sizeof name, "%s", defs[t].name);
-                int r =
-                    tap_desc_set(&out[n], name, defs[t].dtype, defs[t].shape, defs[t].meaning, l);
-                AH_ASSERT(r == 0);
-            }
-            n++;
-        }
-    return n;
+static int walk(const struct dec_config *c, int *id, struct tap_desc *out) {
+    struct cat_family f = {
+        .n_layer = c->n_layer, .texts = CAT_TEXT_DEC, .block = block_options, .u = c};
+    return cat_walk(&f, id, out);
 }
 
 int dec_n_taps(const struct decoder *m) {
-    return walk(&m->cfg, NULL);
+    return walk(&m->cfg, NULL, NULL);
 }
 
 void dec_catalogue(const struct decoder *m, struct tap_desc *out) {
-    walk(&m->cfg, out);
+    walk(&m->cfg, NULL, out);
 }
 
 int64_t dec_axis_size(const struct decoder *m, int block, const char *axis) {
@@ -311,12 +211,9 @@ int dec_init(struct decoder *m, struct dec_config *c, const struct model_dims *d
         n_moe += c->moe[i];
     m->blk = calloc((size_t)L, sizeof *m->blk);
     m->experts = calloc(3 * (size_t)c->n_expert * (size_t)n_moe + 1, sizeof *m->experts);
-    m->id = malloc((size_t)(L + 2) * DT_N * sizeof *m->id);
+    m->id = malloc((size_t)(L + 2) * CAT_N * sizeof *m->id);
     if (!m->blk || !m->experts || !m->id) return -AH_ENOMEM;
-    int id = 0;
-    for (int l = -1; l <= L; l++)
-        for (int k = 0; k < DT_N; k++)
-            m->id[(l + 1) * DT_N + k] = tap_in(c, l, defs[k].where) ? id++ : -1;
+    walk(c, m->id, NULL);
     for (int i = 0, j = 0; i < L; i++)
         if (c->moe[i]) {
             struct dec_block_w *w = &m->blk[i];

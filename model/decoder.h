@@ -131,7 +131,7 @@ struct decoder {
     const float *norm;          // (D)
     struct dec_block_w *blk;    // (L) owned
     struct dec_mat *experts;    // (3 E n_moe) owned
-    int *id;                    // ((L + 2) x kinds) catalogue id, -1 if absent
+    int *id;                    // ((L + 2) x CAT_N) catalogue ids (model/catalogue.h), -1 if absent
     bool any_bf16;              // some matrix is borrowed BF16 (the state needs a panel)
 };
 

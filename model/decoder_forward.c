@@ -5,8 +5,8 @@
 // block has is its description, struct dec_block (model/decoder.h): no family is named here.
 #include "model/ah.h"
 #include "model/attention.h"
+#include "model/catalogue.h"
 #include "model/decoder.h"
-#include "model/decoder_taps.h"
 #include "model/moe.h"
 #include "model/ops.h"
 
@@ -70,14 +70,6 @@ static int64_t panel_floats(const struct dec_config *c) {
     return op_bf16_panel_floats((int)k, (int)n);
 }
 
-static bool wants_kind(const struct decoder *m, const uint8_t *want, int kind) {
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        int id = DEC_ID(m, l, kind);
-        if (id >= 0 && (!want || want[id])) return true;
-    }
-    return false;
-}
-
 int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, int64_t max_tokens,
                    const uint8_t *want, const struct expert_shard *shard) {
     const struct dec_config *c = &m->cfg;
@@ -86,8 +78,10 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
     int64_t N = max_tokens, T = max_T, D = c->hidden, hd = c->head_dim, HD = c->n_head * hd;
     int64_t KVD = c->n_kv_head * hd, E = c->n_expert, k = c->top_k, I = c->ffn;
     int64_t Ie = c->expert_ffn, h2 = hd / 2;
-    s->keep_scores = wants_kind(m, want, DT_SCORES) || wants_kind(m, want, DT_PROBS);
-    s->keep_experts = E > 0 && (shard || wants_kind(m, want, DT_EXPERT_OUTPUTS));
+    s->keep_scores = cat_wants_kind(m->id, c->n_layer, want, CAT_SCORES) ||
+                     cat_wants_kind(m->id, c->n_layer, want, CAT_PROBABILITIES);
+    s->keep_experts =
+        E > 0 && (shard || cat_wants_kind(m->id, c->n_layer, want, CAT_EXPERT_OUTPUTS));
     s->shard = shard;
     s->n_xpanels = E > 0 ? op_threads() : 0;
     struct arena_piece f[] = {
@@ -160,15 +154,6 @@ static void linear(struct dec_state *s, float *out, const float *in, const struc
     if (bias) op_add_bias(out, bias, M, N);
 }
 
-// (1, T, H, hd) view of each prompt's rows of a token-major (N, H hd) buffer
-static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
-                             const float *buf, int H, int hd) {
-    for (int b = 0; tap_wants(tp, id) && b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * H * hd, TAP_F32, 4, {1, bt->len[b], H, hd}};
-        tp->take(tp->u, id, b, &v);
-    }
-}
-
 // the RoPE tables of layer l for a prompt of T tokens (dynamic NTK past max_pos: its own)
 static void tables(const struct decoder *m, struct dec_state *s, int l, int T, const float **ct,
                    const float **st) {
@@ -200,17 +185,17 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
         norm(c, s->q, s->q, w->q_norm, N, (int)HD);
         norm(c, s->k, s->k, w->k_norm, N, (int)KVD);
     }
-    tap_emit_heads(tp, DEC_ID(m, l, DT_QUERIES_PRE_ROPE), bt, s->q, (int)H, (int)hd, s->scratch);
-    tap_emit_heads(tp, DEC_ID(m, l, DT_KEYS_PRE_ROPE), bt, s->k, (int)KV, (int)hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES_PRE_ROPE), bt, s->q, (int)H, (int)hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_KEYS_PRE_ROPE), bt, s->k, (int)KV, (int)hd, s->scratch);
     for (int b = 0; b < bt->n; b++) {
         const float *ct, *st;
         tables(m, s, l, bt->len[b], &ct, &st);
         op_rope(s->q + bt->off[b] * HD, ct, st, bt->len[b], (int)H, (int)hd, (int)hd, (int)HD);
         op_rope(s->k + bt->off[b] * KVD, ct, st, bt->len[b], (int)KV, (int)hd, (int)hd, (int)KVD);
     }
-    tap_emit_heads(tp, DEC_ID(m, l, DT_QUERIES), bt, s->q, (int)H, (int)hd, s->scratch);
-    tap_emit_heads(tp, DEC_ID(m, l, DT_KEYS), bt, s->k, (int)KV, (int)hd, s->scratch);
-    tap_emit_heads(tp, DEC_ID(m, l, DT_VALUES), bt, s->v, (int)KV, (int)hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES), bt, s->q, (int)H, (int)hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_KEYS), bt, s->k, (int)KV, (int)hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_VALUES), bt, s->v, (int)KV, (int)hd, s->scratch);
     for (int b = 0; b < bt->n; b++) {
         int64_t o = bt->off[b];
         struct attn a = {.T = bt->len[b],
@@ -228,11 +213,12 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
         a.set[0] = (struct attn_keys){s->k + o * KVD, s->v + o * KVD, (int)KVD,
                                       c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL, c->window};
         // attention_scores: soft-capped, -inf where masked (tests/ref/hf/NAMES.md)
-        struct attn_taps at = {tp, b, -1, DEC_ID(m, l, DT_SCORES), DEC_ID(m, l, DT_PROBS)};
+        struct attn_taps at = {tp, b, -1, CAT_ID(m, l, CAT_SCORES),
+                               CAT_ID(m, l, CAT_PROBABILITIES)};
         AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
         attn_forward(&a, &at, s->att);
     }
-    emit_token_heads(tp, DEC_ID(m, l, DT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
     linear(s, s->a, s->o, &w->wo, w->bo, N, HD, D);
 }
 
@@ -291,27 +277,21 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k;
     mm(s, s->z, s->xn, &w->router, N, D, E);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_ROUTER_LOGITS), bt, s->z, (int)E);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_LOGITS), bt, s->z, (int)E);
 #pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < N; t++)
         route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
-    int id_i = DEC_ID(m, l, DT_EXPERT_INDICES), id_o = DEC_ID(m, l, DT_EXPERT_OUTPUTS);
-    for (int b = 0; tap_wants(tp, id_i) && b < bt->n; b++) {
-        struct tview v = {s->idx + bt->off[b] * k, TAP_I64, 3, {1, bt->len[b], k}};
-        tp->take(tp->u, id_i, b, &v);
-    }
-    tap_emit_rows(tp, DEC_ID(m, l, DT_EXPERT_WEIGHTS), bt, s->w, (int)k);
+    int id_i = CAT_ID(m, l, CAT_EXPERT_INDICES), id_o = CAT_ID(m, l, CAT_EXPERT_OUTPUTS);
+    tap_emit_rows_i64(tp, id_i, bt, s->idx, (int)k);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
     struct dec_expert_call call = {m, w};
     struct moe_experts x = MOE_EXPERTS(s, N, k, D, c->expert_ffn, E,
                                        m->any_bf16 ? s->xpanels : NULL, expert_ffn, &call);
     moe_forward(&x, s->shard, s->routed, keep ? s->eo : NULL);
-    for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
-        struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
-        tp->take(tp->u, id_o, b, &v);
-    }
-    tap_emit_rows(tp, DEC_ID(m, l, DT_ROUTED_OUTPUT), bt, s->routed, (int)D);
+    tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);
     memcpy(s->m, s->routed, (size_t)(N * D) * sizeof(float));
 }
 
@@ -330,9 +310,9 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
     linear(s, s->fg, s->xn, &w->gate, w->bg, N, D, I);
     linear(s, s->fu, s->xn, &w->up, w->bu, N, D, I);
     op_act(s->fg, N * I, c->blk.act);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_ACTIVATION), bt, s->fg, (int)I);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->fg, (int)I);
     op_mul(s->fu, s->fg, N * I, 1);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NEURONS), bt, s->fu, (int)I);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NEURONS), bt, s->fu, (int)I);
     linear(s, s->m, s->fu, &w->down, w->bd, N, I, D);
 }
 
@@ -343,36 +323,36 @@ static void block_forward(const struct decoder *m, struct dec_state *s, const st
     int64_t N = bt->n_tokens, D = c->hidden;
     bool pre = c->blk.norm_at & DEC_NORM_PRE, post = c->blk.norm_at & DEC_NORM_POST;
     size_t row_bytes = (size_t)(N * D) * sizeof(float);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_INPUT), bt, s->x, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_INPUT), bt, s->x, (int)D);
     if (pre) {
         norm(c, s->xn, s->x, w->attn_norm, N, (int)D);
-        tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
+        tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
     } else { // no pre-norm (OLMo 2): the attention reads the stream itself
         memcpy(s->xn, s->x, row_bytes);
     }
     attention_block(m, s, bt, tp, l);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_OUTPUT), bt, s->a, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_OUTPUT), bt, s->a, (int)D);
     if (post) { // the post-attention norm before the add
         norm(c, s->a, s->a, w->post_attn_norm, N, (int)D);
-        tap_emit_rows(tp, DEC_ID(m, l, DT_ATTENTION_POST_NORM), bt, s->a, (int)D);
+        tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_POST_NORM), bt, s->a, (int)D);
     }
     op_add(s->x, s->x, s->a, N * D);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_MID), bt, s->x, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_MID), bt, s->x, (int)D);
     if (pre) {
         norm(c, s->xn, s->x, w->mlp_norm, N, (int)D);
-        tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
+        tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
     } else {
         memcpy(s->xn, s->x, row_bytes);
     }
-    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_INPUT), bt, s->xn, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_INPUT), bt, s->xn, (int)D);
     mlp_block(m, s, bt, tp, l);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_OUTPUT), bt, s->m, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_OUTPUT), bt, s->m, (int)D);
     if (post) {
         norm(c, s->m, s->m, w->post_mlp_norm, N, (int)D);
-        tap_emit_rows(tp, DEC_ID(m, l, DT_MLP_POST_NORM), bt, s->m, (int)D);
+        tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_POST_NORM), bt, s->m, (int)D);
     }
     op_add(s->x, s->x, s->m, N * D);
-    tap_emit_rows(tp, DEC_ID(m, l, DT_LAYER_OUTPUT), bt, s->x, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_OUTPUT), bt, s->x, (int)D);
 }
 
 // input ids, the mask, the embedding rows (times embed_scale; the tap before or after it)
@@ -380,14 +360,14 @@ static void embed(const struct decoder *m, struct dec_state *s, const struct mba
                   const struct tap *tp) {
     const struct dec_config *c = &m->cfg;
     int64_t D = c->hidden;
-    emit_ids_mask(tp, bt, s->ones, DEC_ID(m, -1, DT_INPUT_IDS), DEC_ID(m, -1, DT_ATTENTION_MASK));
+    emit_ids_mask(tp, bt, s->ones, CAT_ID(m, -1, CAT_INPUT_IDS), CAT_ID(m, -1, CAT_ATTENTION_MASK));
 #pragma omp parallel for num_threads(op_threads()) if (bt->n_tokens * D >= OP_PAR_MIN) \
     schedule(static)
     for (int64_t i = 0; i < bt->n_tokens; i++)
         for (int64_t d = 0; d < D; d++)
             s->x[i * D + d] = m->embed.h ? op_bf16(m->embed.h[bt->ids[i] * D + d])
                                          : m->embed.f[bt->ids[i] * D + d];
-    int id = DEC_ID(m, -1, DT_TOKEN_EMBEDDINGS);
+    int id = CAT_ID(m, -1, CAT_TOKEN_EMBEDDINGS);
     if (!c->blk.embed_tap_scaled) tap_emit_rows(tp, id, bt, s->x, (int)D);
     for (int64_t i = 0; c->blk.embed_scale != 1.0f && i < bt->n_tokens * D; i++)
         s->x[i] *= c->blk.embed_scale;
@@ -399,9 +379,9 @@ static void head(const struct decoder *m, struct dec_state *s, const struct mbat
                  const struct tap *tp) {
     const struct dec_config *c = &m->cfg;
     int64_t D = c->hidden, V = c->vocab;
-    int L = c->n_layer, id_n = DEC_ID(m, L, DT_FINAL_NORM_OUTPUT);
-    int id_h = DEC_ID(m, L, DT_LM_HEAD_OUTPUT), id_l = DEC_ID(m, L, DT_LOGITS);
-    int id_p = DEC_ID(m, L, DT_NEXT_TOKEN_PROBS);
+    int L = c->n_layer, id_n = CAT_ID(m, L, CAT_FINAL_NORM_OUTPUT);
+    int id_h = CAT_ID(m, L, CAT_LM_HEAD_OUTPUT), id_l = CAT_ID(m, L, CAT_LOGITS);
+    int id_p = CAT_ID(m, L, CAT_NEXT_TOKEN_PROBS);
     bool want = tap_wants(tp, id_h) || tap_wants(tp, id_l) || tap_wants(tp, id_p);
     if (!want && !tap_wants(tp, id_n)) return;
     norm(c, s->xn, s->x, m->norm, bt->n_tokens, (int)D);

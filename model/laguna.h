@@ -96,7 +96,7 @@ struct laguna {
     const float *norm;               // (D)
     struct laguna_block_w *blk;      // (n_layer) owned
     const uint16_t **experts;        // (3 E n_moe) owned: the blocks' eg/eu/ed point here
-    int *id;                         // ((n_layer + 2) x taps) catalogue id, -1 if absent
+    int *id; // ((n_layer + 2) x CAT_N) catalogue ids (model/catalogue.h), -1 if absent
 };
 
 // Takes c (the caller's struct is zeroed), allocates m's arrays and returns in *list (caller

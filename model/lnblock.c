@@ -3,6 +3,7 @@
 #include "model/lnblock.h"
 
 #include "model/ah.h"
+#include "model/catalogue.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,105 +42,21 @@ int64_t lnb_params(const struct lnb_config *c) {
     return V * D * (c->tied ? 1 : 2) + (int64_t)c->n_pos * D + c->n_layer * layer_params(c) + 2 * D;
 }
 
-// ---- the catalogue (tests/ref/hf/NAMES.md)
+// ---- the catalogue (model/catalogue.h; tests/ref/hf/NAMES.md)
 
-#define BSH "batch,seq,hidden_size"
-#define BHS "batch,num_heads,seq,head_dim"
-#define BKS "batch,num_kv_heads,seq,head_dim"
-#define BHQ "batch,num_heads,query,key"
-
-static const struct lnb_tap_desc {
-    const char *name, *shape, *meaning;
-    char where; // R root before the blocks, E root after them, B every block, P rotary blocks
-} lnb_taps[LNB_N_TAPS] = {
-    [LNB_INPUT_IDS] = {"input_ids", "batch,seq", "The token ids the model was called with", 'R'},
-    [LNB_ATTENTION_MASK] = {"attention_mask", "batch,seq",
-                            "The attention mask the model was called with; zeros are padding", 'R'},
-    [LNB_TOKEN_EMBEDDINGS] = {"token_embeddings", BSH,
-                              "The token embedding's output (GPT-2: wte alone, before the learned "
-                              "positions that layers.0.layer_input adds)",
-                              'R'},
-    [LNB_LAYER_INPUT] = {"layer_input", BSH, "The residual stream entering the block", 'B'},
-    [LNB_ATTENTION_NORM_OUTPUT] = {"attention_norm_output", BSH,
-                                   "The normed stream entering the attention (LayerNorm)", 'B'},
-    [LNB_QUERIES_PRE_ROPE] = {"attention_queries_pre_rope", BHS, "The queries before RoPE", 'P'},
-    [LNB_KEYS_PRE_ROPE] = {"attention_keys_pre_rope", BKS, "The keys before RoPE", 'P'},
-    [LNB_QUERIES] = {"attention_queries", BHS, "The queries entering attention", 'B'},
-    [LNB_KEYS] = {"attention_keys", BKS, "The keys entering attention", 'B'},
-    [LNB_VALUES] = {"attention_values", BKS, "The values entering attention", 'B'},
-    [LNB_SCORES] = {"attention_scores", BHQ, "The attention scores entering the softmax, masked",
-                    'B'},
-    [LNB_PROBABILITIES] = {"attention_probabilities", BHQ,
-                           "The attention pattern the values are mixed with", 'B'},
-    [LNB_HEAD_OUTPUTS] = {"attention_head_outputs", "batch,seq,num_heads,head_dim",
-                          "The per-head outputs before the output projection", 'B'},
-    [LNB_ATTENTION_OUTPUT] = {"attention_output", BSH,
-                              "What the attention adds to the residual stream", 'B'},
-    [LNB_LAYER_MID] = {"layer_mid", BSH, "layer_input + attention_output", 'B'},
-    [LNB_MLP_NORM_OUTPUT] = {"mlp_norm_output", BSH, "The normed stream entering the MLP", 'B'},
-    [LNB_MLP_INPUT] = {"mlp_input", BSH, "What the MLP is called with", 'B'},
-    [LNB_MLP_ACTIVATION] = {"mlp_activation", "batch,seq,intermediate_size",
-                            "The activation function's output", 'B'},
-    [LNB_MLP_NEURONS] = {"mlp_neurons", "batch,seq,intermediate_size",
-                         "What the down projection receives: the activation itself", 'B'},
-    [LNB_MLP_OUTPUT] = {"mlp_output", BSH, "What the MLP adds to the residual stream", 'B'},
-    [LNB_LAYER_OUTPUT] = {"layer_output", BSH, "The residual stream leaving the block", 'B'},
-    [LNB_FINAL_NORM_OUTPUT] = {"final_norm_output", BSH,
-                               "The residual stream after the final norm, what the head reads",
-                               'E'},
-    [LNB_LM_HEAD_OUTPUT] = {"lm_head_output", "batch,seq,vocab_size", "The head's logits", 'E'},
-    [LNB_LOGITS] = {"logits", "batch,seq,vocab_size",
-                    "The logits the model returns (the head's: no softcap, no scale)", 'E'},
-    [LNB_NEXT_TOKEN_PROBS] = {"next_token_probs", "batch,vocab_size",
-                              "The next-token distribution at the last position; derived, "
-                              "read-only",
-                              'E'},
-};
-
-// where the parallel residual changes a name's meaning (tests/ref/hf/NAMES.md, GPT-NeoX)
-static const char *meaning(const struct lnb_config *c, int k) {
-    if (c->parallel && k == LNB_LAYER_MID)
-        return "layer_input + attention_output: in a parallel block nothing reads it (the MLP "
-               "reads layer_input), layer_mid + mlp_output == layer_output";
-    if (c->parallel && k == LNB_MLP_NORM_OUTPUT)
-        return "The normed stream entering the MLP: post_attention_layernorm(layer_input) in a "
-               "parallel block";
-    if (c->rotary && k == LNB_QUERIES)
-        return "The queries entering attention, after RoPE on the first rotary_pct of each head";
-    if (c->rotary && k == LNB_KEYS)
-        return "The keys entering attention, after RoPE on the first rotary_pct of each head";
-    return lnb_taps[k].meaning;
+// pre-norm dense blocks; q/k before RoPE on rotary families
+static unsigned block_options(const void *u, int l) {
+    const struct lnb_config *c = u;
+    (void)l;
+    return CAT_PRE_NORM | CAT_DENSE | (c->rotary ? CAT_PRE_ROPE : 0u);
 }
 
-static bool tap_in(const struct lnb_config *c, int layer, char where) {
-    if (layer < 0) return where == 'R';
-    if (layer >= c->n_layer) return where == 'E';
-    return where == 'B' || (where == 'P' && c->rotary);
-}
-
-// every (layer, tap) in forward order: roots before (-1), the blocks, roots after (L); ids into
-// id[(layer + 1) * LNB_N_TAPS + kind] (-1: absent) and descriptions into out (either may be NULL)
+// ids into id (CAT_ID) and descriptions into out, either may be NULL (model/catalogue.h)
 static int walk(const struct lnb_config *c, int *id, struct tap_desc *out) {
-    int n = 0;
-    char name[TAP_NAME_MAX];
-    for (int l = -1; l <= c->n_layer; l++)
-        for (int k = 0; k < LNB_N_TAPS; k++) {
-            const struct lnb_tap_desc *x = &lnb_taps[k];
-            bool in = tap_in(c, l, x->where);
-            if (id) id[(l + 1) * LNB_N_TAPS + k] = in ? n : -1;
-            if (!in) continue;
-            if (out) {
-                if (l >= 0 && l < c->n_layer)
-                    snprintf(name, sizeof name, "layers.%d.%s", l, x->name);
-                else
-                    snprintf(name, sizeof name, "%s", x->name);
-                enum tap_dtype dt = k <= LNB_ATTENTION_MASK ? TAP_I64 : TAP_F32;
-                int r = tap_desc_set(&out[n], name, dt, x->shape, meaning(c, k), l);
-                AH_ASSERT(r == 0);
-            }
-            n++;
-        }
-    return n;
+    unsigned texts = CAT_TEXT_LNB | (c->parallel ? CAT_TEXT_LNB_PARALLEL : 0u) |
+                     (c->rotary ? CAT_TEXT_LNB_ROTARY : 0u);
+    struct cat_family f = {.n_layer = c->n_layer, .texts = texts, .block = block_options, .u = c};
+    return cat_walk(&f, id, out);
 }
 
 int lnb_n_taps(const void *fm) {
@@ -157,7 +74,7 @@ int lnb_init(struct lnb_model *m, const struct lnb_names *nm, struct model_tenso
     int L = c->n_layer, n = 0;
     int64_t D = c->hidden, V = c->vocab;
     m->w = calloc((size_t)L, sizeof *m->w);
-    m->id = malloc((size_t)(L + 2) * LNB_N_TAPS * sizeof *m->id);
+    m->id = malloc((size_t)(L + 2) * CAT_N * sizeof *m->id);
     struct model_tensor *t = list ? calloc(5 + (size_t)L * LNB_N_LEAF, sizeof *t) : NULL;
     if (!m->w || !m->id || (list && !t)) {
         free(t);

@@ -60,39 +60,6 @@ enum lnb_leaf {
     LNB_N_LEAF
 };
 
-// The catalogue, in forward order: root values before the blocks, each block's (the _pre_rope
-// ones on rotary families only), root values after them.
-enum lnb_tap {
-    LNB_INPUT_IDS,
-    LNB_ATTENTION_MASK,
-    LNB_TOKEN_EMBEDDINGS,
-    LNB_LAYER_INPUT,
-    LNB_ATTENTION_NORM_OUTPUT,
-    LNB_QUERIES_PRE_ROPE,
-    LNB_KEYS_PRE_ROPE,
-    LNB_QUERIES,
-    LNB_KEYS,
-    LNB_VALUES,
-    LNB_SCORES,
-    LNB_PROBABILITIES,
-    LNB_HEAD_OUTPUTS,
-    LNB_ATTENTION_OUTPUT,
-    LNB_LAYER_MID,
-    LNB_MLP_NORM_OUTPUT,
-    LNB_MLP_INPUT,
-    LNB_MLP_ACTIVATION,
-    LNB_MLP_NEURONS,
-    LNB_MLP_OUTPUT,
-    LNB_LAYER_OUTPUT,
-    LNB_FINAL_NORM_OUTPUT,
-    LNB_LM_HEAD_OUTPUT,
-    LNB_LOGITS,
-    LNB_NEXT_TOKEN_PROBS,
-    LNB_N_TAPS
-};
-// the catalogue id of value `kind` of block `layer` (-1: root values before the blocks, L: after)
-#define LNB_ID(m, layer, kind) ((m)->id[((layer) + 1) * LNB_N_TAPS + (kind)])
-
 struct lnb_names {
     const char *embed, *pos, *lnf_w, *lnf_b, *head; // pos NULL without n_pos, head NULL if tied
     const char *layer_prefix;
@@ -105,7 +72,7 @@ struct lnb_model {
     const float *lnf_w, *lnf_b;    // (D)
     const float *head;             // (V, D): embed when tied
     const float *(*w)[LNB_N_LEAF]; // (L) per layer, by leaf; shapes in lnb_leaf_shape; owned
-    int *id;                       // ((L + 2) x LNB_N_TAPS) catalogue ids, -1 if absent; owned
+    int *id;                       // ((L + 2) x CAT_N) catalogue ids, -1 if absent; owned
 };
 
 // The tensors to bind (*list, caller frees) under the names of nm; the count or -AH_ENOMEM.

@@ -6,6 +6,7 @@
 // Prompts of a batch are packed token after token; attention runs per prompt.
 #include "model/ah.h"
 #include "model/attention.h"
+#include "model/catalogue.h"
 #include "model/lnblock.h"
 #include "model/ops.h"
 
@@ -32,14 +33,6 @@ struct lnb_state {
     void *arena;
 };
 
-static bool wants_kind(const struct lnb_model *m, const uint8_t *want, int kind) {
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        int id = LNB_ID(m, l, kind);
-        if (id >= 0 && (!want || want[id])) return true;
-    }
-    return false;
-}
-
 // RoPE tables as GPTNeoXRotaryEmbedding forms them: inv_freq = 1 / base^(2j / n_rot) in float32,
 // divided by a linear rope_scaling factor, angles (float)t * inv_freq
 static void rope_tables(const struct lnb_config *c, struct lnb_state *s, int T) {
@@ -59,7 +52,8 @@ int lnb_state_init(void **fs, const void *fm, int max_T, int64_t max_tokens, con
     struct lnb_state *s = calloc(1, sizeof *s);
     if (!(*fs = s)) return -AH_ENOMEM;
     int64_t N = max_tokens, T = max_T, D = c->hidden, F = c->inner, V = c->vocab;
-    s->keep_scores = wants_kind(m, want, LNB_SCORES) || wants_kind(m, want, LNB_PROBABILITIES);
+    s->keep_scores = cat_wants_kind(m->id, c->n_layer, want, CAT_SCORES) ||
+                     cat_wants_kind(m->id, c->n_layer, want, CAT_PROBABILITIES);
     struct arena_piece f[] = {
         {(void **)&s->x, N * D},
         {(void **)&s->h, N * D},
@@ -125,16 +119,6 @@ static void split_qkv(const struct lnb_config *c, struct lnb_state *s, int64_t N
             }
 }
 
-// (1, T, H, hd) view of each prompt's rows of a token-major (N, D) buffer
-static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
-                             const float *buf, int H, int hd) {
-    if (!tap_wants(tp, id)) return;
-    for (int b = 0; b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * H * hd, TAP_F32, 4, {1, bt->len[b], H, hd}};
-        tp->take(tp->u, id, b, &v);
-    }
-}
-
 // q, k, v of the block's input: the fused projection split into heads, RoPE on rotary families
 static void qkv(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
                 const struct tap *tp, int l) {
@@ -145,16 +129,16 @@ static void qkv(const struct lnb_model *m, struct lnb_state *s, const struct mba
     project(c, s->qkv, s->xn, w[LNB_QKV_W], w[LNB_QKV_B], N, (int)D, (int)(3 * D));
     split_qkv(c, s, N);
     if (c->rotary) {
-        tap_emit_heads(tp, LNB_ID(m, l, LNB_QUERIES_PRE_ROPE), bt, s->q, H, hd, s->scratch);
-        tap_emit_heads(tp, LNB_ID(m, l, LNB_KEYS_PRE_ROPE), bt, s->k, H, hd, s->scratch);
+        tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES_PRE_ROPE), bt, s->q, H, hd, s->scratch);
+        tap_emit_heads(tp, CAT_ID(m, l, CAT_KEYS_PRE_ROPE), bt, s->k, H, hd, s->scratch);
         for (int b = 0; c->n_rot > 0 && b < bt->n; b++) {
             op_rope(s->q + bt->off[b] * D, s->cos_t, s->sin_t, bt->len[b], H, hd, c->n_rot, (int)D);
             op_rope(s->k + bt->off[b] * D, s->cos_t, s->sin_t, bt->len[b], H, hd, c->n_rot, (int)D);
         }
     }
-    tap_emit_heads(tp, LNB_ID(m, l, LNB_QUERIES), bt, s->q, H, hd, s->scratch);
-    tap_emit_heads(tp, LNB_ID(m, l, LNB_KEYS), bt, s->k, H, hd, s->scratch);
-    tap_emit_heads(tp, LNB_ID(m, l, LNB_VALUES), bt, s->v, H, hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES), bt, s->q, H, hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_KEYS), bt, s->k, H, hd, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_VALUES), bt, s->v, H, hd, s->scratch);
 }
 
 // Causal attention of each prompt (model/attention.h) into s->o, then the output projection.
@@ -179,12 +163,12 @@ static void attend(const struct lnb_model *m, struct lnb_state *s, const struct 
                          .att_floats = s->n_att};
         a.set[0] = (struct attn_keys){s->k + o, s->v + o, (int)D, ATTN_CAUSAL, 0};
         // attention_scores are the masked scores the softmax reads (tests/ref/hf/NAMES.md)
-        struct attn_taps at = {tp, b, -1, LNB_ID(m, l, LNB_SCORES),
-                               LNB_ID(m, l, LNB_PROBABILITIES)};
+        struct attn_taps at = {tp, b, -1, CAT_ID(m, l, CAT_SCORES),
+                               CAT_ID(m, l, CAT_PROBABILITIES)};
         AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
         attn_forward(&a, &at, s->att);
     }
-    emit_token_heads(tp, LNB_ID(m, l, LNB_HEAD_OUTPUTS), bt, s->o, c->n_head, c->head_dim);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, c->n_head, c->head_dim);
     project(c, s->a, s->o, m->w[l][LNB_O_W], m->w[l][LNB_O_B], bt->n_tokens, (int)D, (int)D);
 }
 
@@ -194,28 +178,28 @@ static void block_forward(const struct lnb_model *m, struct lnb_state *s, const 
     const float *const *w = m->w[l];
     int64_t N = bt->n_tokens, D = c->hidden, F = c->inner;
     float eps = (float)c->eps;
-#define EMIT(kind, buf, width) tap_emit_rows(tp, LNB_ID(m, l, kind), bt, buf, (int)(width))
-    EMIT(LNB_LAYER_INPUT, s->x, D);
+#define EMIT(kind, buf, width) tap_emit_rows(tp, CAT_ID(m, l, kind), bt, buf, (int)(width))
+    EMIT(CAT_LAYER_INPUT, s->x, D);
     op_layernorm(s->xn, s->x, w[LNB_LN1_W], w[LNB_LN1_B], (int)N, (int)D, eps);
-    EMIT(LNB_ATTENTION_NORM_OUTPUT, s->xn, D);
+    EMIT(CAT_ATTENTION_NORM_OUTPUT, s->xn, D);
     qkv(m, s, bt, tp, l);
     attend(m, s, bt, tp, l);
-    EMIT(LNB_ATTENTION_OUTPUT, s->a, D);
+    EMIT(CAT_ATTENTION_OUTPUT, s->a, D);
     op_add(s->h, s->x, s->a, N * D);
-    EMIT(LNB_LAYER_MID, s->h, D);
+    EMIT(CAT_LAYER_MID, s->h, D);
 
     // the MLP reads the block's input in a parallel block, the stream after the attention else
     op_layernorm(s->xn, c->parallel ? s->x : s->h, w[LNB_LN2_W], w[LNB_LN2_B], (int)N, (int)D, eps);
-    EMIT(LNB_MLP_NORM_OUTPUT, s->xn, D);
-    EMIT(LNB_MLP_INPUT, s->xn, D);
+    EMIT(CAT_MLP_NORM_OUTPUT, s->xn, D);
+    EMIT(CAT_MLP_INPUT, s->xn, D);
     project(c, s->f, s->xn, w[LNB_FC_W], w[LNB_FC_B], N, (int)D, (int)F);
     op_act(s->f, N * F, c->act);
-    EMIT(LNB_MLP_ACTIVATION, s->f, F);
-    EMIT(LNB_MLP_NEURONS, s->f, F);
+    EMIT(CAT_MLP_ACTIVATION, s->f, F);
+    EMIT(CAT_MLP_NEURONS, s->f, F);
     project(c, s->m, s->f, w[LNB_PROJ_W], w[LNB_PROJ_B], N, (int)F, (int)D);
-    EMIT(LNB_MLP_OUTPUT, s->m, D);
+    EMIT(CAT_MLP_OUTPUT, s->m, D);
     op_add(s->x, s->h, s->m, N * D); // (x + a) + m: layer_mid + mlp_output exactly
-    EMIT(LNB_LAYER_OUTPUT, s->x, D);
+    EMIT(CAT_LAYER_OUTPUT, s->x, D);
 #undef EMIT
 }
 
@@ -223,10 +207,10 @@ static void block_forward(const struct lnb_model *m, struct lnb_state *s, const 
 static void embed(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
                   const struct tap *tp) {
     int64_t D = m->cfg.hidden;
-    emit_ids_mask(tp, bt, s->ones, LNB_ID(m, -1, LNB_INPUT_IDS), LNB_ID(m, -1, LNB_ATTENTION_MASK));
+    emit_ids_mask(tp, bt, s->ones, CAT_ID(m, -1, CAT_INPUT_IDS), CAT_ID(m, -1, CAT_ATTENTION_MASK));
     for (int64_t i = 0; i < bt->n_tokens; i++)
         memcpy(s->x + i * D, m->embed + bt->ids[i] * D, (size_t)D * sizeof(float));
-    tap_emit_rows(tp, LNB_ID(m, -1, LNB_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, -1, CAT_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
     for (int b = 0; m->pos && b < bt->n; b++)
         for (int64_t t = 0; t < bt->len[b]; t++)
             op_add(s->x + (bt->off[b] + t) * D, s->x + (bt->off[b] + t) * D, m->pos + t * D, D);
@@ -238,8 +222,8 @@ static void head(const struct lnb_model *m, struct lnb_state *s, const struct mb
     const struct lnb_config *c = &m->cfg;
     int L = c->n_layer;
     int64_t D = c->hidden, V = c->vocab;
-    int id_n = LNB_ID(m, L, LNB_FINAL_NORM_OUTPUT), id_h = LNB_ID(m, L, LNB_LM_HEAD_OUTPUT);
-    int id_l = LNB_ID(m, L, LNB_LOGITS), id_p = LNB_ID(m, L, LNB_NEXT_TOKEN_PROBS);
+    int id_n = CAT_ID(m, L, CAT_FINAL_NORM_OUTPUT), id_h = CAT_ID(m, L, CAT_LM_HEAD_OUTPUT);
+    int id_l = CAT_ID(m, L, CAT_LOGITS), id_p = CAT_ID(m, L, CAT_NEXT_TOKEN_PROBS);
     bool logits = tap_wants(tp, id_h) || tap_wants(tp, id_l) || tap_wants(tp, id_p);
     if (!logits && !tap_wants(tp, id_n)) return;
     op_layernorm(s->xn, s->x, m->lnf_w, m->lnf_b, (int)bt->n_tokens, (int)D, (float)c->eps);

@@ -69,6 +69,24 @@ void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const 
     }
 }
 
+void tap_emit_rows_i64(const struct tap *tp, int id, const struct mbatch *bt, const int64_t *buf,
+                       int width) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview v = {buf + bt->off[b] * width, TAP_I64, 3, {1, bt->len[b], width}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
+void tap_emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
+                          int H, int D) {
+    if (!tap_wants(tp, id)) return;
+    for (int b = 0; b < bt->n; b++) {
+        struct tview v = {buf + bt->off[b] * H * D, TAP_F32, 4, {1, bt->len[b], H, D}};
+        tp->take(tp->u, id, b, &v);
+    }
+}
+
 void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf, int H,
                     int D, float *scratch) {
     if (!tap_wants(tp, id)) return;

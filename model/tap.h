@@ -53,12 +53,20 @@ static inline void tap_emit(const struct tap *tp, int id, int b, const struct tv
     if (tap_wants(tp, id)) tp->take(tp->u, id, b, v);
 }
 
-// Views of each prompt of a packed batch: (1, T, width) rows of a token-major (N, width) buffer;
-// (1, H, T, D) heads of a token-major (N, H*D) buffer, transposed into scratch (H*T*D floats).
+// The emit helpers the forward passes share: views of each prompt of a packed batch (prompt b's
+// tokens at rows off[b] .. off[b] + len[b] of a token-major buffer), emitted only if id is wanted.
+// (1, T, width) float32 rows of an (N, width) buffer; the same in int64 (expert indices):
 void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
                    int width);
+void tap_emit_rows_i64(const struct tap *tp, int id, const struct mbatch *bt, const int64_t *buf,
+                       int width);
+// (1, H, T, D) heads of an (N, H*D) buffer, transposed into scratch (H*T*D floats):
 void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf, int H,
                     int D, float *scratch);
+// (1, T, H, D) 4-D views of an (N, H*D) buffer as it is, heads after the sequence (head outputs;
+// with H = top_k, D = hidden: the expert slots' outputs):
+void tap_emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
+                          int H, int D);
 
 // Fills d from a comma-separated shape ("batch,head,sequence,head_dim"). Returns 0 or -1 if the
 // shape has too many axes or an axis name is too long.

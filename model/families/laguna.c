@@ -6,6 +6,7 @@
 
 #include "model/ah.h"
 #include "model/attention.h"
+#include "model/catalogue.h"
 #include "model/moe.h"
 #include "model/ops.h"
 
@@ -152,161 +153,26 @@ void laguna_route_ref(int64_t *idx, float *w, const float *z, const float *bias,
 }
 
 // ----------------------------------------------------------------------------
-// catalogue (names, layouts and meanings as tests/ref/laguna-nnterp.txt gives them)
+// catalogue (model/catalogue.h; the names, layouts and meanings of tests/ref/laguna-nnterp.txt)
 
-#define BSH "batch,seq,hidden_size"
-enum laguna_tap_kind {
-    LG_INPUT_IDS,
-    LG_ATTENTION_MASK,
-    LG_TOKEN_EMBEDDINGS,
-    LG_LAYER_INPUT,
-    LG_ATTENTION_NORM_OUTPUT,
-    LG_ATTENTION_QUERIES,
-    LG_ATTENTION_KEYS,
-    LG_ATTENTION_VALUES,
-    LG_ATTENTION_SCORES,
-    LG_ATTENTION_PROBABILITIES,
-    LG_ATTENTION_HEAD_OUTPUTS,
-    LG_ATTENTION_PREMIX,
-    LG_ATTENTION_OUTPUT,
-    LG_LAYER_MID,
-    LG_MLP_NORM_OUTPUT,
-    LG_MLP_INPUT,
-    LG_MLP_ACTIVATION,
-    LG_MLP_NEURONS,
-    LG_SHARED_EXPERT_OUTPUT,
-    LG_ROUTER_LOGITS,
-    LG_EXPERT_INDICES,
-    LG_EXPERT_WEIGHTS,
-    LG_EXPERT_OUTPUTS,
-    LG_ROUTED_OUTPUT,
-    LG_MLP_OUTPUT,
-    LG_LAYER_OUTPUT,
-    LG_FINAL_NORM_OUTPUT,
-    LG_LM_HEAD_OUTPUT,
-    LG_LOGITS,
-    LG_NEXT_TOKEN_PROBS,
-    LG_N_TAPS
-};
-
-static const struct laguna_tap {
-    const char *name, *shape, *meaning;
-    enum tap_dtype dtype;
-    char where; // R root before the blocks, E root after them, B every block, D dense, M mixture
-} laguna_taps[LG_N_TAPS] = {
-    [LG_INPUT_IDS] = {"input_ids", "batch,seq", "The token ids the model was called with", TAP_I64,
-                      'R'},
-    [LG_ATTENTION_MASK] = {"attention_mask", "batch,seq",
-                           "The attention mask the model was called with; zeros are padding",
-                           TAP_I64, 'R'},
-    [LG_TOKEN_EMBEDDINGS] =
-        {"token_embeddings", BSH,
-         "The embedding module's output; layers[0].input is what enters the first block", TAP_F32,
-         'R'},
-    [LG_LAYER_INPUT] = {"layer_input", BSH, "The residual stream entering the block", TAP_F32, 'B'},
-    [LG_ATTENTION_NORM_OUTPUT] = {"attention_norm_output", BSH,
-                                  "The normed stream entering the attention", TAP_F32, 'B'},
-    [LG_ATTENTION_QUERIES] = {"attention_queries", "batch,num_heads,seq,qk_head_dim",
-                              "The queries entering attention", TAP_F32, 'B'},
-    [LG_ATTENTION_KEYS] = {"attention_keys", "batch,num_kv_heads,seq,qk_head_dim",
-                           "The keys entering attention", TAP_F32, 'B'},
-    [LG_ATTENTION_VALUES] = {"attention_values", "batch,num_kv_heads,seq,head_dim",
-                             "The values entering attention", TAP_F32, 'B'},
-    [LG_ATTENTION_SCORES] = {"attention_scores", "batch,num_heads,query,key",
-                             "The attention scores entering the softmax, masked", TAP_F32, 'B'},
-    [LG_ATTENTION_PROBABILITIES] = {"attention_probabilities", "batch,num_heads,query,key",
-                                    "The attention pattern the values are mixed with", TAP_F32,
-                                    'B'},
-    [LG_ATTENTION_HEAD_OUTPUTS] = {"attention_head_outputs", "batch,seq,num_heads,head_dim",
-                                   "The per-head outputs before the output projection", TAP_F32,
-                                   'B'},
-    [LG_ATTENTION_PREMIX] = {"attention_premix", "batch,seq,num_heads,head_dim",
-                             "Every head's output side by side, as the output projection takes it",
-                             TAP_F32, 'B'},
-    [LG_ATTENTION_OUTPUT] = {"attention_output", BSH,
-                             "What the attention adds to the residual stream", TAP_F32, 'B'},
-    [LG_LAYER_MID] = {"layer_mid", BSH, "The residual stream after the attention add", TAP_F32,
-                      'B'},
-    [LG_MLP_NORM_OUTPUT] = {"mlp_norm_output", BSH, "The normed stream entering the MLP", TAP_F32,
-                            'B'},
-    [LG_MLP_INPUT] = {"mlp_input", BSH, "What the MLP is called with", TAP_F32, 'B'},
-    [LG_MLP_ACTIVATION] = {"mlp_activation", "batch,seq,intermediate_size",
-                           "The activation function's output", TAP_F32, 'D'},
-    [LG_MLP_NEURONS] = {"mlp_neurons", "batch,seq,intermediate_size",
-                        "What the down projection receives: act(gate)\u00b7up on a gated MLP, the "
-                        "activation itself "
-                        "otherwise",
-                        TAP_F32, 'D'},
-    [LG_SHARED_EXPERT_OUTPUT] = {"shared_expert_output", BSH, "The shared expert's output", TAP_F32,
-                                 'M'},
-    [LG_ROUTER_LOGITS] = {"router_logits", "batch,seq,num_experts",
-                          "The router's logits, one per expert, before the "
-                          "scoring",
-                          TAP_F32, 'M'},
-    [LG_EXPERT_INDICES] = {"expert_indices", "batch,seq,top_k",
-                           "The expert each routing slot sends the token to", TAP_I64, 'M'},
-    [LG_EXPERT_WEIGHTS] = {"expert_weights", "batch,seq,top_k",
-                           "The weight each selected expert's output is scaled by", TAP_F32, 'M'},
-    [LG_EXPERT_OUTPUTS] = {"expert_outputs", "batch,seq,top_k,hidden_size",
-                           "Each routing slot's weighted expert output", TAP_F32, 'M'},
-    [LG_ROUTED_OUTPUT] = {"routed_output", BSH,
-                          "The routed experts' combined output, times routed_scaling_factor",
-                          TAP_F32, 'M'},
-    [LG_MLP_OUTPUT] = {"mlp_output", BSH, "What the MLP adds to the residual stream", TAP_F32, 'B'},
-    [LG_LAYER_OUTPUT] =
-        {"layer_output", BSH,
-         "The residual stream leaving the block, a tensor even when the block returns a tuple",
-         TAP_F32, 'B'},
-    [LG_FINAL_NORM_OUTPUT] = {"final_norm_output", BSH,
-                              "The residual stream after the final norm, what lm_head reads",
-                              TAP_F32, 'E'},
-    [LG_LM_HEAD_OUTPUT] =
-        {"lm_head_output", "batch,seq,vocab_size",
-         "The head's logits before anything the model does past lm_head (a softcap, a scale)",
-         TAP_F32, 'E'},
-    [LG_LOGITS] =
-        {"logits", "batch,seq,vocab_size",
-         "The logits the model returns, after anything it does past lm_head (a softcap, a scale)",
-         TAP_F32, 'E'},
-    [LG_NEXT_TOKEN_PROBS] = {"next_token_probs", "batch,vocab_size",
-                             "The next-token distribution at the last position; derived, read-only",
-                             TAP_F32, 'E'},
-};
-#define LAGUNA_N_TAPS LG_N_TAPS
-
-static bool tap_in(const struct laguna_config *c, int layer, char where) {
-    if (layer < 0) return where == 'R';
-    if (layer >= c->n_layer) return where == 'E';
-    return where == 'B' || where == (c->dense[layer] ? 'D' : 'M');
+// pre-norm blocks with gated attention; a dense MLP, or a mixture with its shared expert
+static unsigned block_options(const void *u, int l) {
+    const struct laguna_config *c = u;
+    return CAT_PRE_NORM | CAT_GATE | (c->dense[l] ? CAT_DENSE : CAT_MOE | CAT_SHARED);
 }
 
-// every (layer, tap) in forward order: roots before (-1), the blocks, roots after (n_layer)
-static int walk(const struct laguna_config *c, struct tap_desc *out) {
-    int n = 0;
-    char name[TAP_NAME_MAX];
-    for (int l = -1; l <= c->n_layer; l++)
-        for (int t = 0; t < LAGUNA_N_TAPS; t++) {
-            const struct laguna_tap *x = &laguna_taps[t];
-            if (!tap_in(c, l, x->where)) continue;
-            if (out) {
-                if (l >= 0 && l < c->n_layer)
-                    snprintf(name, sizeof name, "layers.%d.%s", l, x->name);
-                else
-                    snprintf(name, sizeof name, "%s", x->name);
-                int r = tap_desc_set(&out[n], name, x->dtype, x->shape, x->meaning, l);
-                AH_ASSERT(r == 0);
-            }
-            n++;
-        }
-    return n;
+static int walk(const struct laguna_config *c, int *id, struct tap_desc *out) {
+    struct cat_family f = {
+        .n_layer = c->n_layer, .texts = CAT_TEXT_LAGUNA, .block = block_options, .u = c};
+    return cat_walk(&f, id, out);
 }
 
 int laguna_n_taps(const struct laguna_config *c) {
-    return walk(c, NULL);
+    return walk(c, NULL, NULL);
 }
 
 void laguna_catalogue(const struct laguna_config *c, struct tap_desc *out) {
-    walk(c, out);
+    walk(c, NULL, out);
 }
 
 int64_t laguna_axis_size(const struct laguna_config *c, int block, const char *axis) {
@@ -335,7 +201,7 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor *
     int64_t D = c->hidden, Dh = c->head_dim, KVD = (int64_t)c->n_kv_head * Dh;
     m->blk = calloc((size_t)L, sizeof *m->blk);
     m->experts = calloc(list ? 3 * (size_t)E * (size_t)n_moe + 1 : 1, sizeof *m->experts);
-    m->id = malloc((size_t)(L + 2) * LG_N_TAPS * sizeof *m->id);
+    m->id = malloc((size_t)(L + 2) * CAT_N * sizeof *m->id);
     struct model_tensor *t =
         list ? calloc(3 + 16 * (size_t)L + 3 * (size_t)E * n_moe, sizeof *t) : NULL;
     if (!m->blk || !m->experts || !m->id || (list && !t)) {
@@ -343,11 +209,7 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor *
         laguna_free(m);
         return -AH_ENOMEM;
     }
-    // catalogue ids by (layer + 1, kind): forward order, as walk() numbers them
-    int id = 0;
-    for (int l = -1; l <= L; l++)
-        for (int k = 0; k < LG_N_TAPS; k++)
-            m->id[(l + 1) * LG_N_TAPS + k] = tap_in(c, l, laguna_taps[k].where) ? id++ : -1;
+    walk(c, m->id, NULL); // catalogue ids: CAT_ID
 
     int n = 0;
     model_tensor_add(t, &n, &m->embed, NULL, c->vocab, D, NULL, 0, "model.embed_tokens.weight");
@@ -414,14 +276,6 @@ static int max_heads(const struct laguna_config *c) {
     return h;
 }
 
-static bool wants_kind(const struct laguna *m, const uint8_t *want, int kind) {
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        int id = m->id[(l + 1) * LG_N_TAPS + kind];
-        if (id >= 0 && (!want || want[id])) return true;
-    }
-    return false;
-}
-
 static int64_t max3(int64_t a, int64_t b, int64_t c) {
     int64_t m = a > b ? a : b;
     return m > c ? m : c;
@@ -445,9 +299,9 @@ int laguna_state_init(struct laguna_state *s, const struct laguna *m, int max_T,
     int64_t N = max_tokens, T = max_T, D = c->hidden, Dh = c->head_dim, H = max_heads(c);
     int64_t HD = H * Dh, KVD = (int64_t)c->n_kv_head * Dh, E = c->n_expert, k = c->top_k;
     int64_t F = c->dense_ffn > c->shared_ffn ? c->dense_ffn : c->shared_ffn, Ie = c->expert_ffn;
-    s->keep_scores =
-        wants_kind(m, want, LG_ATTENTION_SCORES) || wants_kind(m, want, LG_ATTENTION_PROBABILITIES);
-    s->keep_experts = shard || wants_kind(m, want, LG_EXPERT_OUTPUTS);
+    s->keep_scores = cat_wants_kind(m->id, c->n_layer, want, CAT_SCORES) ||
+                     cat_wants_kind(m->id, c->n_layer, want, CAT_PROBABILITIES);
+    s->keep_experts = shard || cat_wants_kind(m->id, c->n_layer, want, CAT_EXPERT_OUTPUTS);
     s->shard = shard;
     s->n_xpanels = E > 0 ? op_threads() : 0;
     int64_t tile = op_bf16_panel_floats((int)max3(D, HD, max3(F, Ie, E)),
@@ -500,8 +354,6 @@ void laguna_state_free(struct laguna_state *s) {
 // ----------------------------------------------------------------------------
 // forward
 
-#define ID(m, layer, kind) ((m)->id[((layer) + 1) * LG_N_TAPS + (kind)])
-
 struct laguna_expert_call {
     const struct laguna_block_w *w;
     int64_t D, Ie;
@@ -510,16 +362,6 @@ struct laguna_expert_call {
 static void mm(struct laguna_state *s, float *out, const float *in, const uint16_t *w, int64_t M,
                int64_t K, int64_t N) {
     op_matmul_bf16(out, in, w, (int)M, (int)K, (int)N, s->tile);
-}
-
-// (1, T, H, Dh) view of each prompt's rows of a token-major (N, H*Dh) buffer
-static void emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt,
-                             const float *buf, int H, int Dh) {
-    if (!tap_wants(tp, id)) return;
-    for (int b = 0; b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * H * Dh, TAP_F32, 4, {1, bt->len[b], H, Dh}};
-        tp->take(tp->u, id, b, &v);
-    }
 }
 
 // One prompt's attention for layer l: q (T, H*Dh), k and v (T, KV*Dh) rows -> o (T, H*Dh) head
@@ -543,8 +385,7 @@ static void attention(const struct laguna *m, struct laguna_state *s, const stru
     a.set[0] = (struct attn_keys){k, v, KVD, c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL,
                                   c->sliding_window};
     // attention_scores are the masked scores entering the softmax (tests/ref/laguna-nnterp.txt)
-    struct attn_taps at = {tp, b, -1, ID(m, l, LG_ATTENTION_SCORES),
-                           ID(m, l, LG_ATTENTION_PROBABILITIES)};
+    struct attn_taps at = {tp, b, -1, CAT_ID(m, l, CAT_SCORES), CAT_ID(m, l, CAT_PROBABILITIES)};
     AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
     attn_forward(&a, &at, s->att);
 }
@@ -573,11 +414,11 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
     mm(s, s->f_up, s->xn, w->su, N, D, Is);
     op_swiglu(s->f_up, s->f_gate, s->f_up, N * Is);
     mm(s, s->m, s->f_up, w->sd, N, Is, D);
-    tap_emit_rows(tp, ID(m, l, LG_SHARED_EXPERT_OUTPUT), bt, s->m, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_SHARED_EXPERT_OUTPUT), bt, s->m, (int)D);
 
     // router: logits, then top-k of sigmoid + bias and the renormalised unbiased weights
     mm(s, s->z, s->xn, w->router, N, D, E);
-    tap_emit_rows(tp, ID(m, l, LG_ROUTER_LOGITS), bt, s->z, (int)E);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_LOGITS), bt, s->z, (int)E);
     // each token on one thread; the logits are capped in place (their tap is emitted)
     double cap = c->router_softcap;
 #pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
@@ -587,27 +428,20 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
             zt[e] = (float)(tanh((double)zt[e] / cap) * cap);
         laguna_route(s->idx + t * k, s->w + t * k, zt, w->bias, (int)E, (int)k);
     }
-    int id_i = ID(m, l, LG_EXPERT_INDICES);
-    for (int b = 0; tap_wants(tp, id_i) && b < bt->n; b++) {
-        struct tview v = {s->idx + bt->off[b] * k, TAP_I64, 3, {1, bt->len[b], k}};
-        tp->take(tp->u, id_i, b, &v);
-    }
-    tap_emit_rows(tp, ID(m, l, LG_EXPERT_WEIGHTS), bt, s->w, (int)k);
+    tap_emit_rows_i64(tp, CAT_ID(m, l, CAT_EXPERT_INDICES), bt, s->idx, (int)k);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
 
     // each expert on its tokens, over threads; the weighted outputs add up in expert order
-    int id_o = ID(m, l, LG_EXPERT_OUTPUTS);
+    int id_o = CAT_ID(m, l, CAT_EXPERT_OUTPUTS);
     const struct expert_shard *sh = s->shard;
     bool keep = tap_wants(tp, id_o) || sh;
     AH_ASSERT(!keep || s->keep_experts);
     struct laguna_expert_call call = {w, D, Ie};
     struct moe_experts x = MOE_EXPERTS(s, N, k, D, Ie, E, s->xpanels, expert_ffn, &call);
     moe_forward(&x, sh, s->routed, keep ? s->eo : NULL);
-    for (int b = 0; tap_wants(tp, id_o) && b < bt->n; b++) {
-        struct tview v = {s->eo + bt->off[b] * k * D, TAP_F32, 4, {1, bt->len[b], k, D}};
-        tp->take(tp->u, id_o, b, &v);
-    }
+    tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     op_scale(s->routed, (float)c->routed_scaling, N * D);
-    tap_emit_rows(tp, ID(m, l, LG_ROUTED_OUTPUT), bt, s->routed, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);
     op_add(s->m, s->routed, s->m, N * D);
 }
 
@@ -619,9 +453,9 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
     int64_t KV = c->n_kv_head, KVD = KV * Dh, G = c->gate_per_element ? HD : H;
     float eps = (float)c->eps;
 
-    tap_emit_rows(tp, ID(m, l, LG_LAYER_INPUT), bt, s->x, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_INPUT), bt, s->x, (int)D);
     op_rmsnorm(s->xn, s->x, w->attn_norm, (int)N, (int)D, eps);
-    tap_emit_rows(tp, ID(m, l, LG_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
 
     // projections; q and k normed per head, then RoPE of the layer's type on each prompt
     mm(s, s->q, s->xn, w->wq, N, D, HD);
@@ -636,43 +470,43 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
         op_rope(s->q + bt->off[b] * HD, ct, st, bt->len[b], (int)H, (int)Dh, rot, (int)HD);
         op_rope(s->k + bt->off[b] * KVD, ct, st, bt->len[b], (int)KV, (int)Dh, rot, (int)KVD);
     }
-    tap_emit_heads(tp, ID(m, l, LG_ATTENTION_QUERIES), bt, s->q, (int)H, (int)Dh, s->scratch);
-    tap_emit_heads(tp, ID(m, l, LG_ATTENTION_KEYS), bt, s->k, (int)KV, (int)Dh, s->scratch);
-    tap_emit_heads(tp, ID(m, l, LG_ATTENTION_VALUES), bt, s->v, (int)KV, (int)Dh, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES), bt, s->q, (int)H, (int)Dh, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_KEYS), bt, s->k, (int)KV, (int)Dh, s->scratch);
+    tap_emit_heads(tp, CAT_ID(m, l, CAT_VALUES), bt, s->v, (int)KV, (int)Dh, s->scratch);
 
     for (int b = 0; b < bt->n; b++)
         attention(m, s, tp, l, b, bt->len[b], s->q + bt->off[b] * HD, s->k + bt->off[b] * KVD,
                   s->v + bt->off[b] * KVD, s->o + bt->off[b] * HD);
-    emit_token_heads(tp, ID(m, l, LG_ATTENTION_HEAD_OUTPUTS), bt, s->o, (int)H, (int)Dh);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)Dh);
 
     // the softplus gate, one a head or one a channel, then the output projection
     mm(s, s->g, s->xn, w->wg, N, D, G);
     op_act(s->g, N * G, OP_ACT_SOFTPLUS);
     op_mul(s->o, s->g, N * HD, G == HD ? 1 : Dh);
-    emit_token_heads(tp, ID(m, l, LG_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
+    tap_emit_token_heads(tp, CAT_ID(m, l, CAT_ATTENTION_PREMIX), bt, s->o, (int)H, (int)Dh);
     mm(s, s->a, s->o, w->wo, N, HD, D);
-    tap_emit_rows(tp, ID(m, l, LG_ATTENTION_OUTPUT), bt, s->a, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_OUTPUT), bt, s->a, (int)D);
     op_add(s->x, s->x, s->a, N * D);
-    tap_emit_rows(tp, ID(m, l, LG_LAYER_MID), bt, s->x, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_MID), bt, s->x, (int)D);
 
     op_rmsnorm(s->xn, s->x, w->mlp_norm, (int)N, (int)D, eps);
-    tap_emit_rows(tp, ID(m, l, LG_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
-    tap_emit_rows(tp, ID(m, l, LG_MLP_INPUT), bt, s->xn, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_INPUT), bt, s->xn, (int)D);
     if (c->dense[l]) { // SwiGLU
         int64_t Id = c->dense_ffn;
         mm(s, s->f_gate, s->xn, w->gate, N, D, Id);
         mm(s, s->f_up, s->xn, w->up, N, D, Id);
         op_act(s->f_gate, N * Id, OP_ACT_SILU);
-        tap_emit_rows(tp, ID(m, l, LG_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
+        tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
         op_mul(s->f_up, s->f_gate, N * Id, 1);
-        tap_emit_rows(tp, ID(m, l, LG_MLP_NEURONS), bt, s->f_up, (int)Id);
+        tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NEURONS), bt, s->f_up, (int)Id);
         mm(s, s->m, s->f_up, w->down, N, Id, D);
     } else {
         moe(m, s, bt, tp, l);
     }
-    tap_emit_rows(tp, ID(m, l, LG_MLP_OUTPUT), bt, s->m, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_OUTPUT), bt, s->m, (int)D);
     op_add(s->x, s->x, s->m, N * D);
-    tap_emit_rows(tp, ID(m, l, LG_LAYER_OUTPUT), bt, s->x, (int)D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_OUTPUT), bt, s->x, (int)D);
 }
 
 void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct mbatch *bt,
@@ -683,22 +517,22 @@ void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct
     forward_check(bt, s->max_tokens, s->max_T, blk_begin, blk_end, L);
 
     if (blk_begin == 0) {
-        int id_ids = ID(m, -1, LG_INPUT_IDS), id_mask = ID(m, -1, LG_ATTENTION_MASK);
+        int id_ids = CAT_ID(m, -1, CAT_INPUT_IDS), id_mask = CAT_ID(m, -1, CAT_ATTENTION_MASK);
         emit_ids_mask(tp, bt, s->ones, id_ids, id_mask);
 #pragma omp parallel for num_threads(op_threads()) if (bt->n_tokens * D >= OP_PAR_MIN) \
     schedule(static)
         for (int64_t i = 0; i < bt->n_tokens; i++)
             for (int64_t d = 0; d < D; d++)
                 s->x[i * D + d] = op_bf16(m->embed[bt->ids[i] * D + d]);
-        tap_emit_rows(tp, ID(m, -1, LG_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
+        tap_emit_rows(tp, CAT_ID(m, -1, CAT_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
     }
     for (int l = blk_begin; l < blk_end; l++)
         block_forward(m, s, bt, tp, l);
     if (blk_end < L || blk_begin > blk_end) return;
 
     // final norm and the untied head, only if asked for
-    int id_n = ID(m, L, LG_FINAL_NORM_OUTPUT), id_h = ID(m, L, LG_LM_HEAD_OUTPUT);
-    int id_l = ID(m, L, LG_LOGITS), id_p = ID(m, L, LG_NEXT_TOKEN_PROBS);
+    int id_n = CAT_ID(m, L, CAT_FINAL_NORM_OUTPUT), id_h = CAT_ID(m, L, CAT_LM_HEAD_OUTPUT);
+    int id_l = CAT_ID(m, L, CAT_LOGITS), id_p = CAT_ID(m, L, CAT_NEXT_TOKEN_PROBS);
     bool head = tap_wants(tp, id_h) || tap_wants(tp, id_l) || tap_wants(tp, id_p);
     if (!head && !tap_wants(tp, id_n)) return;
     op_rmsnorm(s->xn, s->x, m->norm, (int)bt->n_tokens, (int)D, (float)c->eps);
