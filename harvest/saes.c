@@ -18,6 +18,7 @@
 //   sum_xx (C), n_ex (D), then per latent N exemplars (value, position), largest first
 // Counts and positions are exact as doubles (below 2^53).
 #include "harvest/run.h"
+#include "harvest/saelat.h"
 #include "io/h5profile.h" // h5prof_has_group
 #include "io/h5sae.h"
 #include "io/output.h" // out_parts_path
@@ -222,7 +223,8 @@ struct sae_run {
     int id;            // catalogue id of its site
     struct sae_file f; // the SAE; owned
     struct sdims z;
-    double *part; // (L) the batch in hand; points into saes.part
+    double *part;       // (L) the batch in hand; points into saes.part
+    struct sae_lat lat; // its CSR latents since the last flush
 };
 
 struct saes {
@@ -248,7 +250,7 @@ static void saes_free(void *u) {
     struct saes *sa = u;
     if (!sa) return;
     for (int k = 0; sa->r && k < sa->n; k++)
-        sae_close(&sa->r[k].f);
+        sae_close(&sa->r[k].f), saelat_free(&sa->r[k].lat);
     free(sa->r), free(sa->of), free(sa->want), free(sa->part);
     free(sa->x), free(sa->u), free(sa->y), free(sa->nrm), free(sa->pre), free(sa->val);
     free(sa->idx), free(sa->indptr), free(sa->pos);
@@ -257,7 +259,7 @@ static void saes_free(void *u) {
 }
 
 // one SAE over the n kept rows of a view gathered in sa->x (positions sa->pos)
-static void encode_rows(struct saes *sa, struct sae_run *r, int64_t n) {
+static int encode_rows(struct saes *sa, struct sae_run *r, int64_t n, struct ah_error *err) {
     const struct sae *s = &r->f.s;
     float *nrm = s->norm != SAE_NORM_NONE ? sa->nrm : NULL;
     sae_pre(sa->pre, sa->u, nrm, sa->x, s, n);
@@ -270,11 +272,11 @@ static void encode_rows(struct saes *sa, struct sae_run *r, int64_t n) {
         token_add(&r->z, r->part, sa->pos[t], sa->x + t * C, sa->y + t * C, sa->idx + e0,
                   sa->val + e0, e1 - e0);
     }
+    return saelat_add(&r->lat, n, sa->pos, sa->indptr, sa->idx, sa->val, err);
 }
 
 static int saes_take(void *u, const struct ctake *t, const struct tview *v, struct ah_error *err) {
     struct saes *sa = u;
-    (void)err;
     const struct cbatch *bt = t->bt;
     AH_ASSERT(v->ndim == 3 && v->dtype == TAP_F32 && v->dims[0] == 1 &&
               v->dims[1] <= sa->pl->place.S);
@@ -285,20 +287,23 @@ static int saes_take(void *u, const struct ctake *t, const struct tview *v, stru
         memcpy(sa->x + n * F, x + s * F, (size_t)F * sizeof *x);
         sa->pos[n++] = bt->t0 + bt->boff[t->b] + s;
     }
-    for (int k = 0; n > 0 && k < sa->n; k++)
+    int rc = 0;
+    for (int k = 0; rc == 0 && n > 0 && k < sa->n; k++)
         if (sa->r[k].id == t->id) {
             AH_ASSERT(sa->r[k].f.s.d_in == F);
-            encode_rows(sa, &sa->r[k], n);
+            rc = encode_rows(sa, &sa->r[k], n, err);
         }
-    return 0;
+    return rc;
 }
 
 static int saes_begin(void *u, const struct cbatch *bt, struct ah_error *err) {
     struct saes *sa = u;
-    (void)bt, (void)err;
-    for (int k = 0; k < sa->n; k++)
+    int rc = 0;
+    for (int k = 0; k < sa->n; k++) {
         part_reset(&sa->r[k].z, sa->r[k].part);
-    return 0;
+        if (rc == 0 && sa->takes) rc = saelat_begin(&sa->r[k].lat, bt->k, err);
+    }
+    return rc;
 }
 
 static int saes_end(void *u, const struct cbatch *bt, struct ah_error *err) {
@@ -386,6 +391,11 @@ static int saes_segment(void *u, const struct out_ops *out, MPI_Comm comm, const
 done:
     sa->n_held = 0;
     free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v);
+    for (int k = 0; k < sa->n; k++) { // every rank, whatever failed: each flush is collective
+        struct ah_error e = {0};
+        int r = saelat_flush(&sa->r[k].lat, comm, seg_path, sa->pl->j.saes[sa->of[k]].name, &e);
+        if (r < 0 && rc == 0) rc = r, *err = e;
+    }
     return rc;
 }
 

@@ -49,6 +49,34 @@ int h5sae_write_partials(const char *seg_path, const int64_t *batch, int64_t n, 
                : 0;
 }
 
+int h5sae_write_latents(const char *seg_path, const char *name, int64_t nb, const int64_t *batch,
+                        const int64_t *btok, int64_t nt, const int64_t *pos, const int64_t *n_ent,
+                        int64_t nz, const int32_t *idx, const float *val, struct ah_error *err) {
+    hid_t f = H5Fopen(seg_path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5I_INVALID_HID;
+    hid_t top = H5I_INVALID_HID;
+    herr_t r = f < 0 ? -1 : 0;
+    if (r >= 0 && H5Lexists(f, "saes_latents", H5P_DEFAULT) > 0)
+        r = top = H5Gopen2(f, "saes_latents", H5P_DEFAULT);
+    else if (r >= 0)
+        r = top = H5Gcreate2(f, "saes_latents", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (r >= 0) r = g = H5Gcreate2(top, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t b[1] = {(hsize_t)nb}, t[1] = {(hsize_t)nt}, z[1] = {(hsize_t)nz};
+    hid_t i64 = H5T_STD_I64LE, mi = H5T_NATIVE_INT64;
+    if (r >= 0) r = put_array(g, "batch", 1, b, i64, mi, batch);
+    if (r >= 0) r = put_array(g, "batch_tokens", 1, b, i64, mi, btok);
+    if (r >= 0) r = put_array(g, "position", 1, t, i64, mi, pos);
+    if (r >= 0) r = put_array(g, "n_entries", 1, t, i64, mi, n_ent);
+    if (r >= 0) r = put_array(g, "indices", 1, z, H5T_STD_I32LE, H5T_NATIVE_INT32, idx);
+    if (r >= 0) r = put_array(g, "values", 1, z, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, val);
+    if (g >= 0 && H5Gclose(g) < 0) r = -1;
+    if (top >= 0 && H5Gclose(top) < 0) r = -1;
+    if (f >= 0 && H5Fclose(f) < 0) r = -1;
+    if (r >= 0 && fs_sync_path(seg_path) != 0) r = -1;
+    return r < 0 ? ah_fail(err, AH_EIO, "%s: cannot write the latents of SAE \"%s\" (disk full?)",
+                           seg_path, name)
+                 : 0;
+}
+
 void h5sae_src_init(struct h5sae_src *x) {
     x->path[0] = x->name[0] = 0;
     x->f = x->d = H5I_INVALID_HID;

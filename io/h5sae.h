@@ -1,7 +1,8 @@
 // h5sae.h - the files of the "saes" consumer (harvest/saes.c; docs/output.md "SAE latents"):
 // per-batch partials in the segment files, and the folded results in the master.
 //
-// Segment: group /saes_part with `batch` (n,) int64 (the batches, in the order held) and one
+// Segment: group /saes_latents/<name> per SAE, its sparse latents (h5sae_write_latents), and
+// group /saes_part with `batch` (n,) int64 (the batches, in the order held) and one
 // (n, L) float64 dataset per SAE, named by the job's SAE name: row j is batch batch[j]'s packed
 // partial (L doubles; harvest/saes.c says how they are packed, L depends on the SAE).
 // Master: group /saes/<name> per SAE (its datasets and attributes are struct h5sae_item's).
@@ -19,6 +20,14 @@ struct ah_error;
 int h5sae_write_partials(const char *seg_path, const int64_t *batch, int64_t n, int n_saes,
                          const char *const *names, const double *const *v, const int64_t *L,
                          struct ah_error *err);
+
+// Writes /saes_latents/<name> into the closed segment file seg_path and fsyncs it: batch and
+// batch_tokens (nb), position and n_entries (nt), indices (int32) and values (float32) (nz): the
+// CSR latents of the segment's batches (rank after rank; a batch's tokens in corpus order).
+// 0 or -AH_EIO naming the file.
+int h5sae_write_latents(const char *seg_path, const char *name, int64_t nb, const int64_t *batch,
+                        const int64_t *btok, int64_t nt, const int64_t *pos, const int64_t *n_ent,
+                        int64_t nz, const int32_t *idx, const float *val, struct ah_error *err);
 
 // A segment's partials of one SAE, read row by row (the file stays open between reads).
 struct h5sae_src {

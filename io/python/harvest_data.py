@@ -536,6 +536,13 @@ class Output:
         fvu, l0_mean, dense_threshold, n_dead, n_dense). name None: the stored SAE names."""
         return sae(self.f, name)
 
+    def sae_latents(self, name):
+        """The sparse latents of SAE `name` at every encoded token, in corpus order, as numpy
+        arrays (scipy-free CSR): position (n,) the corpus token index, indptr (n + 1,) int64,
+        indices int32, values float32 (a token's entries in increasing latent index; TopK: k).
+        Read from the listed segments (a batch in two, after a resume: its first listing)."""
+        return sae_latents(self.f, name)
+
     def sae_exemplars(self, name, latent, window=8):
         """The exemplars of one latent of SAE `name`, largest first: a list of dicts value,
         position (corpus token index), prompt, t (position in the prompt) and ids, the token ids
@@ -725,6 +732,40 @@ def sae(f, name=None):
     for k, v in g.attrs.items():
         out[k] = v.decode() if isinstance(v, bytes) else (str(v) if isinstance(v, str) else v.item())
     return out
+
+
+def sae_latents(f, name):
+    """The CSR latents of SAE `name` of the output open in h5py File f (see Output.sae_latents)."""
+    import h5py
+    if name not in sae(f):
+        raise KeyError(f"{f.filename}: no SAE {name!r}")
+    length = f["prompts/length"][:]
+    corpus = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
+    parts = f.filename + ".parts"
+    got = {}  # batch: (position, n_entries, indices, values)
+    for rec in json.loads(f.attrs.get("segments", "[]")):
+        with h5py.File(os.path.join(parts, rec["file"]), "r") as s:
+            if f"saes_latents/{name}" not in s:
+                continue
+            g = s[f"saes_latents/{name}"]
+            pos, ne = g["position"][:], g["n_entries"][:]
+            idx, val = g["indices"][:], g["values"][:]
+            ez = np.concatenate([[0], np.cumsum(ne)]).astype(np.int64)
+            t = 0
+            for b, nt in zip(g["batch"][:], g["batch_tokens"][:]):
+                b, nt = int(b), int(nt)
+                if nt and b not in got:
+                    p = int(np.searchsorted(corpus, pos[t], side="right") - 1)
+                    if any(r[0] <= p < r[1] for r in rec["runs"]):
+                        got[b] = (pos[t:t + nt], ne[t:t + nt], idx[ez[t]:ez[t + nt]],
+                                  val[ez[t]:ez[t + nt]])
+                t += nt
+    keys = sorted(got)
+    cat = lambda i, dt: (np.concatenate([got[b][i] for b in keys]) if keys else np.zeros(0, dt))
+    ne = cat(1, np.int64)
+    return {"position": cat(0, np.int64),
+            "indptr": np.concatenate([[0], np.cumsum(ne)]).astype(np.int64),
+            "indices": cat(2, np.int32), "values": cat(3, np.float32)}
 
 
 def _field(ds):
