@@ -14,7 +14,8 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   sse, total_variance, fvu, l0_mean <= 1e-9 relative; FVU within 1e-4 of the float64 reference's
   own reconstruction;
 - with "select": only the kept tokens are encoded;
-- np 1 = np 2 (replicas) = 2 pipeline stages = 2 x 2, bit for bit (results and latents);
+- 1 and 2 threads, np 1 = np 2 (replicas) = 2 pipeline stages = 2 x 2, bit for bit (results and
+  latents);
   SIGTERM then --resume, SIGKILL then --resume: bit for bit; a complete output without /saes gets it from --resume;
 - harvest_data Output.sae(), sae_latents() and sae_exemplars() (the token ids around each
   exemplar);
@@ -259,6 +260,11 @@ check([e["value"] for e in ex] == list(o.sae("tk")["exemplar_value"][j]), "sae_e
 o.close()
 run(harvest, "run", job("sel", sel=SEL), "--quiet", check=0)
 check_against_numpy(f"{work}/sel.h5", True, "select")
+
+# ---- threads: one and two OpenMP threads give the same bytes ----
+for t in ("1", "2"):
+    run(harvest, "run", job(f"thr{t}"), "--quiet", env={"OMP_NUM_THREADS": t}, check=0)
+same_saes(f"{work}/thr1.h5", f"{work}/thr2.h5", "1 vs 2 threads")
 
 # ---- grids ----
 if MPIRUN:
