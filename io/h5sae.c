@@ -9,6 +9,7 @@
 
 #include <fcntl.h>
 #include <hdf5.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -221,4 +222,44 @@ int h5sae_store(const char *path, const struct h5sae_item *items, int n, struct 
                        path);
     }
     return 0;
+}
+
+// one SAE's line (H5Literate callback over /saes)
+static herr_t print_one(hid_t loc, const char *name, const H5L_info_t *info, void *u) {
+    (void)info;
+    FILE *out = ((void **)u)[0];
+    int *count = ((void **)u)[1];
+    hid_t g = H5Gopen2(loc, name, H5P_DEFAULT);
+    if (g < 0) return 0;
+    char *on = h5attr_get_str(g, "on"), *arch = h5attr_get_str(g, "architecture");
+    char *layout = h5attr_get_str(g, "layout");
+    int64_t n = 0, d = 0, dead = 0, dense = 0;
+    double fvu = NAN, l0 = NAN;
+    h5attr_get_num(g, "n_tokens", H5T_NATIVE_INT64, &n);
+    h5attr_get_num(g, "d_sae", H5T_NATIVE_INT64, &d);
+    h5attr_get_num(g, "n_dead", H5T_NATIVE_INT64, &dead);
+    h5attr_get_num(g, "n_dense", H5T_NATIVE_INT64, &dense);
+    h5attr_get_num(g, "fvu", H5T_NATIVE_DOUBLE, &fvu);
+    h5attr_get_num(g, "l0_mean", H5T_NATIVE_DOUBLE, &l0);
+    fprintf(out,
+            "sae %s (%s, %s) on %s: %lld tokens, FVU %.4f, L0 %.2f, dead %lld / %lld, dense "
+            "%lld\n",
+            name, arch ? arch : "?", layout ? layout : "?", on ? on : "?", (long long)n, fvu, l0,
+            (long long)dead, (long long)d, (long long)dense);
+    free(on), free(arch), free(layout);
+    H5Gclose(g);
+    (*count)++;
+    return 0;
+}
+
+int h5sae_print(const char *path, FILE *out) {
+    int count = 0;
+    void *u[2] = {out, &count};
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t g = f >= 0 && H5Lexists(f, "saes", H5P_DEFAULT) > 0 ? H5Gopen2(f, "saes", H5P_DEFAULT)
+                                                              : H5I_INVALID_HID;
+    if (g >= 0) H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, print_one, u);
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    return count;
 }

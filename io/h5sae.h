@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct ah_error;
 
@@ -63,5 +64,9 @@ struct h5sae_item {
 // Replaces the master at path with a copy that has /saes/<name> for each item (other groups
 // kept; an item's old group replaced), through path.tmp. 0 or -AH_EIO naming the file.
 int h5sae_store(const char *path, const struct h5sae_item *items, int n, struct ah_error *err);
+
+// One line a SAE of /saes in the file at path onto out ("sae NAME (ARCH, LAYOUT) on SITE: ...":
+// tokens, FVU, L0 mean, dead and dense latents). Returns how many (0: none, or no file).
+int h5sae_print(const char *path, FILE *out);
 
 #endif

@@ -18,7 +18,7 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   latents);
   SIGTERM then --resume, SIGKILL then --resume: bit for bit; a complete output without /saes gets it from --resume;
 - harvest_data Output.sae(), sae_latents() and sae_exemplars() (the token ids around each
-  exemplar);
+  exemplar); `harvest inspect`'s line a SAE;
 - bad input, exit 1 naming the key and the file, no output written: a d_in that is not the site's
   width, a missing folder, a missing tensor, an unknown architecture, a site the model lacks, a
   site of another shape, a glob naming two values, top_n 0, two SAEs with one name; a site whose
@@ -247,6 +247,13 @@ m = re.search(r"^harvest: BLAS OpenBLAS \S+, core (\S+) ", p.stderr, re.M)
 check(m, f"the start-up line names the BLAS core: {p.stderr[-400:]}")
 CORE[0] = m.group(1) if m else ""  # sae_encode runs the same sgemm kernel as the run
 check_against_numpy(ref, False, "np 1")
+p = run(harvest, "inspect", ref, check=0)
+for name in SAES:
+    g = hd.open_output(ref).sae(name)
+    want = (f"sae {name} ({g['architecture']}, {g['layout']}) on {g['on']}: {g['n_tokens']} tokens, "
+            f"FVU {g['fvu']:.4f}, L0 {g['l0_mean']:.2f}, dead {g['n_dead']} / {g['d_sae']}, "
+            f"dense {g['n_dense']}")
+    check(want in p.stdout, f"inspect prints {want!r}: {p.stdout[-600:]}")
 with h5py.File(ref, "r") as f:
     all_ids = f["tokens/input_ids"][:]
 o = hd.open_output(ref)
