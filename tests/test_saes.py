@@ -14,6 +14,8 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   sse, total_variance, fvu, l0_mean <= 1e-9 relative; FVU within 1e-4 of the float64 reference's
   own reconstruction;
 - with "select": only the kept tokens are encoded;
+- a mixture model (tiny Qwen3-MoE): an SAE after the routed experts and one on a TransformerLens
+  alias, against numpy at np 1; 2 expert shards and 2 stages x 2 shards bit for bit;
 - 1 and 2 threads, np 1 = np 2 (replicas) = 2 pipeline stages = 2 x 2, bit for bit (results and
   latents);
   SIGTERM then --resume, SIGKILL then --resume: bit for bit; a complete output without /saes gets it from --resume;
@@ -60,6 +62,16 @@ SAES = {"tk": (["--layout", "saelens", "--arch", "topk", "--k", "8", "--d-sae", 
                4)}
 
 
+# a mixture model (tiny Qwen3-MoE, hidden 32): an SAE after the routed experts, one on an alias
+MOE = {"me": (["--layout", "saelens", "--arch", "topk", "--k", "4", "--d-sae", "64"],
+              "layers.0.mlp_output", 6),
+       "ma": (["--layout", "saelens", "--arch", "relu", "--d-sae", "48"],
+              "blocks.1.hook_resid_post", None)}
+MOE_ACTS = ["layers.0.mlp_output", "layers.1.layer_output"]
+STORED = {"blocks.1.hook_resid_post": "layers.1.layer_output"}  # an alias: the value it names
+SPECS = dict(SAES, **MOE)
+
+
 def sae_entries(over=None):
     out = []
     for name, (_, site, top_n) in SAES.items():
@@ -94,15 +106,16 @@ def groups(path):
     return out
 
 
-def same_saes(a, b, label):
+def same_saes(a, b, label, want=SAES):
     oa, ob = hd.open_output(a), hd.open_output(b)
-    for n in SAES:
+    for n in want:
         la, lb = oa.sae_latents(n), ob.sae_latents(n)
         check(all(la[k].dtype == lb[k].dtype and np.array_equal(la[k], lb[k]) for k in la),
               f"{label}: {n}: the same latents (sae_latents)")
     oa.close(), ob.close()
     ga, gb = groups(a), groups(b)
-    ok = check(sorted(ga) == sorted(gb) == sorted(SAES), f"{label}: SAEs {sorted(ga)} vs {sorted(gb)}")
+    ok = check(sorted(ga) == sorted(gb) == sorted(want),
+               f"{label}: SAEs {sorted(ga)} vs {sorted(gb)}")
     for n in ga if ok else []:
         for k in ga[n]:
             x, y = np.asarray(ga[n][k]), np.asarray(gb[n].get(k))
@@ -133,7 +146,8 @@ def reference(path, name, selected):
     """numpy float64 results of SAE name over the C latents of the stored site, and the float64
     reference's FVU"""
     folder = f"{work}/sae-{name}"
-    _, site, top_n = SAES[name]
+    _, site, top_n = SPECS[name]
+    site = STORED.get(site, site)
     top_n = top_n or 32
     sae = sae_ref.load(folder)
     d_sae = sae["W_dec"].shape[0]
@@ -201,14 +215,15 @@ def reference(path, name, selected):
     return r
 
 
-def check_against_numpy(path, selected, label):
+def check_against_numpy(path, selected, label, want=SAES, d_in=D):
     o = hd.open_output(path)
     names = o.sae()
-    check(names == sorted(SAES), f"{label}: sae() lists {names}")
-    for name in SAES:
+    check(names == sorted(want), f"{label}: sae() lists {names}")
+    for name in want:
         got = o.sae(name)
         ref = reference(path, name, selected)
-        check(got["on"] == SAES[name][1] and got["d_in"] == D and got["d_sae"] == ref["d_sae"] and
+        site = STORED.get(SPECS[name][1], SPECS[name][1])
+        check(got["on"] == site and got["d_in"] == d_in and got["d_sae"] == ref["d_sae"] and
               got["top_n"] == ref["top_n"], f"{label}: {name}: attributes {got['on']} "
               f"{got['d_in']} {got['d_sae']} {got['top_n']}")
         for k in ("count", "l0_hist", "max", "exemplar_count", "exemplar_position", "n_tokens",
@@ -282,6 +297,35 @@ if MPIRUN:
             same_saes(ref, f"{work}/{name}.h5", label)
 else:
     print("no mpirun: the grid cases are not run")
+
+# ---- a mixture model: np 1 against numpy, 2 expert shards and 2 stages x 2 shards the same ----
+init = ["init-model", "--family", "qwen3_moe", "--preset", "Qwen3-MoE", "--seed", "1"]
+run(harvest, *init, f"{work}/moe", check=0)
+vocab = json.load(open(f"{work}/moe/config.json"))["vocab_size"]
+write_prompts(f"{work}/moe-prompts.jsonl", [(13 * i) % 30 + 1 for i in range(12)], seed=4,
+              vocab=vocab)
+for name, (a, _, _) in MOE.items():
+    run(harvest, "init-sae", *a, "--d-in", "32", "--seed", "3", f"{work}/sae-{name}", check=0)
+moe_saes = [dict({"path": f"sae-{n}", "on": on, "name": n}, **({"top_n": k} if k else {}))
+            for n, (_, on, k) in MOE.items()]
+
+
+def moe_job(name, **par):
+    return write_job(f"{work}/{name}.json", model="moe", data="moe-prompts.jsonl",
+                     activations=MOE_ACTS, batch_size=2, saes=moe_saes,
+                     output={"path": f"{name}.h5", "checkpoint_seconds": 0}, parallel=par)
+
+
+run(harvest, "run", moe_job("moe1"), "--quiet", check=0)
+check_against_numpy(f"{work}/moe1.h5", False, "moe np 1", want=MOE, d_in=32)
+if MPIRUN:
+    for label, np_, par in [("moe 2 shards", 2, {"expert_parallel": 2}),
+                            ("moe 2 stages x 2 shards", 4,
+                             {"expert_parallel": 2, "pipeline_stages": 2})]:
+        name = f"moe{np_}"
+        p = mpirun(np_, "run", moe_job(name, **par), "--quiet")
+        if check(p.returncode == 0, f"{label}: exit {p.returncode}: {p.stderr[-600:]}"):
+            same_saes(f"{work}/moe1.h5", f"{work}/{name}.h5", label, want=MOE)
 
 # ---- stopped, resumed ----
 out = f"{work}/stop.h5"
