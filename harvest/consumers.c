@@ -11,6 +11,7 @@ static const struct consumer_kind *const kinds[] = {
     &collect_kind,     // the HDF5 collector first: its writes are the output
     &wstats_kind,      // write-time statistics
     &normprofile_kind, // the per-position norm profile
+    &saes_kind,        // the SAEs of "saes": latents' statistics, exemplars, metrics
 };
 #define N_KINDS ((int)(sizeof kinds / sizeof kinds[0]))
 

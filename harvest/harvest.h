@@ -186,6 +186,11 @@ extern const struct consumer_kind normprofile_kind;
 // The deepest block (tap_desc.block) of the job's "norm_profile" values, -1 with none (or a name
 // that resolves to nothing: the kind's check says so). The plan runs the blocks up to it.
 int normprofile_deepest(const struct plan *pl);
+// the SAEs of the job key "saes" (saes.c; docs/output.md "SAE latents")
+extern const struct consumer_kind saes_kind;
+// The deepest block of the SAEs' sites, -1 with none (a site that resolves to nothing: the
+// kind's check says so). The plan runs the blocks up to it.
+int saes_deepest(const struct plan *pl);
 
 // ---- progress on stderr ----
 struct progress {

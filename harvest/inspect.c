@@ -3,6 +3,7 @@
 #include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 #include "io/h5profile.h" // h5prof_list
+#include "io/h5sae.h"     // h5sae_print
 #include "io/h5stats.h"
 #include "model/aliases.h"
 
@@ -173,6 +174,7 @@ int cmd_inspect(int argc, char **argv) {
     int rc = h5out_inspect(path, stdout, &err);
     char prof[4096]; // the profiled values (job key "norm_profile"), one line
     if (rc == 0 && h5prof_list(path, prof, sizeof prof) > 0) printf("norm profile: %s\n", prof);
+    if (rc == 0) h5sae_print(path, stdout); // the job key "saes": a line a SAE
     if (rc == 0 && stats) rc = h5stats_print(path, stats_name, 5, stdout, &err);
     if (rc < 0 || text < 0) return report(rc, &err);
     int64_t *ids = NULL, n = 0;

@@ -604,6 +604,8 @@ int plan_finish(struct plan *pl, struct ah_error *err) {
         }
     int prof = normprofile_deepest(pl); // the job key norm_profile's values are computed too
     deepest = prof > deepest ? prof : deepest;
+    int sae = saes_deepest(pl); // and the sites of the job key saes
+    deepest = sae > deepest ? sae : deepest;
     pl->place.blk_end = deepest + 1 < m->n_blocks ? deepest + 1 : m->n_blocks;
     if (j->pipeline_stages >
         (pl->place.blk_end > 0 ? pl->place.blk_end : 1)) // 0 blocks: embeddings only

@@ -154,11 +154,12 @@ static int get_names(const cJSON *arr, const char *key, const char *path, char *
 
 static const char *const top_keys[] = {
     "model", "data",   "activations", "max_seq_len", "batch_size",   "output", "parallel",
-    "pool",  "select", "statistics",  "compute",     "norm_profile", NULL};
+    "pool",  "select", "statistics",  "compute",     "norm_profile", "saes",   NULL};
 static const char *const data_keys[] = {"path", "format", "field", "pack", "fields", NULL};
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
     "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
+static const char *const sae_keys[] = {"path", "on", "name", "top_n", NULL};
 static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
 
 // "data": a path, or an object {path, format, field, pack, fields}
@@ -231,6 +232,53 @@ static int parse_names(struct job *j, const cJSON *root, const char *path, struc
     return 0;
 }
 
+// "saes": a list of {"path": DIR, "on": NAME_OR_ALIAS, "name": NAME, "top_n": N}; the SAE
+// folders and sites are checked against the model by the consumer (harvest/saes.c)
+static int parse_saes(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "saes"), *e;
+    if (!arr) return 0;
+    if (!cJSON_IsArray(arr))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"saes\": expected an array of {\"path\": DIR, \"on\": NAME, "
+                       "\"name\": NAME}",
+                       path);
+    j->saes = calloc((size_t)cJSON_GetArraySize(arr) + 1, sizeof *j->saes);
+    if (!j->saes) return -AH_ENOMEM;
+    int rc = 0;
+    cJSON_ArrayForEach(e, arr) {
+        char where[64], in[64];
+        snprintf(where, sizeof where, "saes[%d].", j->n_saes);
+        snprintf(in, sizeof in, "saes[%d]: ", j->n_saes);
+        struct job_sae *s = &j->saes[j->n_saes++];
+        s->top_n = 32;
+        char *dir = NULL;
+        if (!cJSON_IsObject(e))
+            return ah_fail(err, AH_EINVAL, "%s: \"saes[%d]\": expected an object", path,
+                           j->n_saes - 1);
+        if ((rc = check_keys(e, sae_keys, path, in, err)) < 0 ||
+            (rc = get_string(e, "path", path, where, true, &dir, err)) < 0 ||
+            (rc = get_string(e, "on", path, where, true, &s->on, err)) < 0 ||
+            (rc = get_string(e, "name", path, where, true, &s->name, err)) < 0 ||
+            (rc = get_int(e, "top_n", path, where, 1, JOB_SAE_TOP_N_MAX, &s->top_n, err)) < 0) {
+            free(dir);
+            return rc;
+        }
+        s->path = resolve(path, dir);
+        free(dir);
+        if (!s->path) return -AH_ENOMEM;
+        if (strchr(s->name, '/') || !strcmp(s->name, ".") || !strcmp(s->name, ".."))
+            return ah_fail(err, AH_EINVAL, "%s: \"%sname\": \"%s\" is not a name (no \"/\")", path,
+                           where, s->name);
+        for (int k = 0; k < j->n_saes - 1; k++)
+            if (!strcmp(j->saes[k].name, s->name))
+                return ah_fail(err, AH_EINVAL,
+                               "%s: \"%sname\": \"%s\" is the name of saes[%d] too (each SAE "
+                               "needs its own)",
+                               path, where, s->name, k);
+    }
+    return 0;
+}
+
 // "output"
 static int parse_output(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
     int rc = 0;
@@ -293,6 +341,7 @@ static int parse(struct job *j, const cJSON *root, const char *path, struct ah_e
     if ((rc = job_parse_pool(j, root, path, err)) < 0) return rc;
 
     if ((rc = parse_names(j, root, path, err)) < 0) return rc;
+    if ((rc = parse_saes(j, root, path, err)) < 0) return rc;
 
     int cm = JOB_COMPUTE_F32; // in the order of enum job_compute
     static const char *const computes[] = {"float32", "bf16", NULL};
@@ -355,6 +404,9 @@ void job_free(struct job *j) {
     for (int i = 0; i < j->n_norm_profile; i++)
         free(j->norm_profile[i]);
     free(j->norm_profile);
+    for (int i = 0; i < j->n_saes; i++)
+        free(j->saes[i].path), free(j->saes[i].on), free(j->saes[i].name);
+    free(j->saes);
     free(j->path);
     free(j->text);
     free(j->model);

@@ -19,6 +19,15 @@ enum job_dtype { JOB_F32, JOB_F16, JOB_BF16 };
 // or "bf16"; the output's root attribute compute_dtype
 enum job_compute { JOB_COMPUTE_F32, JOB_COMPUTE_BF16 };
 
+// one SAE of "saes" (docs/saes.md "The saes job key")
+struct job_sae {
+    char *path; // resolved SAE folder; owned
+    char *on;   // the site: a catalogue name or alias, as written; owned
+    char *name; // the name its outputs go under (/saes/<name>); owned
+    int top_n;  // exemplars kept per latent, 1..4096 (default 32)
+};
+#define JOB_SAE_TOP_N_MAX 4096
+
 struct job {
     char *path;         // the job file as given; owned
     char *text;         // the job as compact JSON text (provenance, resume check); owned
@@ -35,11 +44,13 @@ struct job {
     unsigned pool;      // "pool": bit 0 last, bit 1 mean (jobs/jobfields.c); 0: none
     char **activations; // (n_activations) names or globs as written; owned
     int n_activations;
-    char **norm_profile; // (n_norm_profile) "norm_profile": names, aliases or globs; owned
-    int n_norm_profile;  // 0: no profile
-    int max_seq_len;     // 0: the longest prompt, capped by the model
-    int batch_size;      // prompts per forward (default 8)
-    char *out_path;      // resolved output path; owned
+    char **norm_profile;  // (n_norm_profile) "norm_profile": names, aliases or globs; owned
+    int n_norm_profile;   // 0: no profile
+    struct job_sae *saes; // (n_saes) "saes"; owned
+    int n_saes;           // 0: none
+    int max_seq_len;      // 0: the longest prompt, capped by the model
+    int batch_size;       // prompts per forward (default 8)
+    char *out_path;       // resolved output path; owned
     enum job_dtype out_dtype;
     enum job_layout layout;
     int compression;        // gzip level 0-9

@@ -1,6 +1,6 @@
 // test_consumers.c - the tap consumers' protocol (harvest/consumers.c, harvest.h) without a
 // model, MPI or HDF5: this file defines the three registered kinds (collect_kind, wstats_kind,
-// normprofile_kind) as recording fakes, and checks
+// normprofile_kind) as recording fakes (saes_kind as one that makes nothing), and checks
 //   - make in table order; a kind whose make leaves take NULL is not in the list (its u freed)
 //   - the union of wants; a view goes, in order, only to the consumers that want its id, with
 //     its catalogue id, entry, prompt and the prompt's keep mask (keep + boff[b]; NULL without)
@@ -118,6 +118,12 @@ static int final_k(const struct plan *pl, const struct out_ops *out, const struc
 const struct consumer_kind collect_kind = {"collect", NULL, make0, final_k};
 const struct consumer_kind wstats_kind = {"wstats", NULL, make1, NULL};
 const struct consumer_kind normprofile_kind = {"normprofile", NULL, make2, final_k};
+
+static int make_none(struct consumer *c, const struct consumer_env *e, struct ah_error *err) {
+    (void)c, (void)e, (void)err;
+    return 0; // the SAEs' kind (harvest/saes.c) of a job without "saes": no consumer
+}
+const struct consumer_kind saes_kind = {"saes", NULL, make_none, NULL};
 
 int main(void) {
     struct tap_desc cat[N_CAT] = {{.name = "a"}, {.name = "b"}, {.name = "c"}, {.name = "d"}};

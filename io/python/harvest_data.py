@@ -528,6 +528,44 @@ class Output:
         value (the catalogue name), hist_edges (129,), n_nan. name None: the stored names."""
         return norm_profile(self.f, name)
 
+    def sae(self, name=None):
+        """The results of SAE `name` (job key "saes", docs/output.md "SAE latents"): a dict of
+        numpy arrays count, sum, sum_sq, max, exemplar_count (d_sae,), l0_hist (d_sae + 1,),
+        exemplar_value, exemplar_position (d_sae, top_n; NaN and -1 padded), and the attributes
+        (on, path, layout, architecture, d_in, d_sae, k, top_n, n_tokens, sse, total_variance,
+        fvu, l0_mean, dense_threshold, n_dead, n_dense). name None: the stored SAE names."""
+        return sae(self.f, name)
+
+    def sae_latents(self, name):
+        """The sparse latents of SAE `name` at every encoded token, in corpus order, as numpy
+        arrays (scipy-free CSR): position (n,) the corpus token index, indptr (n + 1,) int64,
+        indices int32, values float32 (a token's entries in increasing latent index; TopK: k).
+        Read from the listed segments (a batch in two, after a resume: its first listing)."""
+        return sae_latents(self.f, name)
+
+    def sae_exemplars(self, name, latent, window=8):
+        """The exemplars of one latent of SAE `name`, largest first: a list of dicts value,
+        position (corpus token index), prompt, t (position in the prompt) and ids, the token ids
+        of the prompt within `window` tokens either side (the exemplar at ids[t - start], start
+        returned too). The ids need every corpus token in /tokens (the prompt layout, or the
+        token layout without "select"); otherwise ids and start are None."""
+        r = sae(self.f, name)
+        corpus = np.concatenate([[0], np.cumsum(self.length)]).astype(np.int64)
+        ids = self.f["tokens/input_ids"] if "tokens/input_ids" in self.f else None
+        whole = ids is not None and ids.shape[0] == int(corpus[-1])
+        out = []
+        for i in range(int(r["exemplar_count"][latent])):
+            q = int(r["exemplar_position"][latent, i])
+            p = int(np.searchsorted(corpus, q, side="right") - 1)
+            t = q - int(corpus[p])
+            e = {"value": float(r["exemplar_value"][latent, i]), "position": q, "prompt": p, "t": t,
+                 "ids": None, "start": None}
+            if whole:
+                a, b = max(0, t - window), min(int(self.length[p]), t + window + 1)
+                e["ids"], e["start"] = ids[corpus[p] + a:corpus[p] + b], a
+            out.append(e)
+        return out
+
     def close(self):
         for f in self._files.values():
             f.close()
@@ -675,6 +713,59 @@ def norm_profile(f, name=None):
     out["hist_edges"] = np.asarray(g.attrs["hist_edges"], np.float64)
     out["n_nan"] = int(g.attrs["n_nan"])
     return out
+
+
+def sae(f, name=None):
+    """The results of SAE `name` from an open h5py File or a path (see Output.sae); name None:
+    the sorted list of SAE names ([] when none)."""
+    import h5py
+    if not isinstance(f, h5py.File):
+        with h5py.File(f, "r") as g:
+            return sae(g, name)
+    names = sorted(f["saes"].keys()) if "saes" in f else []
+    if name is None:
+        return names
+    if name not in names:
+        raise KeyError(f"{f.filename}: no SAE {name!r} (it has {names})")
+    g = f["saes/" + name]
+    out = {k: g[k][()] for k in g}
+    for k, v in g.attrs.items():
+        out[k] = v.decode() if isinstance(v, bytes) else (str(v) if isinstance(v, str) else v.item())
+    return out
+
+
+def sae_latents(f, name):
+    """The CSR latents of SAE `name` of the output open in h5py File f (see Output.sae_latents)."""
+    import h5py
+    if name not in sae(f):
+        raise KeyError(f"{f.filename}: no SAE {name!r}")
+    length = f["prompts/length"][:]
+    corpus = np.concatenate([[0], np.cumsum(length)]).astype(np.int64)
+    parts = f.filename + ".parts"
+    got = {}  # batch: (position, n_entries, indices, values)
+    for rec in json.loads(f.attrs.get("segments", "[]")):
+        with h5py.File(os.path.join(parts, rec["file"]), "r") as s:
+            if f"saes_latents/{name}" not in s:
+                continue
+            g = s[f"saes_latents/{name}"]
+            pos, ne = g["position"][:], g["n_entries"][:]
+            idx, val = g["indices"][:], g["values"][:]
+            ez = np.concatenate([[0], np.cumsum(ne)]).astype(np.int64)
+            t = 0
+            for b, nt in zip(g["batch"][:], g["batch_tokens"][:]):
+                b, nt = int(b), int(nt)
+                if nt and b not in got:
+                    p = int(np.searchsorted(corpus, pos[t], side="right") - 1)
+                    if any(r[0] <= p < r[1] for r in rec["runs"]):
+                        got[b] = (pos[t:t + nt], ne[t:t + nt], idx[ez[t]:ez[t + nt]],
+                                  val[ez[t]:ez[t + nt]])
+                t += nt
+    keys = sorted(got)
+    cat = lambda i, dt: (np.concatenate([got[b][i] for b in keys]) if keys else np.zeros(0, dt))
+    ne = cat(1, np.int64)
+    return {"position": cat(0, np.int64),
+            "indptr": np.concatenate([[0], np.cumsum(ne)]).astype(np.int64),
+            "indices": cat(2, np.int32), "values": cat(3, np.float32)}
 
 
 def _field(ds):

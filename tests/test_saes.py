@@ -1,0 +1,409 @@
+"""SAEs at harvest time (job key "saes", harvest/saes.c, io/h5sae.c, docs/output.md "SAE
+latents"), spec model, 40 prompts of 0..43 tokens (one empty), batches of 2, four SAEs written by
+`harvest init-sae` (SAELens topk and relu on encoder_0_output, Gemma Scope jumprelu and sparsify
+topk on encoder_1_ffn_output), the sites stored in "activations" too:
+- the latents: each prompt's stored activation (kept tokens) is encoded by tests/sae_encode.c
+  (model/sae.c; the same rows in one GEMM as the run's view, on the
+  OpenBLAS core the run names), which agrees with
+  tests/ref/sae_ref.py's float64 encoding (<= 1e-4 relative to the largest value); the run's
+  CSR latents (harvest_data sae_latents, from the segments) are those bit for bit (positions,
+  indptr, indices, float32 values);
+- every /saes/NAME result against numpy float64 over those latents: count, l0_hist, max,
+  exemplar_count, n_tokens, n_dead, n_dense (firing on more than 10 % of the tokens) exact; the
+  exemplars exactly the top-N (value, corpus token index), ties to the smaller index; sum, sum_sq,
+  sse, total_variance, fvu, l0_mean <= 1e-9 relative; FVU within 1e-4 of the float64 reference's
+  own reconstruction;
+- with "select": only the kept tokens are encoded;
+- a mixture model (tiny Qwen3-MoE): an SAE after the routed experts and one on a TransformerLens
+  alias, against numpy at np 1; 2 expert shards and 2 stages x 2 shards bit for bit;
+- 1 and 2 threads, np 1 = np 2 (replicas) = 2 pipeline stages = 2 x 2, bit for bit (results and
+  latents);
+  SIGTERM then --resume, SIGKILL then --resume: bit for bit; a complete output without /saes gets it from --resume;
+- harvest_data Output.sae(), sae_latents() and sae_exemplars() (the token ids around each
+  exemplar); `harvest inspect`'s line a SAE;
+- bad input, exit 1 naming the key and the file, no output written: a d_in that is not the site's
+  width, a missing folder, a missing tensor, an unknown architecture, a site the model lacks, a
+  site of another shape, a glob naming two values, top_n 0, two SAEs with one name; a site whose
+  pipeline stage stores nothing.
+Mutation caught: part_merge in harvest/saes.c adding only the last batch's counts
+(total[cnt + j] = part[cnt + j]) fails the count, n_dead and n_dense checks (24 failures)."""
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import time
+
+import h5py
+import numpy as np
+
+from util import (MPI_ENV, args, check, finish, init_model, reader, run, stop_mid_run,
+                  wait_started, write_job, write_prompts)
+import sae_ref  # tests/ref, on the path util makes
+
+harvest, work = args()
+hd = reader()
+MPIRUN = shutil.which("mpirun")
+ENC = os.path.join(os.path.dirname(harvest), "tests", "sae_encode")
+D = 384
+T = 44
+SITES = ["encoder_0_output", "encoder_1_ffn_output"]
+CORE = [""]  # the OpenBLAS core harvest runs (its start-up line)
+AGREE = [0.0]  # the largest relative difference of the C latents from the float64 reference
+SEL = {"skip_first": 1, "seed": 0, "tokens_per_context": 8}
+# name: (init-sae arguments, site, top_n or None for the default 32)
+SAES = {"tk": (["--layout", "saelens", "--arch", "topk", "--k", "8", "--d-sae", "256"], SITES[0],
+               None),
+        "rl": (["--layout", "saelens", "--arch", "relu", "--d-sae", "128"], SITES[0], 5),
+        "jr": (["--layout", "gemmascope", "--arch", "jumprelu", "--d-sae", "192"], SITES[1], 8),
+        "sp": (["--layout", "sparsify", "--arch", "topk", "--k", "6", "--d-sae", "160"], SITES[1],
+               4)}
+
+
+# a mixture model (tiny Qwen3-MoE, hidden 32): an SAE after the routed experts, one on an alias
+MOE = {"me": (["--layout", "saelens", "--arch", "topk", "--k", "4", "--d-sae", "64"],
+              "layers.0.mlp_output", 6),
+       "ma": (["--layout", "saelens", "--arch", "relu", "--d-sae", "48"],
+              "blocks.1.hook_resid_post", None)}
+MOE_ACTS = ["layers.0.mlp_output", "layers.1.layer_output"]
+STORED = {"blocks.1.hook_resid_post": "layers.1.layer_output"}  # an alias: the value it names
+SPECS = dict(SAES, **MOE)
+
+
+def sae_entries(over=None):
+    out = []
+    for name, (_, site, top_n) in SAES.items():
+        e = {"path": f"sae-{name}", "on": site, "name": name}
+        if top_n:
+            e["top_n"] = top_n
+        out.append(e)
+    return over if over is not None else out
+
+
+def job(name, stages=1, sel=None, saes=None, acts=SITES):
+    extra = {"select": sel} if sel else {}
+    return write_job(f"{work}/{name}.json", model="model", data="prompts.jsonl",
+                     activations=list(acts), max_seq_len=T, batch_size=2, saes=sae_entries(saes),
+                     output={"path": f"{name}.h5", "checkpoint_seconds": 0},
+                     parallel={"pipeline_stages": stages}, **extra)
+
+
+def mpirun(np_, *a):
+    return subprocess.run([MPIRUN, "-np", str(np_), harvest, *a], env=MPI_ENV,
+                          capture_output=True, text=True, timeout=900)
+
+
+def groups(path):
+    """{name: {dataset or @attribute: value}} of /saes"""
+    out = {}
+    with h5py.File(path, "r") as f:
+        for n, g in f.get("saes", {}).items():
+            d = {k: g[k][()] for k in g}
+            d.update({"@" + k: g.attrs[k] for k in g.attrs})
+            out[n] = d
+    return out
+
+
+def same_saes(a, b, label, want=SAES):
+    oa, ob = hd.open_output(a), hd.open_output(b)
+    for n in want:
+        la, lb = oa.sae_latents(n), ob.sae_latents(n)
+        check(all(la[k].dtype == lb[k].dtype and np.array_equal(la[k], lb[k]) for k in la),
+              f"{label}: {n}: the same latents (sae_latents)")
+    oa.close(), ob.close()
+    ga, gb = groups(a), groups(b)
+    ok = check(sorted(ga) == sorted(gb) == sorted(want),
+               f"{label}: SAEs {sorted(ga)} vs {sorted(gb)}")
+    for n in ga if ok else []:
+        for k in ga[n]:
+            x, y = np.asarray(ga[n][k]), np.asarray(gb[n].get(k))
+            same = x.dtype == y.dtype and x.shape == y.shape and \
+                np.array_equal(x, y, equal_nan=x.dtype.kind == "f")
+            if not check(same, f"{label}: /saes/{n} {k} differs"):
+                return False
+    return ok
+
+
+def c_encode(folder, x):
+    """(indptr, indices, values, recon) of the C encoding of x (N, d_in), one GEMM"""
+    xp, out = os.path.join(work, "x.npy"), os.path.join(work, "enc")
+    np.save(xp, np.ascontiguousarray(x, dtype=np.float32))
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    if CORE[0]:  # harvest re-executes itself with its chosen core (harvest/blascheck.h)
+        env["OPENBLAS_CORETYPE"] = CORE[0]
+    subprocess.run([ENC, folder, xp, out], check=True, capture_output=True, timeout=120, env=env)
+    return tuple(np.load(f"{out}.{k}.npy") for k in ("indptr", "indices", "values", "recon"))
+
+
+def rel(a, b):
+    s = max(float(np.abs(b).max()), 1e-300)
+    return float(np.abs(np.asarray(a, np.float64) - b).max()) / s
+
+
+def reference(path, name, selected):
+    """numpy float64 results of SAE name over the C latents of the stored site, and the float64
+    reference's FVU"""
+    folder = f"{work}/sae-{name}"
+    _, site, top_n = SPECS[name]
+    site = STORED.get(site, site)
+    top_n = top_n or 32
+    sae = sae_ref.load(folder)
+    d_sae = sae["W_dec"].shape[0]
+    o = hd.open_output(path)
+    with h5py.File(path, "r") as f:
+        sel = f["tokens/selected"][:] if selected else None
+    off = o.token_offset
+    ex = [[] for _ in range(d_sae)]  # (-value, position)
+    r = {"count": np.zeros(d_sae, np.int64), "sum": np.zeros(d_sae), "sum_sq": np.zeros(d_sae),
+         "max": np.zeros(d_sae), "l0_hist": np.zeros(d_sae + 1, np.int64)}
+    xs, ys, yr = [], [], []
+    csr = {"position": [], "n": [], "indices": [], "values": []}
+    for p in range(o.n_prompts):
+        x = o.prompt(site, p)
+        pos = int(off[p]) + np.arange(x.shape[0])
+        if sel is not None:
+            keep = sel[off[p]:off[p] + x.shape[0]].astype(bool)
+            x, pos = x[keep], pos[keep]
+        if x.shape[0] == 0:
+            continue
+        ip, idx, val, rec = c_encode(folder, x)
+        csr["position"].append(pos)
+        csr["n"].append(np.diff(ip))
+        csr["indices"].append(idx)
+        csr["values"].append(val)
+        rip, ridx, rval, _ = sae_ref.encode(sae, x)
+        z = np.zeros((x.shape[0], d_sae))
+        rz = np.zeros((x.shape[0], d_sae))
+        for t in range(x.shape[0]):
+            z[t, idx[ip[t]:ip[t + 1]]] = val[ip[t]:ip[t + 1]]
+            rz[t, ridx[rip[t]:rip[t + 1]]] = rval[rip[t]:rip[t + 1]]
+        AGREE[0] = max(AGREE[0], rel(z, rz))
+        yr.append(sae_ref.decode(sae, x, rip, ridx, rval))
+        fire = z > 0
+        r["count"] += fire.sum(axis=0)
+        r["sum"] += z.sum(axis=0)
+        r["sum_sq"] += (z * z).sum(axis=0)
+        r["max"] = np.maximum(r["max"], z.max(axis=0))
+        r["l0_hist"] += np.bincount(fire.sum(axis=1), minlength=d_sae + 1)
+        for t, j in zip(*np.nonzero(fire)):
+            ex[j].append((-z[t, j], int(pos[t])))
+        xs.append(x.astype(np.float64))
+        ys.append(rec.astype(np.float64))
+    o.close()
+    x, y, yr = np.concatenate(xs), np.concatenate(ys), np.concatenate(yr)
+    n = x.shape[0]
+    r["n_tokens"] = n
+    r["sse"] = ((x - y) ** 2).sum()
+    r["total_variance"] = ((x - x.mean(axis=0)) ** 2).sum()
+    r["fvu"] = r["sse"] / r["total_variance"]
+    r["fvu64"] = ((x - yr) ** 2).sum() / r["total_variance"]
+    r["l0_mean"] = (np.arange(d_sae + 1) * r["l0_hist"]).sum() / n
+    r["n_dead"] = int((r["count"] == 0).sum())
+    r["n_dense"] = int((r["count"] > 0.1 * n).sum())
+    r["exemplar_count"] = np.array([min(len(e), top_n) for e in ex], np.int64)
+    r["exemplar_value"] = np.full((d_sae, top_n), np.nan)
+    r["exemplar_position"] = np.full((d_sae, top_n), -1, np.int64)
+    for j, e in enumerate(ex):
+        e.sort()
+        for i, (v, q) in enumerate(e[:top_n]):
+            r["exemplar_value"][j, i], r["exemplar_position"][j, i] = -v, q
+    r["d_sae"], r["top_n"] = d_sae, top_n
+    r["csr"] = {k: np.concatenate(v) for k, v in csr.items()}
+    r["csr"]["indptr"] = np.concatenate([[0], np.cumsum(r["csr"].pop("n"))])
+    return r
+
+
+def check_against_numpy(path, selected, label, want=SAES, d_in=D):
+    o = hd.open_output(path)
+    names = o.sae()
+    check(names == sorted(want), f"{label}: sae() lists {names}")
+    for name in want:
+        got = o.sae(name)
+        ref = reference(path, name, selected)
+        site = STORED.get(SPECS[name][1], SPECS[name][1])
+        check(got["on"] == site and got["d_in"] == d_in and got["d_sae"] == ref["d_sae"] and
+              got["top_n"] == ref["top_n"], f"{label}: {name}: attributes {got['on']} "
+              f"{got['d_in']} {got['d_sae']} {got['top_n']}")
+        for k in ("count", "l0_hist", "max", "exemplar_count", "exemplar_position", "n_tokens",
+                  "n_dead", "n_dense"):
+            check(np.array_equal(got[k], ref[k]), f"{label}: {name}: {k} exact")
+        check(np.array_equal(got["exemplar_value"], ref["exemplar_value"], equal_nan=True),
+              f"{label}: {name}: exemplar_value exact")
+        for k in ("sum", "sum_sq", "sse", "total_variance", "fvu", "l0_mean"):
+            e = rel(got[k], np.asarray(ref[k]))
+            check(e <= 1e-9, f"{label}: {name}: {k} relative error {e:.2e}")
+        e = abs(got["fvu"] - ref["fvu64"]) / ref["fvu64"]
+        check(e <= 1e-4, f"{label}: {name}: fvu {got['fvu']:.6f} vs the float64 reference's "
+              f"{ref['fvu64']:.6f} ({e:.1e})")
+        lat = o.sae_latents(name)
+        for k in ("position", "indptr", "indices", "values"):
+            a, b = lat[k], ref["csr"][k]
+            check(a.shape == b.shape and np.array_equal(a, b) and
+                  (k != "values" or a.dtype == np.float32),
+                  f"{label}: {name}: sae_latents {k} bit for bit the C encoding's")
+        check(got["count"].sum() > 0 and
+              got["exemplar_count"].max() == min(ref["top_n"], got["count"].max()),
+              f"{label}: {name}: latents fire, the most active latent's exemplar list fills")
+    check(AGREE[0] <= 1e-4, f"{label}: C latents vs float64 reference: {AGREE[0]:.1e} relative")
+    o.close()
+
+
+init_model(harvest, f"{work}/model", seed=5)
+write_prompts(f"{work}/prompts.jsonl", [0] + [(29 * i) % 40 + 4 for i in range(39)], seed=3)
+for name, (a, _, _) in SAES.items():
+    run(harvest, "init-sae", *a, "--d-in", str(D), "--seed", "7", f"{work}/sae-{name}", check=0)
+
+# ---- one rank, against numpy; with select ----
+p = run(harvest, "run", job("ref"), check=0)
+ref = f"{work}/ref.h5"
+m = re.search(r"^harvest: BLAS OpenBLAS \S+, core (\S+) ", p.stderr, re.M)
+check(m, f"the start-up line names the BLAS core: {p.stderr[-400:]}")
+CORE[0] = m.group(1) if m else ""  # sae_encode runs the same sgemm kernel as the run
+check_against_numpy(ref, False, "np 1")
+p = run(harvest, "inspect", ref, check=0)
+for name in SAES:
+    g = hd.open_output(ref).sae(name)
+    want = (f"sae {name} ({g['architecture']}, {g['layout']}) on {g['on']}: {g['n_tokens']} tokens, "
+            f"FVU {g['fvu']:.4f}, L0 {g['l0_mean']:.2f}, dead {g['n_dead']} / {g['d_sae']}, "
+            f"dense {g['n_dense']}")
+    check(want in p.stdout, f"inspect prints {want!r}: {p.stdout[-600:]}")
+with h5py.File(ref, "r") as f:
+    all_ids = f["tokens/input_ids"][:]
+o = hd.open_output(ref)
+j = int(np.argmax(o.sae("tk")["count"]))
+ex = o.sae_exemplars("tk", j, window=3)
+check(len(ex) == 32 and all(e["ids"][e["t"] - e["start"]] == all_ids[e["position"]] and
+                            e["position"] == o.token_offset[e["prompt"]] + e["t"] and
+                            len(e["ids"]) <= 7 for e in ex),
+      f"sae_exemplars: the token at each exemplar's position, within its prompt")
+check([e["value"] for e in ex] == list(o.sae("tk")["exemplar_value"][j]), "sae_exemplars: values")
+o.close()
+run(harvest, "run", job("sel", sel=SEL), "--quiet", check=0)
+check_against_numpy(f"{work}/sel.h5", True, "select")
+
+# ---- threads: one and two OpenMP threads give the same bytes ----
+for t in ("1", "2"):
+    run(harvest, "run", job(f"thr{t}"), "--quiet", env={"OMP_NUM_THREADS": t}, check=0)
+same_saes(f"{work}/thr1.h5", f"{work}/thr2.h5", "1 vs 2 threads")
+
+# ---- grids ----
+if MPIRUN:
+    for label, np_, stages in [("np 2", 2, 1), ("2 stages", 2, 2), ("2 x 2", 4, 2)]:
+        name = f"grid{np_}s{stages}"
+        p = mpirun(np_, "run", job(name, stages=stages), "--quiet")
+        if check(p.returncode == 0, f"{label}: exit {p.returncode}: {p.stderr[-600:]}"):
+            same_saes(ref, f"{work}/{name}.h5", label)
+else:
+    print("no mpirun: the grid cases are not run")
+
+# ---- a mixture model: np 1 against numpy, 2 expert shards and 2 stages x 2 shards the same ----
+init = ["init-model", "--family", "qwen3_moe", "--preset", "Qwen3-MoE", "--seed", "1"]
+run(harvest, *init, f"{work}/moe", check=0)
+vocab = json.load(open(f"{work}/moe/config.json"))["vocab_size"]
+write_prompts(f"{work}/moe-prompts.jsonl", [(13 * i) % 30 + 1 for i in range(12)], seed=4,
+              vocab=vocab)
+for name, (a, _, _) in MOE.items():
+    run(harvest, "init-sae", *a, "--d-in", "32", "--seed", "3", f"{work}/sae-{name}", check=0)
+moe_saes = [dict({"path": f"sae-{n}", "on": on, "name": n}, **({"top_n": k} if k else {}))
+            for n, (_, on, k) in MOE.items()]
+
+
+def moe_job(name, **par):
+    return write_job(f"{work}/{name}.json", model="moe", data="moe-prompts.jsonl",
+                     activations=MOE_ACTS, batch_size=2, saes=moe_saes,
+                     output={"path": f"{name}.h5", "checkpoint_seconds": 0}, parallel=par)
+
+
+run(harvest, "run", moe_job("moe1"), "--quiet", check=0)
+check_against_numpy(f"{work}/moe1.h5", False, "moe np 1", want=MOE, d_in=32)
+if MPIRUN:
+    for label, np_, par in [("moe 2 shards", 2, {"expert_parallel": 2}),
+                            ("moe 2 stages x 2 shards", 4,
+                             {"expert_parallel": 2, "pipeline_stages": 2})]:
+        name = f"moe{np_}"
+        p = mpirun(np_, "run", moe_job(name, **par), "--quiet")
+        if check(p.returncode == 0, f"{label}: exit {p.returncode}: {p.stderr[-600:]}"):
+            same_saes(f"{work}/moe1.h5", f"{work}/{name}.h5", label, want=MOE)
+
+# ---- stopped, resumed ----
+out = f"{work}/stop.h5"
+rc = stop_mid_run(harvest, job("stop"), out)
+check(rc == 3, f"stopped: exit {rc}")
+run(harvest, "run", job("stop"), "--resume", "--quiet", check=0)
+same_saes(ref, out, "SIGTERM + --resume")
+with h5py.File(out, "r+") as f:
+    del f["saes"]
+p = run(harvest, "run", job("stop"), "--resume", check=0)
+same_saes(ref, out, "/saes missing + --resume")
+
+out = f"{work}/kill.h5"
+for attempt in range(3):
+    q = subprocess.Popen([harvest, "run", job("kill"), "--quiet", "--overwrite"],
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    wait_started(out, q)
+    time.sleep(0.5)
+    q.send_signal(signal.SIGKILL)
+    q.communicate(timeout=120)
+    if q.returncode == -signal.SIGKILL:
+        break
+check(q.returncode == -signal.SIGKILL, f"killed: exit {q.returncode}")
+run(harvest, "run", job("kill"), "--resume", "--quiet", check=0)
+same_saes(ref, out, "SIGKILL + --resume")
+
+
+# ---- bad input: exit 1 naming the key and the file, nothing written ----
+def write_st(path, tensors):
+    """tensors {name: float32 array} as a .safetensors file"""
+    hdr, blobs, at = {}, [], 0
+    for k, v in tensors.items():
+        b = np.ascontiguousarray(v, np.float32).tobytes()
+        hdr[k] = {"dtype": "F32", "shape": list(v.shape), "data_offsets": [at, at + len(b)]}
+        blobs.append(b)
+        at += len(b)
+    h = json.dumps(hdr).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+shutil.copytree(f"{work}/sae-rl", f"{work}/sae-notensor")
+w = sae_ref.read_safetensors(f"{work}/sae-rl/sae_weights.safetensors")
+del w["b_enc"]
+write_st(f"{work}/sae-notensor/sae_weights.safetensors", w)
+shutil.copytree(f"{work}/sae-rl", f"{work}/sae-gated")
+cfg = json.load(open(f"{work}/sae-gated/cfg.json"))
+cfg["architecture"] = "gated"
+json.dump(cfg, open(f"{work}/sae-gated/cfg.json", "w"))
+run(harvest, "init-sae", "--layout", "saelens", "--arch", "relu", "--d-in", "128", "--d-sae", "64",
+    f"{work}/sae-narrow", check=0)
+
+
+def one(path, on, **kw):
+    return [dict({"path": path, "on": on, "name": "x"}, **kw)]
+
+
+BAD = [("width", one("sae-narrow", SITES[0]), ['"saes[0]"', "d_in 128", "384"]),
+       ("folder", one("sae-none", SITES[0]), ['"saes[0].path"', "sae-none"]),
+       ("tensor", one("sae-notensor", SITES[0]), ['"saes[0].path"', "b_enc"]),
+       ("arch", one("sae-gated", SITES[0]), ['"saes[0].path"', "gated"]),
+       ("site", one("sae-rl", "encoder_9_output"), ['"saes[0].on', "encoder_9_output"]),
+       ("shape", one("sae-rl", "encoder_0_q"), ['"saes[0].on"', "encoder_0_q"]),
+       ("glob", one("sae-rl", "encoder_*_output"), ['"saes[0].on"', "an SAE reads one"]),
+       ("top_n", one("sae-rl", SITES[0], top_n=0), ['"saes[0].top_n"']),
+       ("dup", one("sae-rl", SITES[0]) * 2, ['"saes[1].name"', '"x"'])]
+for name, saes, want in BAD:
+    p = run(harvest, "run", job("bad-" + name, saes=saes), "--quiet")
+    msg = p.stderr.strip()
+    check(p.returncode == 1 and all(w in msg for w in want) and "bad-" + name + ".json" in msg,
+          f"bad {name}: exit {p.returncode}, {msg[-300:]}")
+    check(not os.path.exists(f"{work}/bad-{name}.h5"), f"bad {name}: no output written")
+if MPIRUN:  # stage 0 of two stores nothing: its SAE has no segments to go to
+    p = mpirun(2, "run", job("bad-stage", stages=2, saes=one("sae-rl", SITES[0]),
+                             acts=["encoder_3_output"]), "--quiet")
+    check(p.returncode == 1 and '"encoder_0_output" is computed by pipeline stage 0' in p.stderr,
+          f"a stage storing nothing: exit {p.returncode}, {p.stderr.strip()[-300:]}")
+
+finish()
