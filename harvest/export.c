@@ -504,7 +504,7 @@ static int write_shards(struct xsrc *s, const struct xplan *pl, const struct xop
     for (int64_t g = rank; rc == 0 && g < G; g += size) {
         struct xshard_meta m = shard_meta(pl, o, s, g);
         shard_file(file, sizeof file, g >= pl->shards[0], m.shard, o->fmt);
-        if (xshard_verify(o->dir, file, s, &m, 64 << 20, &sums[g]))
+        if (xshard_verify(o->dir, file, s, &m, &sums[g]))
             ++*kept;
         else
             todo[n_todo++] = g;

@@ -122,9 +122,9 @@ int xshard_write(const char *dir, const char *file, const struct xshard *b, cons
                  const struct xshard_meta *m, uint64_t *sum, struct ah_error *err);
 // 1 if dir/file is a finished shard matching m (split, shard, size, seed, source, export_id) and
 // s's names (shapes and checksum; its checksum in *sum), 0 if absent or not (then it is
-// rewritten). Reads the shard through a mapping (buf_bytes: unused, kept for the callers).
+// rewritten). Reads the shard through a mapping.
 int xshard_verify(const char *dir, const char *file, const struct xsrc *s,
-                  const struct xshard_meta *m, size_t buf_bytes, uint64_t *sum);
+                  const struct xshard_meta *m, uint64_t *sum);
 // true once an HDF5 file of the export failed to close (disk full): HDF5 still holds it, and
 // its shutdown would crash on it; the command then leaves without MPI_Finalize.
 bool xshard_stuck(void);

@@ -3,6 +3,7 @@
 // lock behind, and the file's text only says who holds it.
 #define _GNU_SOURCE // defines: flock, realpath, gethostname
 #include "io/outlock.h"
+#include "io/output.h" // out_parts_path
 
 #include "model/ah.h"
 
@@ -57,7 +58,9 @@ const char *outlock_input_at(const char *path, bool folder, const char *const *i
 }
 
 int outlock_check_inputs(const char *out, const char *const *inputs, int n, struct ah_error *err) {
-    static const char *const suffix[] = {"", ".tmp", ".tokens", ".lock", ".parts"};
+    char parts[PATH_MAX];
+    out_parts_path(parts, sizeof parts, out, NULL);
+    const char *const suffix[] = {"", ".tmp", ".tokens", ".lock", parts + strlen(out)};
     static const char *const what[] = {"output file", "temporary master", "token spill file",
                                        "lock file", "parts folder"};
     int rc = 0;
@@ -94,17 +97,19 @@ static int push_path(char ***files, int *n, int *cap, const char *a, const char 
 int outlock_output_files(const char *out, char ***files, int *n) {
     int cap = 0, rc = 0;
     *files = NULL, *n = 0;
-    char *parts = with_suffix(out, ".parts/");
-    DIR *d = parts ? opendir(parts) : NULL;
-    if (!parts || push_path(files, n, &cap, out, "") || push_path(files, n, &cap, out, ".tokens") ||
-        push_path(files, n, &cap, out, ".parts"))
+    char parts[PATH_MAX], leaf[PATH_MAX];
+    out_parts_path(parts, sizeof parts, out, NULL);
+    DIR *d = opendir(parts);
+    if (push_path(files, n, &cap, out, "") || push_path(files, n, &cap, out, ".tokens") ||
+        push_path(files, n, &cap, parts, ""))
         rc = -AH_ENOMEM;
-    for (struct dirent *e; rc == 0 && d && (e = readdir(d));)
+    for (struct dirent *e; rc == 0 && d && (e = readdir(d));) {
+        out_parts_path(leaf, sizeof leaf, out, e->d_name);
         if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-            push_path(files, n, &cap, parts, e->d_name))
+            push_path(files, n, &cap, leaf, ""))
             rc = -AH_ENOMEM;
+    }
     if (d) closedir(d);
-    free(parts);
     if (rc < 0) outlock_files_free(*files, *n), *files = NULL, *n = 0;
     return rc;
 }
