@@ -20,7 +20,8 @@ Two pipeline stages (np 2) store the same bits as one rank. Then the aliases (qk
 naming the three values), bad configs exit 1 naming config.json and the key (a rope type Phi-3
 does not have, a short_factor of the wrong length, a missing long_factor, a rope dict's
 original_max_position_embeddings that differs from the top-level one), and `plan`'s parameter
-count at Phi-3.5-mini's sizes (3,821,079,552: the card's 3.8B)."""
+count at Phi-3.5-mini's sizes (3,821,079,552: the card's 3.8B), also from
+tests/ref/configs/Phi-3.5-mini-instruct.json at 4 pipeline stages."""
 import json
 import os
 import subprocess
@@ -201,4 +202,8 @@ n = 2 * V * D + D + L * (2 * D + D * 3 * D + D * D + D * 2 * I + I * D)  # qkv, 
 check(n == 3_821_079_552, f"the modules' count {n:,}")
 p = run(harvest, "plan", f"{work}/big/config.json", check=0)
 check(f"parameters: {n:,}" in p.stdout, f"plan: {n:,} parameters expected: {p.stdout[:300]}")
+release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref", "configs", "Phi-3.5-mini-instruct.json")
+p = run(harvest, "plan", release, "--pipeline-stages", "4", check=0)
+check(f"parameters: {n:,}" in p.stdout and "32 layers" in p.stdout,
+      f"plan of the release config (tests/ref/configs): {p.stdout[:300]}")
 finish()
