@@ -16,7 +16,9 @@ then v), the queries at position 0 are the pre-RoPE ones times the attention fac
 rotary dims and unchanged past them, probability rows summing to 1, logits == lm_head(final).
 Mutations the test must catch: the reference with qkv_proj's k and v row blocks swapped, and the
 reference using long_factor for prompts of at most 16 tokens, each differ from harvest's values.
-Two pipeline stages (np 2) store the same bits as one rank. Then the aliases (qkv_proj refused
+Two pipeline stages (np 2) store the same bits as one rank. "compute": "bf16" (oneDNN on the row
+blocks of the fused matrices) stays within 5e-2 of the reference, and its two pipeline stages store
+the same bits as one rank. Then the aliases (qkv_proj refused
 naming the three values), bad configs exit 1 naming config.json and the key (a rope type Phi-3
 does not have, a short_factor of the wrong length, a missing long_factor, a rope dict's
 original_max_position_embeddings that differs from the top-level one), and `plan`'s parameter
@@ -157,6 +159,36 @@ check(p.returncode == 0, f"2 stages: exit {p.returncode}: {p.stderr[-1000:]}")
 if p.returncode == 0:
     d = output_diff(f"{work}/run-preset/out.h5", f"{work}/run-preset/out2.h5", ignore=BOOKKEEPING | {"job"})
     check(d is None, f"2 pipeline stages differ from one rank: {d}")
+
+# ---- compute bf16 (oneDNN on the row-block views of the fused matrices): near the reference, and two
+# pipeline stages bit for bit one rank ----
+cfg, w = load_checkpoint(preset)
+ref = phi3_ref.Phi3Ref(cfg, w)
+out16 = {}
+for label, np_, par in (("np1", 1, {}), ("s2", 2, {"pipeline_stages": 2})):
+    job = write_job(f"{work}/run-preset/bf16-{label}.json", model=preset, batch_size=3, compute="bf16",
+                    activations=["layers.*.layer_output", "layers.*.attention_keys", "logits"],
+                    output={"path": f"out-bf16-{label}.h5"}, parallel=par)
+    p = subprocess.run(["mpirun", "-np", str(np_), "--oversubscribe", harvest, "run", job, "--quiet"],
+                       capture_output=True, text=True, env=MPI_ENV, timeout=600)
+    check(p.returncode == 0, f"bf16 {label}: exit {p.returncode}: {p.stderr[-600:]}")
+    out16[label] = f"{work}/run-preset/out-bf16-{label}.h5"
+if all(os.path.exists(o) for o in out16.values()):
+    d = output_diff(out16["np1"], out16["s2"], ignore=BOOKKEEPING | {"job"})
+    check(d is None, f"bf16: 2 pipeline stages differ from one rank: {d}")
+    with h5py.File(out16["np1"], "r") as f:
+        check(f.attrs["compute_dtype"] == "bf16", f"compute_dtype {f.attrs['compute_dtype']}")
+        worst = 0.0
+        for i in range(len(f["prompts/length"])):
+            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
+            want = ref.forward(list(f["tokens/input_ids"][o:o + T]))
+            for n in ("layers.1.layer_output", "layers.1.attention_keys", "logits"):
+                got = f["activations/" + n][i]
+                c = (slice(None), slice(0, T)) if n.endswith("keys") else (slice(0, T),)
+                g, r = got[c].astype(np.float64), want[n][0]
+                worst = max(worst, np.abs(g - r).max() / np.abs(r).max())
+        check(worst < 5e-2, f"bf16: values within 5e-2 of the float64 reference (worst {worst:.1e})")
+        print(f"compute bf16: within {worst:.1e} of the reference; 2 stages bit for bit one rank", flush=True)
 
 # ---- aliases ----
 al = {g["alias"]: g["canonical_name"] for g in
