@@ -16,7 +16,9 @@ then v), the queries at position 0 are the pre-RoPE ones times the attention fac
 rotary dims and unchanged past them, probability rows summing to 1, logits == lm_head(final).
 Mutations the test must catch: the reference with qkv_proj's k and v row blocks swapped, and the
 reference using long_factor for prompts of at most 16 tokens, each differ from harvest's values.
-Two pipeline stages (np 2) store the same bits as one rank. "compute": "bf16" (oneDNN on the row
+Two pipeline stages (np 2) store the same bits as one rank; the same rope written as transformers 5's
+rope_parameters (rope_theta and original_max_position_embeddings inside) or with type "su" stores
+the same bits. "compute": "bf16" (oneDNN on the row
 blocks of the fused matrices) stays within 5e-2 of the reference, and its two pipeline stages store
 the same bits as one rank. Then the aliases (qkv_proj refused
 naming the three values), bad configs exit 1 naming config.json and the key (a rope type Phi-3
@@ -26,6 +28,7 @@ count at Phi-3.5-mini's sizes (3,821,079,552: the card's 3.8B), also from
 tests/ref/configs/Phi-3.5-mini-instruct.json at 4 pipeline stages."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -159,6 +162,33 @@ check(p.returncode == 0, f"2 stages: exit {p.returncode}: {p.stderr[-1000:]}")
 if p.returncode == 0:
     d = output_diff(f"{work}/run-preset/out.h5", f"{work}/run-preset/out2.h5", ignore=BOOKKEEPING | {"job"})
     check(d is None, f"2 pipeline stages differ from one rank: {d}")
+
+# ---- the same rope in other spellings gives the same bits: transformers 5's rope_parameters (theta
+# and the original length inside), and "su", Phi3Config's old name of longrope ----
+def respelled(label, change):
+    dst = f"{work}/spell-{label}"
+    shutil.copytree(preset, dst)
+    cfg = json.load(open(f"{dst}/config.json"))
+    change(cfg)
+    json.dump(cfg, open(f"{dst}/config.json", "w"))
+    job = write_job(f"{dst}/job.json", model=dst, data=f"{work}/run-preset/prompts.jsonl", batch_size=3,
+                    output={"path": f"{dst}/out.h5"})
+    run(harvest, "run", job, "--quiet", check=0)
+    with h5py.File(f"{work}/run-preset/out.h5", "r") as a, h5py.File(f"{dst}/out.h5", "r") as b:
+        same = sorted(a["activations"]) == sorted(b["activations"]) and all(
+            np.array_equal(a["activations/" + n][:], b["activations/" + n][:], equal_nan=True) for n in a["activations"])
+    check(same, f"{label}: the same values bit for bit as the preset's rope_scaling")
+
+
+def v5(c):
+    rs = c.pop("rope_scaling")
+    c["rope_parameters"] = {"rope_type": "longrope", "rope_theta": c.pop("rope_theta"), "partial_rotary_factor": 1.0,
+                            "original_max_position_embeddings": c["original_max_position_embeddings"],
+                            "short_factor": rs["short_factor"], "long_factor": rs["long_factor"]}
+
+
+respelled("rope_parameters", v5)
+respelled("su", lambda c: c["rope_scaling"].update(type="su"))
 
 # ---- compute bf16 (oneDNN on the row-block views of the fused matrices): near the reference, and two
 # pipeline stages bit for bit one rank ----
