@@ -156,9 +156,13 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
         FV(&w->post_attn_norm, D, nm->post_attn_norm);
         FV(&w->post_mlp_norm, D, nm->post_mlp_norm);
     }
-    MAT(&w->wq, HD, D, nm->q);
-    MAT(&w->wk, KVD, D, nm->k);
-    MAT(&w->wv, KVD, D, nm->v);
+    if (b->fused_qkv) { // one matrix; the forward uses its row blocks (model/decoder_forward.c)
+        MAT(&w->qkv, HD + 2 * KVD, D, nm->qkv);
+    } else {
+        MAT(&w->wq, HD, D, nm->q);
+        MAT(&w->wk, KVD, D, nm->k);
+        MAT(&w->wv, KVD, D, nm->v);
+    }
     MAT(&w->wo, D, HD, nm->o);
     if (b->qkv_bias) {
         BIAS(&w->bq, HD, nm->q);
@@ -174,8 +178,12 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
         expert_tensors(t, n, m, dims, i, w);
         return;
     }
-    MAT(&w->gate, I, D, nm->gate);
-    MAT(&w->up, I, D, nm->up);
+    if (b->fused_gate_up) {
+        MAT(&w->gate_up, 2 * I, D, nm->gate_up);
+    } else {
+        MAT(&w->gate, I, D, nm->gate);
+        MAT(&w->up, I, D, nm->up);
+    }
     MAT(&w->down, D, I, nm->down);
     if (b->mlp_bias) {
         BIAS(&w->bg, I, nm->gate);

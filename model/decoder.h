@@ -24,7 +24,14 @@ struct config;
 struct ah_error;
 struct expert_shard;
 
-enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
+// DEC_ROPE_LONGROPE: _compute_longrope_parameters (Phi-3)
+enum dec_rope_type {
+    DEC_ROPE_DEFAULT,
+    DEC_ROPE_LINEAR,
+    DEC_ROPE_DYNAMIC,
+    DEC_ROPE_LLAMA3,
+    DEC_ROPE_LONGROPE
+};
 
 // modeling_rope_utils.py's parameters of one layer type
 struct dec_rope {
@@ -32,6 +39,10 @@ struct dec_rope {
     double theta, factor; // rope_theta; linear / dynamic / llama3 factor
     double low, high;     // llama3 low_freq_factor, high_freq_factor
     int original_max_pos; // llama3 original_max_position_embeddings
+    // longrope: inv_freq divided by short_factor (prompts up to original_max_pos tokens) or by
+    // long_factor (longer ones), cos and sin times the attention factor
+    const double *ext_short, *ext_long; // (n_rot / 2) each; borrowed from dec_config's longrope
+    double attn;                        // attention_factor
 };
 
 // ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
@@ -57,6 +68,11 @@ struct dec_block {
     float scale;                     // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
     float attn_cap;                  // soft-cap of the scores (Gemma 2; 0: none)
     bool norm_topk;                  // mixture: renormalise the top-k softmax weights
+    // fused projections (Phi-3): one [out, in] matrix whose row blocks are the q, k, v (and the
+    // gate, up) matrices, used as views of it with no copy
+    bool fused_qkv;     // names->qkv: rows [0, H hd) q, then KV hd k, then KV hd v
+    bool fused_gate_up; // names->gate_up: rows [0, I) the gate, then I up
+    int n_rot;          // RoPE on the first n_rot dims of each head (0: all of head_dim)
     // model level
     bool tied;             // the head is the embedding
     float embed_scale;     // the embedding times this (Gemma: sqrt(D) rounded to float32; else 1)
@@ -75,6 +91,7 @@ struct dec_names {
     const char *gate, *up, *down;                // the dense MLP: "mlp.gate_proj", ...
     const char *router, *experts;                // "mlp.gate", "mlp.experts" (+ ".{e}.")
     const char *egate, *eup, *edown; // an expert's: "gate_proj", ... (Mixtral "w1", ...)
+    const char *qkv, *gate_up;       // fused: "self_attn.qkv_proj", "mlp.gate_up_proj" (Phi-3)
 };
 
 struct dec_config {
@@ -90,6 +107,7 @@ struct dec_config {
     bool *sliding;       // (L) sliding-window layer; owned
     bool *moe;           // (L) mixture-of-experts layer; owned
     struct dec_rope rope_full, rope_sliding;
+    double *longrope; // (2, n_rot / 2) longrope's short_factor then long_factor; owned (or NULL)
 };
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct
@@ -101,9 +119,9 @@ int64_t dec_layer_params(const struct dec_config *c, int i, bool experts);
 int64_t dec_block_norm_params(const struct dec_config *c);
 int64_t dec_params(const struct dec_config *c);
 
-// inv_freq (n_rot / 2 = hd / 2 entries, double) of a layer type for a prompt of T tokens
-// (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call whose
-// longest position is T - 1).
+// inv_freq (n_rot / 2 entries, double; head_dim is n_rot) of a layer type for a prompt of T
+// tokens (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call
+// whose longest position is T - 1; longrope takes long_factor past original_max_pos).
 void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int T, double *inv);
 
 // ---- weights: a matrix stored BF16 is borrowed from the mapping as it is (h; each matmul widens
@@ -123,6 +141,7 @@ struct dec_block_w {
     const float *bg, *bu, *bd;      // mlp_bias: (I) x2, (D)
     struct dec_mat router;          // mixture: (E, D)
     struct dec_mat *eg, *eu, *ed;   // (E) experts: (Ie, D) x2, (D, Ie)
+    struct dec_mat qkv, gate_up;    // fused: ((H + 2 KV) hd, D), (2 I, D); wq ... up unused
 };
 
 struct decoder {

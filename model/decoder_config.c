@@ -263,6 +263,7 @@ int dec_read_flags(const struct config *cf, struct dec_config *c, bool tied_dflt
 void dec_config_free(struct dec_config *c) {
     free(c->sliding);
     free(c->moe);
+    free(c->longrope);
     memset(c, 0, sizeof *c);
 }
 
@@ -273,6 +274,8 @@ void dec_rope_inv_freq(const struct dec_rope *r, int hd, int max_pos, int T, dou
     for (int j = 0; j < hd / 2; j++) {
         inv[j] = 1.0 / pow(base, 2.0 * j / hd);
         if (r->type == DEC_ROPE_LINEAR) inv[j] /= r->factor;
+        if (r->type == DEC_ROPE_LONGROPE) // _compute_longrope_parameters: seq_len T
+            inv[j] /= T > r->original_max_pos ? r->ext_long[j] : r->ext_short[j];
         if (r->type != DEC_ROPE_LLAMA3) continue;
         // _compute_llama3_parameters: long wavelengths divided by the factor, short kept, the
         // band between smoothed

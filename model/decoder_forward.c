@@ -47,14 +47,17 @@ float *dec_state_stream(struct dec_state *s) {
 
 // cos / sin (T, hd/2) of a layer type for positions 0..T-1, angles in double; seq_len: the
 // prompt length dynamic NTK scales for (within max_position_embeddings: none)
+// (longrope: times its attention factor, as transformers scales cos and sin; the first n_rot
+// dims of a head, h2 = n_rot / 2)
 static void rope_table(float *cos_t, float *sin_t, const struct dec_config *c,
                        const struct dec_rope *r, int T, int seq_len, double *inv) {
-    int h2 = c->head_dim / 2;
-    dec_rope_inv_freq(r, c->head_dim, c->max_pos, seq_len, inv);
+    int n_rot = c->blk.n_rot ? c->blk.n_rot : c->head_dim, h2 = n_rot / 2;
+    dec_rope_inv_freq(r, n_rot, c->max_pos, seq_len, inv);
+    double A = r->type == DEC_ROPE_LONGROPE ? r->attn : 1.0; // x * 1.0 is x: others unchanged
     for (int t = 0; t < T; t++)
         for (int j = 0; j < h2; j++) {
-            cos_t[(int64_t)t * h2 + j] = (float)cos(t * inv[j]);
-            sin_t[(int64_t)t * h2 + j] = (float)sin(t * inv[j]);
+            cos_t[(int64_t)t * h2 + j] = (float)(cos(t * inv[j]) * A);
+            sin_t[(int64_t)t * h2 + j] = (float)(sin(t * inv[j]) * A);
         }
 }
 
@@ -161,6 +164,11 @@ static void tables(const struct decoder *m, struct dec_state *s, int l, int T, c
     const struct dec_rope *r = c->sliding[l] ? &c->rope_sliding : &c->rope_full;
     *ct = c->sliding[l] ? s->cos_s : s->cos_f;
     *st = c->sliding[l] ? s->sin_s : s->sin_f;
+    if (r->type == DEC_ROPE_LONGROPE && T > r->original_max_pos) { // long_factor: its own
+        rope_table(s->cos_d, s->sin_d, c, r, T, T, s->inv);
+        *ct = s->cos_d, *st = s->sin_d;
+        return;
+    }
     if (r->type != DEC_ROPE_DYNAMIC || T <= c->max_pos) return;
     rope_table(s->cos_d, s->sin_d, c, r, T, T, s->inv);
     *ct = s->cos_d, *st = s->sin_d;
@@ -169,15 +177,33 @@ static void tables(const struct decoder *m, struct dec_state *s, int l, int T, c
 // ----------------------------------------------------------------------------
 // attention
 
+// rows [r0, r0 + n) of a fused (., K) matrix are a matrix themselves: a view, no copy
+static struct dec_mat rows_of(const struct dec_mat *w, int64_t r0, int64_t K) {
+    struct dec_mat v = {w->f ? w->f + r0 * K : NULL, w->h ? w->h + r0 * K : NULL};
+    return v;
+}
+
+// the q, k, v matrices of a block: its own, or the row blocks of its fused qkv
+static void qkv_mats(const struct dec_config *c, const struct dec_block_w *w, struct dec_mat *q,
+                     struct dec_mat *k, struct dec_mat *v) {
+    int64_t D = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
+    int64_t KVD = (int64_t)c->n_kv_head * c->head_dim;
+    *q = c->blk.fused_qkv ? rows_of(&w->qkv, 0, D) : w->wq;
+    *k = c->blk.fused_qkv ? rows_of(&w->qkv, HD, D) : w->wk;
+    *v = c->blk.fused_qkv ? rows_of(&w->qkv, HD + KVD, D) : w->wv;
+}
+
 static void attention_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                             const struct tap *tp, int l) {
     const struct dec_config *c = &m->cfg;
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, hd = c->head_dim, H = c->n_head, KV = c->n_kv_head;
-    int64_t HD = H * hd, KVD = KV * hd;
-    linear(s, s->q, s->xn, &w->wq, w->bq, N, D, HD);
-    linear(s, s->k, s->xn, &w->wk, w->bk, N, D, KVD);
-    linear(s, s->v, s->xn, &w->wv, w->bv, N, D, KVD);
+    int64_t HD = H * hd, KVD = KV * hd, rot = c->blk.n_rot ? c->blk.n_rot : hd;
+    struct dec_mat wq, wk, wv;
+    qkv_mats(c, w, &wq, &wk, &wv);
+    linear(s, s->q, s->xn, &wq, w->bq, N, D, HD);
+    linear(s, s->k, s->xn, &wk, w->bk, N, D, KVD);
+    linear(s, s->v, s->xn, &wv, w->bv, N, D, KVD);
     if (c->blk.qk_norm == DEC_QK_HEAD) { // (N H, hd) rows
         norm(c, s->q, s->q, w->q_norm, N * H, (int)hd);
         norm(c, s->k, s->k, w->k_norm, N * KV, (int)hd);
@@ -190,8 +216,8 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
     for (int b = 0; b < bt->n; b++) {
         const float *ct, *st;
         tables(m, s, l, bt->len[b], &ct, &st);
-        op_rope(s->q + bt->off[b] * HD, ct, st, bt->len[b], (int)H, (int)hd, (int)hd, (int)HD);
-        op_rope(s->k + bt->off[b] * KVD, ct, st, bt->len[b], (int)KV, (int)hd, (int)hd, (int)KVD);
+        op_rope(s->q + bt->off[b] * HD, ct, st, bt->len[b], (int)H, (int)hd, (int)rot, (int)HD);
+        op_rope(s->k + bt->off[b] * KVD, ct, st, bt->len[b], (int)KV, (int)hd, (int)rot, (int)KVD);
     }
     tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES), bt, s->q, (int)H, (int)hd, s->scratch);
     tap_emit_heads(tp, CAT_ID(m, l, CAT_KEYS), bt, s->k, (int)KV, (int)hd, s->scratch);
@@ -307,8 +333,10 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
         moe_block(m, s, bt, tp, l);
         return;
     }
-    linear(s, s->fg, s->xn, &w->gate, w->bg, N, D, I);
-    linear(s, s->fu, s->xn, &w->up, w->bu, N, D, I);
+    struct dec_mat gate = c->blk.fused_gate_up ? rows_of(&w->gate_up, 0, D) : w->gate;
+    struct dec_mat up = c->blk.fused_gate_up ? rows_of(&w->gate_up, I, D) : w->up;
+    linear(s, s->fg, s->xn, &gate, w->bg, N, D, I);
+    linear(s, s->fu, s->xn, &up, w->bu, N, D, I);
     op_act(s->fg, N * I, c->blk.act);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->fg, (int)I);
     op_mul(s->fu, s->fg, N * I, 1);

@@ -11,7 +11,8 @@ transformers' own code -- not from the C:
   = long_factor if seq_len > original_max_position_embeddings else short_factor) and
   dynamic_rope_update / longrope_frequency_update (seq_len = max(position_ids) + 1, so a prompt of
   more than original_max_position_embeddings tokens uses long_factor for every position).
-  Phi3Config: "su" is the old name of "longrope"; original_max_position_embeddings is a top-level key.
+  Phi3Config: "su" (and "yarn") are read as "longrope"; original_max_position_embeddings is a
+  top-level key (default 4096); partial_rotary_factor from the rope dict, else the top level.
 
     outs = Phi3Ref(cfg, w).forward(ids)
     outs = load(model_dir).forward(ids)   # from a checkpoint folder (read_checkpoint, widened)
@@ -31,11 +32,15 @@ def longrope_inv_freq(cfg, dim, seq_len):
     shape = np.arange(0, dim, 2, dtype=np.float64) / dim
     if kind == "default" or not rs:
         return 1.0 / base ** shape, 1.0, None
-    if kind not in ("longrope", "su"):
+    if kind not in ("longrope", "su", "yarn"):  # Phi3Config reads "su" and "yarn" as longrope
         raise ValueError(f"config.json key 'rope_scaling': rope_type {kind!r} not implemented "
-                         "(known: default, longrope, su)")
-    L0 = rs.get("original_max_position_embeddings") or cfg.get("original_max_position_embeddings") \
-        or cfg["max_position_embeddings"]
+                         "(known: default, longrope, su, yarn)")
+    # Phi3Config's original_max_position_embeddings defaults to 4096; the longrope update switches on
+    # the top-level attribute, _compute_longrope_parameters reads the dict's (standardized from it)
+    L0 = cfg.get("original_max_position_embeddings", 4096)
+    if rs.get("original_max_position_embeddings", L0) != L0:
+        raise ValueError("config.json key 'rope_scaling.original_max_position_embeddings' differs from "
+                         "the top-level key")
     factor = rs.get("factor") or cfg["max_position_embeddings"] / L0
     A = rs.get("attention_factor")
     if A is None:
@@ -55,7 +60,8 @@ class Phi3Ref:
         self.H = cfg["num_attention_heads"]
         self.KV = g("num_key_value_heads") or self.H
         self.hd = g("head_dim") or self.D // self.H
-        self.rot = int(self.hd * g("partial_rotary_factor", 1.0))
+        rs = g("rope_scaling") or g("rope_parameters") or {}
+        self.rot = int(self.hd * rs.get("partial_rotary_factor", g("partial_rotary_factor", 1.0)))
         self.eps = g("rms_norm_eps", 1e-5)
         self.window = g("sliding_window")
         if g("hidden_act", "silu") != "silu":
