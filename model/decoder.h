@@ -57,6 +57,8 @@ struct dec_block {
     float scale;                     // attention: head_dim^-0.5, Gemma query_pre_attn_scalar^-0.5
     float attn_cap;                  // soft-cap of the scores (Gemma 2; 0: none)
     bool norm_topk;                  // mixture: renormalise the top-k softmax weights
+    float clip_qkv;                  // > 0: q, k (after their norms) and v clamped to [-c, c]
+                                     // before the heads are split (OLMoE clip_qkv; 0: none)
     // model level
     bool tied;             // the head is the embedding
     float embed_scale;     // the embedding times this (Gemma: sqrt(D) rounded to float32; else 1)
