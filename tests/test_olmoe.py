@@ -26,10 +26,12 @@ heads do not divide, yarn rope_scaling, top-k past the experts), num_local_exper
 num_experts (configuration_olmoe.py's attribute_map), and `plan` at OLMoE-1B-7B-0924's sizes
 (tests/ref/param_count.py ARCH): 6,919,161,856 parameters (the card's 6.9 B; tests/ref/param_count.py
 counts the same), 1,282,017,280 active a token (the card's 1.3 B), and the bytes a rank holds at
-1 x 1, 2 stages x 1 and 1 x 2 expert shards as the modules' bf16 sizes give them.
+1 x 2 expert shards and 2 stages x 2 shards as the modules' bf16 sizes give them (norm vectors
+held float32).
 The np 2 grids (stages, expert shards, replicas) are tests/test_olmoe_mpi.py."""
 import json
 import os
+import re
 import sys
 
 import h5py
@@ -270,8 +272,18 @@ exp = L * E * 3 * D * I
 vec = L * (2 * D + 2 * D) + D  # the norm vectors, held float32
 held = 2 * (want - vec - exp // 2) + 4 * vec
 check(f"({held:,} bytes" in p.stdout, f"plan 1 x 2: a rank holds {held:,} bytes: {p.stdout[-600:]}")
-p = run(harvest, "plan", f"{work}/big/config.json", "--pipeline-stages", "2", check=0)
-check(p.returncode == 0 and "stage 1:" in p.stdout, f"plan 2 x 1: {p.stdout[-400:]}")
-print(f"plan: OLMoE-1B-7B-0924 {want:,} parameters, {active:,} active a token, a rank of 2 expert shards "
-      f"{held:,} bytes", flush=True)
+# 2 stages x 2 expert shards: each stage's blocks (as plan cuts them), half their experts, the
+# embedding on the first, the head and final norm on the last
+p = run(harvest, "plan", f"{work}/big/config.json", "--pipeline-stages", "2", "--expert-parallel", "2",
+        check=0)
+cuts = re.findall(r"stage (\d): layers (\d+)-(\d+)", p.stdout)
+block = 2 * (4 * D * D + E * D) + 4 * 4 * D + 2 * E * 3 * D * I // 2  # a shard's share of one block
+stages = [(int(a), int(b)) for _, a, b in cuts]
+held22 = max((b - a + 1) * block + (2 * V * D if a == 0 else 0) + (2 * V * D + 4 * D if b == L - 1 else 0)
+             for a, b in stages) if stages else -1
+check([a for a, _ in stages] == [0, stages[-1][0]] and stages[-1][1] == L - 1 if stages else False,
+      f"plan 2 x 2: two stages covering the 16 layers: {stages}")
+check(f"({held22:,} bytes" in p.stdout, f"plan 2 x 2: a rank holds {held22:,} bytes: {p.stdout[-600:]}")
+print(f"plan: OLMoE-1B-7B-0924 {want:,} parameters, {active:,} active a token, a rank holds {held:,} "
+      f"bytes at 1 x 2 expert shards, {held22:,} at 2 stages x 2 shards", flush=True)
 finish()
