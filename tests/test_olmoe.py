@@ -23,15 +23,16 @@ every prompt longer than one token. Then the aliases (the module paths mlp.gate,
 input_layernorm, post_attention_layernorm), bad config.json values refused naming the key
 (clip_qkv <= 0, sliding_window, a head_dim that is not hidden_size / heads, a hidden_size the
 heads do not divide, yarn rope_scaling, top-k past the experts), num_local_experts read as
-num_experts (configuration_olmoe.py's attribute_map), and `plan` at OLMoE-1B-7B-0924's sizes
-(tests/ref/param_count.py ARCH): 6,919,161,856 parameters (the card's 6.9 B; tests/ref/param_count.py
-counts the same), 1,282,017,280 active a token (the card's 1.3 B), and the bytes a rank holds at
-1 x 2 expert shards and 2 stages x 2 shards as the modules' bf16 sizes give them (norm vectors
-held float32).
-The np 2 grids (stages, expert shards, replicas) are tests/test_olmoe_mpi.py."""
+num_experts (configuration_olmoe.py's attribute_map), the preset's keys the release config.json's
+(tests/ref/configs/OLMoE-1B-7B-0924.json, verbatim), and `plan` of that file: 6,919,161,856
+parameters (the card's 6.9 B; tests/ref/param_count.py counts the same), 1,282,017,280 active a
+token (the card's 1.3 B), and the bytes a rank holds at 1 x 2 expert shards and 2 stages x 2
+shards as the modules' bf16 sizes give them (norm vectors held float32).
+The np 2 and np 4 grids (stages, expert shards, replicas) are tests/test_olmoe_mpi.py."""
 import json
 import os
 import re
+import shutil
 import sys
 
 import h5py
@@ -249,11 +250,15 @@ json.dump({k: v for k, v in dict(base, num_local_experts=16).items() if k != "nu
 p = run(harvest, "plan", f"{loc}/config.json", check=0)
 check("16 experts, top 8" in p.stdout, f"num_local_experts is num_experts: {p.stdout[:300]}")
 
-# ---- plan at OLMoE-1B-7B-0924's sizes (param_count.ARCH: the release's architecture values) ----
-big = dict(base, **{k: v for k, v in param_count.ARCH["OLMoE-1B-7B-0924"].items()})
-big.update(max_position_embeddings=4096)
+# ---- plan of the release config.json (tests/ref/configs, verbatim) ----
+release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref", "configs", "OLMoE-1B-7B-0924.json")
+big = json.load(open(release))
+check(all(big[k] == v for k, v in param_count.ARCH["OLMoE-1B-7B-0924"].items()),
+      "the release file has param_count.ARCH's architecture values")
+check({k: v for k, v in base.items() if k != "_tiny_from"}.keys() == big.keys(),
+      f"the preset has the release's keys: {set(base) ^ set(big)}")
 os.makedirs(f"{work}/big")
-json.dump(big, open(f"{work}/big/config.json", "w"))
+shutil.copy(release, f"{work}/big/config.json")
 want = param_count.count(big)["total"]
 lo, hw = param_count.CARDS["OLMoE-1B-7B-0924"]
 check(want == 6919161856 and abs(want - lo) <= hw, f"param_count: {want:,} (card {lo:,.0f} +- {hw:,.0f})")

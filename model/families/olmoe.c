@@ -103,12 +103,10 @@ static const struct alias_row olmoe_aliases[] = {
     {.alias = "model.layers.{i}.mlp.gate", .canonical = "layers.{i}.router_logits"},
     {0}};
 
-// init-model preset: configuration_olmoe.py's keys with the values of OLMoE-1B-7B-0924 where
-// they are known (64 experts, top-8, not renormalised, clip_qkv null, rope_theta 10000, eps
-// 1e-5, eos 50279, pad 1: a training checkpoint's config.json of that model quoted in another
-// project) and the dimensions shrunk. The release config.json was not found with the search
-// tools (tests/ref/configs/PROVENANCE.md), so this is not cut from it; two key/value heads (the
-// release has as many as query heads) so that k_norm's width differs from q_norm's.
+// init-model preset: the release config.json tests/ref/configs/OLMoE-1B-7B-0924.json with every
+// key kept (64 experts, top 8, not renormalised, clip_qkv null; no rms_norm_eps key: 1e-5) and the
+// dimensions shrunk; two key/value heads (the release has as many as query heads) so that
+// k_norm's width differs from q_norm's.
 static const char pr_olmoe[] = "{\"architectures\": [\"OlmoeForCausalLM\"], "
                                "\"attention_bias\": false, "
                                "\"attention_dropout\": 0.0, "
@@ -128,16 +126,15 @@ static const char pr_olmoe[] = "{\"architectures\": [\"OlmoeForCausalLM\"], "
                                "\"num_key_value_heads\": 2, "
                                "\"output_router_logits\": false, "
                                "\"pad_token_id\": 1, "
-                               "\"rms_norm_eps\": 1e-05, "
                                "\"rope_scaling\": null, "
                                "\"rope_theta\": 10000.0, "
                                "\"router_aux_loss_coef\": 0.01, "
                                "\"tie_word_embeddings\": false, "
                                "\"torch_dtype\": \"bfloat16\", "
+                               "\"transformers_version\": \"4.43.0.dev0\", "
                                "\"use_cache\": true, "
                                "\"vocab_size\": 96, "
-                               "\"_tiny_from\": \"configuration_olmoe.py's keys (no release "
-                               "config of this family in tests/ref)\"}";
+                               "\"_tiny_from\": \"OLMoE-1B-7B-0924.json\"}";
 
 static const struct model_preset olmoe_presets[] = {{"OLMoE-1B-7B-0924", pr_olmoe}};
 
