@@ -73,6 +73,8 @@ struct dec_block {
     bool fused_qkv;     // names->qkv: rows [0, H hd) q, then KV hd k, then KV hd v
     bool fused_gate_up; // names->gate_up: rows [0, I) the gate, then I up
     int n_rot;          // RoPE on the first n_rot dims of each head (0: all of head_dim)
+    float clip_qkv;     // > 0: q, k (after their norms) and v clamped to [-c, c]
+                        // before the heads are split (OLMoE clip_qkv; 0: none)
     // model level
     bool tied;             // the head is the embedding
     float embed_scale;     // the embedding times this (Gemma: sqrt(D) rounded to float32; else 1)

@@ -107,6 +107,27 @@ int64_t dec_fam_stage_bytes(const void *fm, int b0, int b1, bool head, int shard
     return w * (n - vec + c->hidden * (int64_t)head) + 4 * vec;
 }
 
+// The parameters a token computes with in a mixture model: all but the routed experts it is not
+// sent to, (E - k) of each mixture block's E (the embedding and head counted whole, as model
+// cards count "active" parameters)
+static int64_t active_params(const struct dec_config *c) {
+    int64_t n = dec_params(c);
+    for (int i = 0; i < c->n_layer; i++)
+        if (c->moe[i]) n -= (int64_t)(c->n_expert - c->top_k) * 3 * c->hidden * c->expert_ffn;
+    return n;
+}
+
+// v with a comma every three digits into out (v >= 0)
+static void group3(char *out, size_t n, int64_t v) {
+    char d[32];
+    int len = snprintf(d, sizeof d, "%lld", (long long)v), k = 0;
+    for (int i = 0; i < len && (size_t)k + 2 < n; i++) {
+        if (i > 0 && (len - i) % 3 == 0) out[k++] = ',';
+        out[k++] = d[i];
+    }
+    out[k] = '\0';
+}
+
 void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int64_t *bytes,
                       const char **stored) {
     const struct dec_config *c = &((const struct decoder *)fm)->cfg;
@@ -123,6 +144,13 @@ void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int
         snprintf(line + k, n - (size_t)k, "), hidden %d, %d heads (%d key/value) of %d, vocab %d%s",
                  c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->vocab,
                  c->blk.tied ? ", tied embeddings" : "");
+    size_t used = strlen(line);
+    if (n_moe && used < n) { // a mixture: the parameters a token computes with
+        char a[40];
+        group3(a, sizeof a, active_params(c));
+        snprintf(line + used, n - used, "; %s parameters active a token (top %d of %d experts)", a,
+                 c->top_k, c->n_expert);
+    }
     *params = dec_params(c);
     *bytes = *params * c->bytes_per_param;
     *stored = c->bytes_per_param == 4 ? "float32 (config.json's torch_dtype)"

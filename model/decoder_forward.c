@@ -193,6 +193,16 @@ static void qkv_mats(const struct dec_config *c, const struct dec_block_w *w, st
     *v = c->blk.fused_qkv ? rows_of(&w->qkv, HD + KVD, D) : w->wv;
 }
 
+// OLMoE's clip_qkv: q, k (after their norms) and v clamped to [-c, c] in place, (N, HD) and
+// (N, KVD) rows, as modeling_olmoe.py's clamp_ (a NaN stays NaN, as torch.clamp keeps it)
+static void clip_qkv(struct dec_state *s, float c, int64_t N, int64_t HD, int64_t KVD) {
+    float *const t[3] = {s->q, s->k, s->v};
+    const int64_t n[3] = {N * HD, N * KVD, N * KVD};
+    for (int j = 0; j < 3; j++)
+        for (int64_t i = 0; i < n[j]; i++)
+            t[j][i] = t[j][i] > c ? c : t[j][i] < -c ? -c : t[j][i];
+}
+
 static void attention_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                             const struct tap *tp, int l) {
     const struct dec_config *c = &m->cfg;
@@ -211,6 +221,7 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
         norm(c, s->q, s->q, w->q_norm, N, (int)HD);
         norm(c, s->k, s->k, w->k_norm, N, (int)KVD);
     }
+    if (c->blk.clip_qkv > 0.0f) clip_qkv(s, c->blk.clip_qkv, N, HD, KVD);
     tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES_PRE_ROPE), bt, s->q, (int)H, (int)hd, s->scratch);
     tap_emit_heads(tp, CAT_ID(m, l, CAT_KEYS_PRE_ROPE), bt, s->k, (int)KV, (int)hd, s->scratch);
     for (int b = 0; b < bt->n; b++) {

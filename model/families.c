@@ -21,6 +21,7 @@
     X(gemma3_family)      \
     X(olmo2_family)       \
     X(phi3_family)        \
+    X(olmoe_family)       \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;
