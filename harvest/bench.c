@@ -11,7 +11,7 @@
 #include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 
-#include "model/dnnl.h"   // defines: mm16_counters, mm16_peak_gflops, mm16_reset_counters
+#include "model/dnnl.h"   // defines: mm16_counters, mm16_packing, mm16_peak_gflops, ...
 #include "model/encdec.h" // defines: encdec_spec_config, encdec_flops
 #include "model/ops.h"    // defines: op_set_threads, op_threads, op_bf16_panel_floats
 
@@ -171,6 +171,11 @@ static void bf16_rates(void) {
     printf("  compute bf16 (oneDNN %s): linear layers %.1f GFLOP/s = %.0f%% of the bf16 peak "
            "measured now (%.1f GFLOP/s, 4096^3, %d threads); %.1f s of the runs in them\n",
            mm16_impl(4096), g, 100.0 * g / peak, peak, op_threads(), sec);
+    struct mm16_packing p = mm16_packing(); // the last run's
+    printf("  compute bf16: %d weight matrices packed into oneDNN's layout (%.1f MiB), %d left "
+           "plain; %.1f MiB of mapped pages released; packing %.2f s of the run\n",
+           p.n_packed, (double)p.bytes / 1048576.0, p.n_plain, (double)p.released / 1048576.0,
+           p.seconds);
 }
 
 // Harvests the last block's output of DIR's checkpoint for n prompts of T random tokens, best of
