@@ -43,6 +43,10 @@ int mm16_init(char *msg, int msg_size);
 // return errors).
 void mm16_matmul(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
                  int threads);
+// The same with w16 (K, N) row-major (GPT-2's Conv1D layout): out = bf16(in) . w16, packed from
+// that layout (a matrix is packed per layout: w16 given both ways is two matrices).
+void mm16_matmul_kn(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                    int threads);
 
 // Whether a new matrix is packed (default true; false: the plain path for matrices not yet
 // packed, for tests). Set it outside products; it clears mm16_packing's figures of the last

@@ -43,6 +43,9 @@ void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int
 enum op_compute { OP_COMPUTE_F32, OP_COMPUTE_BF16 };
 int op_set_compute(enum op_compute c, char *msg, int msg_size);
 enum op_compute op_compute(void);
+// Under OP_COMPUTE_BF16 only (asserted): out = bf16(in)[M,K] . w16 with w16 (K, N) row-major
+// (GPT-2's Conv1D layout), by oneDNN (model/dnnl.h mm16_matmul_kn).
+void op_matmul_bf16_kn(float *out, const float *in, const uint16_t *w16, int M, int K, int N);
 static inline float op_bf16(uint16_t h) {
     union {
         uint32_t u;

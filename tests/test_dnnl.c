@@ -5,6 +5,8 @@
 //     left is float32 accumulation: |err| <= 1e-5 * sum |a b| + 1e-30);
 //   - determinism: a row's result is bitwise the same whatever M and the row's position (a row
 //     moved into a 1-row call and a 130-row call), and at 1 and 2 threads, packed and plain;
+//   - the kn layout (w16 (K, N), mm16_matmul_kn): packed, bitwise the [N, K] product (the packed
+//     copies are the same bits); plain, the float64 values;
 //   - packing: a matrix is packed once (the second product does not pack again) into the bytes
 //     the primitives ask for; mm16_set_packing(false) takes the plain path; mm16_forget empties
 //     the table (its figures kept for mm16_packing) and the next product packs again;
@@ -74,6 +76,24 @@ static void set_threads(int n) {
 #endif
 }
 
+// the kn layout: w transposed into (K, N) gives, packed, the same bits as w (the same packed
+// copy), and plain the float64 values
+static void test_kn(const float *want, const float *in, const uint16_t *w, int M, int K, int N,
+                    bool packed) {
+    uint16_t *wt = malloc(sizeof(uint16_t) * (size_t)K * N);
+    float *o = malloc(sizeof(float) * (size_t)M * N);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t k = 0; k < K; k++)
+            wt[k * N + n] = w[n * K + k];
+    mm16_matmul_kn(o, in, wt, M, K, N, 1);
+    if (packed) CHECK(memcmp(o, want, sizeof(float) * (size_t)M * N) == 0);
+    char label[64];
+    snprintf(label, sizeof label, "%s kn K %d N %d", packed ? "packed" : "plain", K, N);
+    check_ref(label, o, in, w, K >= 1024 ? 2 : M, K, N);
+    CHECK_EQ(mm16_packing().n_packed, packed ? 2 : 0); // a matrix of its own
+    free(wt), free(o);
+}
+
 // values, and determinism over M, a row's position and threads, at one shape
 static void test_matmul_shape(int K, int N, bool packed) {
     const int M = 130;
@@ -102,10 +122,11 @@ static void test_matmul_shape(int K, int N, bool packed) {
     CHECK(memcmp(o2, o1 + N, sizeof(float) * (size_t)(M - 1) * N) == 0);
     struct mm16_packing p = mm16_packing();
     CHECK_EQ(p.n_packed, packed ? 1 : 0); // once, however many products
+    test_kn(o1, in, w, M, K, N, packed);
     CHECK_EQ(p.n_plain, 0);
     CHECK(!packed || p.bytes >= (int64_t)sizeof(uint16_t) * K * N);
     mm16_forget();
-    CHECK_EQ(mm16_packing().n_packed, p.n_packed); // the figures of the table forgotten
+    CHECK_EQ(mm16_packing().n_packed, packed ? 2 : 0); // the figures of the table forgotten
     mm16_matmul(row, in, w, 1, K, N, 1);
     CHECK_EQ(mm16_packing().n_packed, packed ? 1 : 0); // packed again
     CHECK(memcmp(row, o1, sizeof(float) * (size_t)N) == 0);
