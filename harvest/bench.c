@@ -178,6 +178,15 @@ static void bf16_rates(void) {
            p.seconds);
 }
 
+// --compute bf16 set before the config-only load, so that a family borrowing BF16 matrices only
+// under bf16 (model/lnblock.h) states them so; 0, or -1 after a message
+static int bench_compute(void) {
+    char msg[200] = "";
+    if (strcmp(compute, "bf16") || op_set_compute(OP_COMPUTE_BF16, msg, sizeof msg) == 0) return 0;
+    fprintf(stderr, "harvest: bench: --compute bf16: %s\n", msg);
+    return -1;
+}
+
 // Harvests the last block's output of DIR's checkpoint for n prompts of T random tokens, best of
 // `runs` runs, between two rounds of sgemm at the model's own shapes (the machine may be shared:
 // the ratio is of rates measured in this run). FLOPs per token from model_block_flops: executed
@@ -192,6 +201,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
         fprintf(stderr, "harvest: bench: %s: no such folder\n", model_arg);
         return 1;
     }
+    if (bench_compute() < 0) return 2;
     int rc = model_load(&m, model_dir, false, &err), ffn = 0, pick = -1;
     if (rc == 0 && T > m.max_pos)
         rc = ah_fail(&err, AH_EINVAL, "bench: --T %d: the model takes at most %d tokens", T,

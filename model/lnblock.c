@@ -97,6 +97,8 @@ int lnb_init(struct lnb_model *m, const struct lnb_names *nm, const struct model
         return -AH_ENOMEM;
     }
     walk(c, m->id, NULL);
+    // config only (bench, plan): borrowed under bf16 as torch_dtype says
+    m->any_bf16 = !list && op_compute() == OP_COMPUTE_BF16 && !strcmp(c->stored, "bfloat16");
     matrix(t, &n, m, dims, &m->embed, &m->embed16, V, D, NULL, 0, nm->embed);
     if (c->n_pos) model_tensor_add(t, &n, NULL, &m->pos, c->n_pos, D, NULL, 0, nm->pos);
     for (int i = 0; i < L; i++)

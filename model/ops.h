@@ -39,7 +39,9 @@ void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int
                     float *panel);
 // The compute mode of op_matmul_bf16, set once before the first forward pass: OP_COMPUTE_F32
 // (the default: the panels above), or OP_COMPUTE_BF16: `in` rounded to bf16 and the product run
-// bf16 x bf16 -> float32 by oneDNN (model/dnnl.h). op_set_compute: 0, or -1 with a message in msg.
+// bf16 x bf16 -> float32 by oneDNN (model/dnnl.h), w16 packed at its first product and the packed
+// copy kept (by its address) until mm16_forget: under bf16, w16 must stay put and unchanged till
+// then (a model's weights: model_free forgets). op_set_compute: 0, or -1 with a message in msg.
 enum op_compute { OP_COMPUTE_F32, OP_COMPUTE_BF16 };
 int op_set_compute(enum op_compute c, char *msg, int msg_size);
 enum op_compute op_compute(void);
