@@ -17,8 +17,11 @@
 (c) compute "float32" (the default) unchanged: the key given explicitly gives the output of the
     job without it, bit for bit, with compute_dtype "float32"; bf16 differs from it.
 (d) bad input: "compute": "fp8", "compute": 3, bf16 on a float32 checkpoint, and --resume with
-    another compute: exit 1 naming the key."""
+    another compute: exit 1 naming the key.
+(e) the weights pre-packed once (hidden 2048): run's packing line counts every block matrix, none
+    plain, and their mapped pages released."""
 import os
+import re
 import subprocess
 
 import h5py
@@ -165,6 +168,22 @@ def grids(d, name, experts=True):
           "threads; 2 threads bitwise 1", flush=True)
 
 
+def packed_once(d):
+    """(e) the pre-packed weights (model/dnnl.h): run's line on what its stage packed: every matrix of
+    the blocks once (2 layers x 7), none left plain, and the mapped pages of each released (all but
+    the partial pages at a matrix's ends)"""
+    job = write_job(f"{d}/p.json", data="grid.jsonl", compute="bf16", max_seq_len=64, batch_size=10,
+                    activations=["layers.1.layer_output"], output={"path": f"{d}/p.h5"})
+    r = run(harvest, "run", job, "--overwrite", check=0)
+    m = re.search(r"compute bf16: (\d+) matrices packed, ([\d.]+) MB \(mapped pages released: ([\d.]+) MB\), "
+                  r"(\d+) left plain", r.stderr)
+    if check(m is not None, f"run's packing line: {r.stderr[-1500:]}"):
+        n, mb, rel, plain = int(m[1]), float(m[2]), float(m[3]), int(m[4])
+        check(n == 14 and plain == 0, f"{n} matrices packed, {plain} plain: expected 14 and 0")
+        check(rel >= 0.99 * mb, f"{rel} MB of the mapping released of {mb} MB packed")
+        print(f"pre-packed: {n} matrices, {mb} MB, {rel} MB of mapped pages released", flush=True)
+
+
 def float32_unchanged(d):
     """(c) on the Llama checkpoint"""
     a = write_job(f"{d}/f-absent.json", output={"path": "f-absent.h5"})
@@ -226,6 +245,7 @@ if not only or only == "wide":
                num_key_value_heads=4, head_dim=128, num_hidden_layers=2)
     write_model(f"{work}/wide/model", cfg, tiny_weights(cfg, 7, "BF16"), "BF16", 1)
     grids(f"{work}/wide", "llama, hidden 2048", experts=False)
+    packed_once(f"{work}/wide")
 if "llama" in dirs:
     float32_unchanged(dirs["llama"])
     bad_input(dirs["llama"])
