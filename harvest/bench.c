@@ -11,7 +11,7 @@
 #include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 
-#include "model/dnnl.h"   // defines: mm16_counters, mm16_peak_gflops, mm16_reset_counters
+#include "model/dnnl.h"   // defines: mm16_counters, mm16_packing, mm16_peak_gflops, ...
 #include "model/encdec.h" // defines: encdec_spec_config, encdec_flops
 #include "model/ops.h"    // defines: op_set_threads, op_threads, op_bf16_panel_floats
 
@@ -171,6 +171,20 @@ static void bf16_rates(void) {
     printf("  compute bf16 (oneDNN %s): linear layers %.1f GFLOP/s = %.0f%% of the bf16 peak "
            "measured now (%.1f GFLOP/s, 4096^3, %d threads); %.1f s of the runs in them\n",
            mm16_impl(4096), g, 100.0 * g / peak, peak, op_threads(), sec);
+    struct mm16_packing p = mm16_packing(); // the last run's
+    printf("  compute bf16: %d weight matrices packed into oneDNN's layout (%.1f MiB), %d left "
+           "plain; %.1f MiB of mapped pages released; packing %.2f s of the run\n",
+           p.n_packed, (double)p.bytes / 1048576.0, p.n_plain, (double)p.released / 1048576.0,
+           p.seconds);
+}
+
+// --compute bf16 set before the config-only load, so that a family borrowing BF16 matrices only
+// under bf16 (model/lnblock.h) states them so; 0, or -1 after a message
+static int bench_compute(void) {
+    char msg[200] = "";
+    if (strcmp(compute, "bf16") || op_set_compute(OP_COMPUTE_BF16, msg, sizeof msg) == 0) return 0;
+    fprintf(stderr, "harvest: bench: --compute bf16: %s\n", msg);
+    return -1;
 }
 
 // Harvests the last block's output of DIR's checkpoint for n prompts of T random tokens, best of
@@ -187,6 +201,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
         fprintf(stderr, "harvest: bench: %s: no such folder\n", model_arg);
         return 1;
     }
+    if (bench_compute() < 0) return 2;
     int rc = model_load(&m, model_dir, false, &err), ffn = 0, pick = -1;
     if (rc == 0 && T > m.max_pos)
         rc = ah_fail(&err, AH_EINVAL, "bench: --T %d: the model takes at most %d tokens", T,

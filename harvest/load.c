@@ -6,6 +6,7 @@
 
 #include "io/config_json.h"
 #include "model/blocks.h" // defines: arena_bytes_allocated
+#include "model/dnnl.h"   // defines: mm16_forget
 
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +61,7 @@ fail:
 }
 
 void model_free(struct model *m) {
+    mm16_forget(); // the packed copies of compute bf16 (model/dnnl.h), before the unmapping
     if (m->fam) m->fam->close(m->fm);
     tok_free(m->tok);
     md_close(&m->md);

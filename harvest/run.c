@@ -23,7 +23,8 @@
 #include "harvest/normguard.h"
 #include "harvest/pipe.h"
 #include "harvest/writer.h"
-#include "model/ops.h" // op_threads
+#include "model/dnnl.h" // mm16_packing
+#include "model/ops.h"  // op_threads, op_compute
 
 #include <cjson/cJSON.h>
 #include <signal.h>
@@ -274,8 +275,23 @@ static void say_stage(const struct plan *pl, const struct grid *g, bool quiet) {
                                    g->n_shards, &kind);
     char sh[64] = "";
     if (g->n_shards > 1) snprintf(sh, sizeof sh, ", expert shard %d of %d", g->shard, g->n_shards);
-    fprintf(stderr, "harvest: rank %d: stage %d of %d, blocks %d-%d%s: weights %.1f MB (%s)\n",
-            g->rank, g->stage, g->n_stages, g->b0, g->b1 - 1, sh, (double)wb / 1e6, kind);
+    fprintf(stderr, "harvest: rank %d: stage %d of %d, blocks %d-%d%s: weights %.1f MB (%s)%s\n",
+            g->rank, g->stage, g->n_stages, g->b0, g->b1 - 1, sh, (double)wb / 1e6, kind,
+            op_compute() == OP_COMPUTE_BF16
+                ? "; compute bf16: each matrix packed once, at its first product, into oneDNN's "
+                  "blocked layout (about as large), its mapped pages then released"
+                : "");
+}
+
+// compute bf16: what the stage's packed matrices hold (model/dnnl.h mm16_packing)
+static void say_packing(const struct grid *g, bool quiet) {
+    if (quiet || g->replica != 0 || op_compute() != OP_COMPUTE_BF16) return;
+    struct mm16_packing p = mm16_packing();
+    fprintf(stderr,
+            "harvest: rank %d: compute bf16: %d matrices packed, %.1f MB (mapped pages released: "
+            "%.1f MB), %d left plain (not reorderable); packing took %.2f s\n",
+            g->rank, p.n_packed, (double)p.bytes / 1e6, (double)p.released / 1e6, p.n_plain,
+            p.seconds);
 }
 
 // A failure mid-run: the others cannot go on without this rank.
@@ -360,6 +376,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
     rc = rank_setup(&rr, done, o->quiet, err);
     if (rc == 0) rc = rank_loop(&rr, err);
     if (rc < 0) die_mid_run(rc, err, &g);
+    say_packing(&g, o->quiet);
     CHECK_MPI(MPI_Barrier(MPI_COMM_WORLD));
     drain_stops();
     prov_t = timed_provenance(&rr, prov);

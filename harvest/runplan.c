@@ -437,21 +437,26 @@ int plan_index_tables(const struct plan *pl, int64_t **ids, int64_t **pos, int64
                    (long long)ds->n_tokens);
 }
 
-// The job's "compute" set for the forward passes: bf16 needs a model whose matrices are BF16 in
-// memory (the decoder families' and Laguna's BF16 checkpoints; families that widen at load and
-// float32/float16 checkpoints are refused, not converted)
+// The job's "compute" set for the forward passes, before the model loads (GPT-2 and NeoX borrow
+// their BF16 matrices only under bf16, model/lnblock.h)
+static int plan_set_compute(const struct job *j, struct ah_error *err) {
+    char msg[200] = "";
+    if (op_set_compute(j->compute == JOB_COMPUTE_BF16 ? OP_COMPUTE_BF16 : OP_COMPUTE_F32, msg,
+                       sizeof msg) < 0)
+        return ah_fail(err, AH_EIO, "%s: \"compute\": \"bf16\": %s", j->path, msg);
+    return 0;
+}
+
+// ... and checked once it has: bf16 needs a model whose matrices are BF16 in memory (BF16
+// checkpoints; float32/float16 checkpoints are refused, not converted)
 static int plan_compute(const struct job *j, const struct model *m, struct ah_error *err) {
     const char *kind = "";
-    char msg[200] = "";
     if (j->compute == JOB_COMPUTE_BF16) model_stage_bytes(m, 0, m->n_blocks, false, 0, 1, &kind);
     if (j->compute == JOB_COMPUTE_BF16 && strncmp(kind, "BF16", 4))
         return ah_fail(err, AH_EINVAL,
                        "%s: \"compute\": \"bf16\" needs a checkpoint with BF16 weight matrices; "
                        "this %s model's are held as %s (use \"float32\")",
                        j->path, m->family, kind);
-    if (op_set_compute(j->compute == JOB_COMPUTE_BF16 ? OP_COMPUTE_BF16 : OP_COMPUTE_F32, msg,
-                       sizeof msg) < 0)
-        return ah_fail(err, AH_EIO, "%s: \"compute\": \"bf16\": %s", j->path, msg);
     return 0;
 }
 
@@ -465,6 +470,7 @@ static int plan_check(struct plan *pl, const char *job_path, int world, struct a
                        "%s: \"output.path\" is %zu bytes long (resolved: %.60s...); at most %d, "
                        "as the files beside it add their names",
                        j->path, strlen(j->out_path), j->out_path, OUT_PATH_MAX);
+    if ((rc = plan_set_compute(j, err)) < 0) return rc;
     if ((rc = model_load(m, j->model, true, err)) < 0) return rc;
     if ((rc = plan_compute(j, m, err)) < 0) return rc;
     pl->names.want = calloc((size_t)m->n_cat, 1);

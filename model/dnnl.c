@@ -1,6 +1,7 @@
 // dnnl.c - bf16 matmuls through oneDNN's C API (see dnnl.h): one engine, a stream and buffers a
-// thread, and the primitives cached by (K, columns) in a small table.
-#define _POSIX_C_SOURCE 200809L // defines: strdup
+// thread, the primitives cached by (K, columns, packed) in a small table, and the packed weight
+// matrices in another, by (w16, K, N).
+#define _DEFAULT_SOURCE // defines: strdup, madvise, MADV_DONTNEED, sysconf
 #include "model/dnnl.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -9,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h> // defines: madvise
+#include <unistd.h>   // defines: sysconf
 #ifdef _OPENMP
 #include <omp.h> // defines: omp_get_wtime, omp_in_parallel, omp_set_num_threads, ...
 #endif
@@ -49,34 +52,48 @@ uint16_t mm16_round(float f) {
 }
 
 // ----------------------------------------------------------------------------
-// primitives: a tile of MM16_ROWS x cols = bf16 (MM16_ROWS, K) . bf16 (K, cols) (the weight rows
-// [N, K] read as a column-major (K, cols) view, row stride K), into float32 (MM16_ROWS, cols)
+// primitives: a tile of MM16_ROWS x cols = bf16 (MM16_ROWS, K) . bf16 (K, cols) into float32
+// (MM16_ROWS, cols), the weights either plain - the rows [N, K] read as a column-major (K, cols)
+// view (row stride K), or a row-major (K, N) matrix's columns (row stride ld, the kn layout) - or
+// packed: in the layout the primitive chose for them (format `any`)
 
 struct prim {
     int K, cols;
+    bool packed;
+    int64_t ld; // plain kn weights: their row stride N; 0: [N, K] rows (or packed)
     dnnl_primitive_t p;
-    size_t scratch; // bytes of its user scratchpad
+    size_t scratch;        // bytes of its user scratchpad
+    dnnl_memory_desc_t wd; // its weights' layout
     const char *impl;
 };
 
-#define MAX_PRIMS 64
+#define MAX_PRIMS 128
 static struct prim prims[MAX_PRIMS];
 static int n_prims;
 
-static void descs(int K, int cols, dnnl_memory_desc_t *a, dnnl_memory_desc_t *b,
-                  dnnl_memory_desc_t *c) {
+// a (K, cols) plain view of weights: [N, K] rows (ld 0) or a (K, ld) row-major matrix's columns
+static void weights_view(dnnl_memory_desc_t *b, int K, int cols, int64_t ld) {
+    dnnl_dims_t db = {K, cols}, sb = {1, K}, skn = {ld, 1};
+    DN(dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_bf16, ld ? skn : sb));
+}
+
+static void descs(int K, int cols, bool packed, int64_t ld, dnnl_memory_desc_t *a,
+                  dnnl_memory_desc_t *b, dnnl_memory_desc_t *c) {
     dnnl_dims_t da = {MM16_ROWS, K}, db = {K, cols}, dc = {MM16_ROWS, cols};
-    dnnl_dims_t sa = {K, 1}, sb = {1, K}, sc = {cols, 1};
+    dnnl_dims_t sa = {K, 1}, sc = {cols, 1};
     DN(dnnl_memory_desc_init_by_strides(a, 2, da, dnnl_bf16, sa));
-    DN(dnnl_memory_desc_init_by_strides(b, 2, db, dnnl_bf16, sb));
+    if (packed)
+        DN(dnnl_memory_desc_init_by_tag(b, 2, db, dnnl_bf16, dnnl_format_tag_any));
+    else
+        weights_view(b, K, cols, ld);
     DN(dnnl_memory_desc_init_by_strides(c, 2, dc, dnnl_f32, sc));
 }
 
 // made with one OpenMP thread, so that oneDNN plans no split of K over threads
-static struct prim make(int K, int cols) {
-    struct prim r = {K, cols, NULL, 0, ""};
+static struct prim make(int K, int cols, bool packed, int64_t ld) {
+    struct prim r = {K, cols, packed, ld, NULL, 0, {0}, ""};
     dnnl_memory_desc_t a, b, c;
-    descs(K, cols, &a, &b, &c);
+    descs(K, cols, packed, ld, &a, &b, &c);
     dnnl_matmul_desc_t d;
     dnnl_primitive_attr_t at;
     dnnl_primitive_desc_t pd;
@@ -95,6 +112,7 @@ static struct prim make(int K, int cols) {
     DN(dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &r.impl));
     r.scratch =
         dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0));
+    r.wd = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
     r.impl = strdup(r.impl); // the descriptor's string dies with it
     if (!r.impl) die("strdup", 0);
     DN(dnnl_primitive_desc_destroy(pd));
@@ -102,15 +120,17 @@ static struct prim make(int K, int cols) {
     return r;
 }
 
-static const struct prim *prim_of(int K, int cols) {
+static const struct prim *prim_of(int K, int cols, bool packed, int64_t ld) {
     const struct prim *r = NULL;
 #pragma omp critical(mm16_table)
     {
         for (int i = 0; i < n_prims && !r; i++)
-            if (prims[i].K == K && prims[i].cols == cols) r = &prims[i];
+            if (prims[i].K == K && prims[i].cols == cols && prims[i].packed == packed &&
+                prims[i].ld == ld)
+                r = &prims[i];
         if (!r) {
-            if (n_prims == MAX_PRIMS) die("the primitive table (64 shapes) filling", 0);
-            prims[n_prims] = make(K, cols);
+            if (n_prims == MAX_PRIMS) die("the primitive table (128 shapes) filling", 0);
+            prims[n_prims] = make(K, cols, packed, ld);
             r = &prims[n_prims++];
         }
     }
@@ -118,7 +138,7 @@ static const struct prim *prim_of(int K, int cols) {
 }
 
 const char *mm16_impl(int K) {
-    return prim_of(K, MM16_COLS)->impl;
+    return prim_of(K, MM16_COLS, true, 0)->impl;
 }
 
 // ----------------------------------------------------------------------------
@@ -147,18 +167,179 @@ static struct tls *mine(size_t scratch) {
     return &me;
 }
 
-// the tile at rows [m0, m0 + MM16_ROWS) of a16 (padded) and columns [n0, n0 + cols) of out
-static void tile(float *out, const uint16_t *a16, const uint16_t *w16, int64_t m0, int64_t M, int K,
-                 int N, int64_t n0, int cols) {
-    const struct prim *pr = prim_of(K, cols);
+// ----------------------------------------------------------------------------
+// packed matrices: w16 [N, K] reordered once, a column tile at a time, into the layout the packed
+// primitive of the tile's shape wants, one allocation a matrix; found again by (w16, K, N)
+
+struct packed {
+    const uint16_t *w16;
+    int K, N;
+    bool kn;     // w16 is (K, N) row-major
+    char *data;  // the column tiles one after another; owned (NULL: the plain path)
+    size_t full; // bytes of a full tile's (MM16_COLS columns), a multiple of 64
+};
+
+static struct packed **packs; // n_packs (each its own allocation: stays put as the table grows)
+static int n_packs, cap_packs;
+static bool packing = true;
+static int n_plain;
+static int64_t bytes_packed, bytes_released;
+static double pack_seconds;
+
+static double now(void) {
+#ifdef _OPENMP
+    return omp_get_wtime();
+#else
+    return 0.0;
+#endif
+}
+
+// the plain (K, cols) view at w16 (see weights_view) reordered into dst as pr->wd lays it out;
+// 0, or -1 when oneDNN has no such reorder
+static int reorder_tile(char *dst, const uint16_t *w16, int K, int cols, int64_t ld,
+                        const struct prim *pr) {
+    dnnl_memory_desc_t from;
+    weights_view(&from, K, cols, ld);
+    dnnl_primitive_desc_t rpd;
+    if (dnnl_reorder_primitive_desc_create(&rpd, &from, engine, &pr->wd, engine, NULL) !=
+        dnnl_success)
+        return -1;
+    dnnl_primitive_t r;
+    dnnl_memory_t mf, mt;
+    DN(dnnl_primitive_create(&r, rpd));
+    DN(dnnl_memory_create(&mf, &from, engine, (void *)(uintptr_t)w16));
+    DN(dnnl_memory_create(&mt, &pr->wd, engine, dst));
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, mf}, {DNNL_ARG_TO, mt}};
+    struct tls *t = mine(0);
+    DN(dnnl_primitive_execute(r, t->stream, 2, args));
+    DN(dnnl_stream_wait(t->stream));
+    DN(dnnl_memory_destroy(mf));
+    DN(dnnl_memory_destroy(mt));
+    DN(dnnl_primitive_destroy(r));
+    DN(dnnl_primitive_desc_destroy(rpd));
+    return 0;
+}
+
+// whether [p, p + n) lies in a read-only private mapping of a file (/proc/self/maps): its pages
+// can be dropped, and come back from the file if touched again
+static bool file_mapped(const void *p, size_t n) {
+    FILE *fp = fopen("/proc/self/maps", "r");
+    char line[4096];
+    bool yes = false;
+    uintptr_t a = (uintptr_t)p;
+    while (fp && !yes && fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi, ino;
+        char perm[8];
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perm, &ino) != 4) continue;
+        yes = a >= lo && a + n <= hi && ino != 0 && perm[1] != 'w' && perm[3] == 'p';
+    }
+    if (fp) fclose(fp);
+    return yes;
+}
+
+// the whole pages of w16's mapping released (a file's: see file_mapped)
+static void release(const uint16_t *w16, size_t n) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)w16;
+    uintptr_t lo = (a + pg - 1) / pg * pg, hi = (a + n) / pg * pg;
+    if (hi <= lo || !file_mapped(w16, n)) return;
+    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0) bytes_released += (int64_t)(hi - lo);
+}
+
+// w16 packed (within the table's lock): the tiles' layouts are the packed primitives' weights
+static struct packed *pack(const uint16_t *w16, int K, int N, bool kn) {
+    double t0 = now();
+    struct packed *q = calloc(1, sizeof *q);
+    if (!q) die("calloc of a packed matrix", 0);
+    *q = (struct packed){w16, K, N, kn, NULL, 0};
+    int64_t n_nt = ((int64_t)N + MM16_COLS - 1) / MM16_COLS, last = N - (n_nt - 1) * MM16_COLS;
+    const struct prim *pf = prim_of(K, MM16_COLS, true, 0), *pl = prim_of(K, (int)last, true, 0);
+    q->full = (dnnl_memory_desc_get_size(&pf->wd) + 63) / 64 * 64;
+    size_t bytes = q->full * (size_t)(n_nt - 1) + dnnl_memory_desc_get_size(&pl->wd);
+    if (!(q->data = aligned_alloc(64, (bytes + 63) / 64 * 64))) die("malloc of packed weights", 0);
+    int rc = 0;
+    for (int64_t j = 0; j < n_nt && rc == 0; j++)
+        rc = reorder_tile(q->data + (size_t)j * q->full, w16 + j * MM16_COLS * (kn ? 1 : K), K,
+                          j < n_nt - 1 ? MM16_COLS : (int)last, kn ? N : 0, j < n_nt - 1 ? pf : pl);
+    if (rc < 0) {
+        free(q->data);
+        q->data = NULL;
+        n_plain++;
+    } else {
+        bytes_packed += (int64_t)bytes;
+        release(w16, sizeof(uint16_t) * (size_t)K * (size_t)N);
+    }
+    pack_seconds += now() - t0;
+    return q;
+}
+
+// w16's packed matrix, packed now if new (NULL: packing off)
+static const struct packed *packed_of(const uint16_t *w16, int K, int N, bool kn) {
+    struct packed *r = NULL;
+    if (!packing) return NULL;
+#pragma omp critical(mm16_packs)
+    {
+        for (int i = n_packs - 1; i >= 0 && !r; i--)
+            if (packs[i]->w16 == w16 && packs[i]->K == K && packs[i]->N == N && packs[i]->kn == kn)
+                r = packs[i];
+        if (!r) {
+            if (n_packs == cap_packs) {
+                cap_packs = cap_packs ? 2 * cap_packs : 64;
+                packs = realloc(packs, sizeof *packs * (size_t)cap_packs);
+                if (!packs) die("realloc of the packed matrices' table", 0);
+            }
+            r = packs[n_packs++] = pack(w16, K, N, kn);
+        }
+    }
+    return r;
+}
+
+static struct mm16_packing last; // the table's figures when last forgotten
+
+void mm16_set_packing(bool on) {
+    packing = on;
+    last = (struct mm16_packing){0};
+}
+
+struct mm16_packing mm16_packing(void) {
+    if (n_packs == 0) return last;
+    return (struct mm16_packing){n_packs - n_plain, n_plain, bytes_packed, bytes_released,
+                                 pack_seconds};
+}
+
+void mm16_forget(void) {
+    if (n_packs) last = mm16_packing();
+    for (int i = 0; i < n_packs; i++) {
+        free(packs[i]->data);
+        free(packs[i]);
+    }
+    free(packs);
+    packs = NULL;
+    n_packs = cap_packs = n_plain = 0;
+    bytes_packed = bytes_released = 0;
+    pack_seconds = 0.0;
+}
+
+// ----------------------------------------------------------------------------
+// tiles
+
+// the tile at rows [m0, m0 + MM16_ROWS) of a16 (padded) and columns [n0, n0 + cols) of out, the
+// weights packed (q) or plain ([N, K], or (K, N) when kn)
+static void tile(float *out, const uint16_t *a16, const uint16_t *w16, bool kn,
+                 const struct packed *q, int64_t m0, int64_t M, int K, int N, int64_t n0,
+                 int cols) {
+    bool pk = q && q->data;
+    int64_t ld = kn && !pk ? N : 0;
+    const struct prim *pr = prim_of(K, cols, pk, ld);
     struct tls *t = mine(pr->scratch);
     dnnl_memory_desc_t a, b, c, s;
-    descs(K, cols, &a, &b, &c);
+    descs(K, cols, false, ld, &a, &b, &c);
     dnnl_dims_t ds = {(dnnl_dim_t)(pr->scratch ? pr->scratch : 1)};
     DN(dnnl_memory_desc_init_by_tag(&s, 1, ds, dnnl_u8, dnnl_a));
+    void *wp = pk ? (void *)(q->data + (size_t)(n0 / MM16_COLS) * q->full)
+                  : (void *)(uintptr_t)(w16 + n0 * (kn ? 1 : K));
     dnnl_memory_t ma, mb, mc, ms;
     DN(dnnl_memory_create(&ma, &a, engine, (void *)(uintptr_t)(a16 + m0 * K)));
-    DN(dnnl_memory_create(&mb, &b, engine, (void *)(uintptr_t)(w16 + n0 * K)));
+    DN(dnnl_memory_create(&mb, pk ? &pr->wd : &b, engine, wp));
     DN(dnnl_memory_create(&mc, &c, engine, t->tile));
     DN(dnnl_memory_create(&ms, &s, engine, t->scratch));
     dnnl_exec_arg_t args[4] = {
@@ -202,19 +383,12 @@ static bool in_region(void) {
 #endif
 }
 
-static double now(void) {
-#ifdef _OPENMP
-    return omp_get_wtime();
-#else
-    return 0.0;
-#endif
-}
-
-void mm16_matmul(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
-                 int threads) {
+static void product(float *out, const float *in, const uint16_t *w16, bool kn, int M, int K, int N,
+                    int threads) {
     if (M <= 0) return;
     bool nested = in_region();
-    double t0 = nested ? 0.0 : now();
+    const struct packed *q = packed_of(w16, K, N, kn); // the first product of w16 packs it
+    double t0 = nested ? 0.0 : now();                  // (not counted: mm16_packing says how long)
     int64_t n_mt = ((int64_t)M + MM16_ROWS - 1) / MM16_ROWS, padded = n_mt * MM16_ROWS;
     int64_t n_nt = ((int64_t)N + MM16_COLS - 1) / MM16_COLS;
     uint16_t *a16 = input_buf(padded * K, nested);
@@ -228,12 +402,22 @@ void mm16_matmul(float *out, const float *in, const uint16_t *w16, int M, int K,
     for (int64_t i = 0; i < n_mt * n_nt; i++) {
         int64_t n0 = i / n_mt * MM16_COLS, m0 = i % n_mt * MM16_ROWS;
         int cols = N - n0 < MM16_COLS ? (int)(N - n0) : MM16_COLS;
-        tile(out, a16, w16, m0, M, K, N, n0, cols);
+        tile(out, a16, w16, kn, q, m0, M, K, N, n0, cols);
     }
     if (!nested) {
         n_flops += 2.0 * M * K * N;
         n_seconds += now() - t0;
     }
+}
+
+void mm16_matmul(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                 int threads) {
+    product(out, in, w16, false, M, K, N, threads);
+}
+
+void mm16_matmul_kn(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                    int threads) {
+    product(out, in, w16, true, M, K, N, threads);
 }
 
 void mm16_counters(double *flops, double *seconds) {

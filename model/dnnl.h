@@ -3,7 +3,19 @@
 // elsewhere.
 //
 // out[M,N] = bf16(in)[M,K] . w16[N,K]^T with float32 accumulation: `in` rounded to bf16 (to
-// nearest, ties to even) at the input only, the weights read where they are (no copy kept).
+// nearest, ties to even) at the input only.
+//
+// Pre-packed weights: the first product of a matrix w16 (by its address and (K, N)) reorders it,
+// one column tile at a time, into the blocked layout oneDNN's matmul primitive chose for the tile
+// shape (weights format `any`: for AMX e.g. BA16a64b2a), kept in one allocation a matrix until
+// mm16_forget; later products read that copy. When w16 lies in a read-only private file mapping
+// (a checkpoint's safetensors), its whole pages are then released (madvise MADV_DONTNEED: they
+// come back from the file if read again), so the weights are held once. A shape oneDNN cannot
+// reorder to keeps the plain path (counted in mm16_packing). The packed copy is a pure reorder
+// (bits moved, none changed), and a packed tile is a function of (K, cols) and its row like a
+// plain one, so the determinism below holds for both; a packed and a plain product of the same
+// operands may differ in the last bits (another kernel). w16 must not change, nor its mapping
+// be unmapped, before mm16_forget.
 //
 // Determinism: oneDNN picks its K blocking from the whole shape (M too: at K=2048, N=8192 a call of
 // 128 rows rounds differently from one of 64 or 256), so every product is cut into tiles of exactly
@@ -14,6 +26,7 @@
 #ifndef AH_DNNL_H
 #define AH_DNNL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define MM16_ROWS 64
@@ -23,12 +36,34 @@
 // msg (msg_size bytes) when oneDNN has no CPU engine.
 int mm16_init(char *msg, int msg_size);
 
-// The product above (mm16_init done). Splits its tiles over `threads` OpenMP threads (within a
-// parallel region: on the calling thread). Buffers grow on demand, per thread, and are kept; an
-// allocation that fails or a oneDNN call that fails ends the process with exit code 2 and a message
-// (a system failure: the kernels of model/ never return errors).
+// The product above (mm16_init done); the first with a given w16 packs it (see above). Splits its
+// tiles over `threads` OpenMP threads (within a parallel region: on the calling thread). Buffers
+// grow on demand, per thread, and are kept; an allocation that fails or a oneDNN call that fails
+// ends the process with exit code 2 and a message (a system failure: the kernels of model/ never
+// return errors).
 void mm16_matmul(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
                  int threads);
+// The same with w16 (K, N) row-major (GPT-2's Conv1D layout): out = bf16(in) . w16, packed from
+// that layout (a matrix is packed per layout: w16 given both ways is two matrices).
+void mm16_matmul_kn(float *out, const float *in, const uint16_t *w16, int M, int K, int N,
+                    int threads);
+
+// Whether a new matrix is packed (default true; false: the plain path for matrices not yet
+// packed, for tests). Set it outside products; it clears mm16_packing's figures of the last
+// table forgotten.
+void mm16_set_packing(bool on);
+// Frees every packed matrix (call it before unmapping or changing the weights: a model's close).
+// Not during a product.
+void mm16_forget(void);
+// The table's matrices packed and left plain, the packed copies' bytes, the mapped bytes
+// released, and the seconds spent packing (not counted in mm16_counters); when the table is
+// empty, the figures it had when last forgotten (a run's, read after its model was freed).
+struct mm16_packing {
+    int n_packed, n_plain;
+    int64_t bytes, released;
+    double seconds;
+};
+struct mm16_packing mm16_packing(void);
 
 // float -> bf16, round to nearest even (NaN stays a quiet NaN)
 uint16_t mm16_round(float f);

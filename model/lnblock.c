@@ -69,31 +69,52 @@ void lnb_catalogue(const void *fm, struct tap_desc *out) {
 
 // ---- the model
 
-int lnb_init(struct lnb_model *m, const struct lnb_names *nm, struct model_tensor **list) {
+// Appends matrix "{prefix}.{layer}.{leaf}" (d0, d1): a float32 view into *f, or, under compute
+// bf16 when it is stored BF16, borrowed into *h
+static void matrix(struct model_tensor *t, int *n, struct lnb_model *m,
+                   const struct model_dims *dims, const float **f, const uint16_t **h, int64_t d0,
+                   int64_t d1, const char *prefix, int layer, const char *leaf) {
+    model_tensor_add(t, n, NULL, f, d0, d1, prefix, layer, leaf);
+    struct model_tensor *e = t ? &t[*n - 1] : NULL;
+    if (!e || !dims || !dims->is_bf16 || op_compute() != OP_COMPUTE_BF16 ||
+        !dims->is_bf16(dims->u, e->name))
+        return;
+    e->bf16 = h, e->dst = NULL;
+    m->any_bf16 = true;
+}
+
+int lnb_init(struct lnb_model *m, const struct lnb_names *nm, const struct model_dims *dims,
+             struct model_tensor **list) {
     const struct lnb_config *c = &m->cfg;
     int L = c->n_layer, n = 0;
     int64_t D = c->hidden, V = c->vocab;
     m->w = calloc((size_t)L, sizeof *m->w);
+    m->h = calloc((size_t)L, sizeof *m->h);
     m->id = malloc((size_t)(L + 2) * CAT_N * sizeof *m->id);
     struct model_tensor *t = list ? calloc(5 + (size_t)L * LNB_N_LEAF, sizeof *t) : NULL;
-    if (!m->w || !m->id || (list && !t)) {
+    if (!m->w || !m->h || !m->id || (list && !t)) {
         free(t);
         return -AH_ENOMEM;
     }
     walk(c, m->id, NULL);
-    model_tensor_add(t, &n, NULL, &m->embed, V, D, NULL, 0, nm->embed);
+    // config only (bench, plan): borrowed under bf16 as torch_dtype says
+    m->any_bf16 = !list && op_compute() == OP_COMPUTE_BF16 && !strcmp(c->stored, "bfloat16");
+    matrix(t, &n, m, dims, &m->embed, &m->embed16, V, D, NULL, 0, nm->embed);
     if (c->n_pos) model_tensor_add(t, &n, NULL, &m->pos, c->n_pos, D, NULL, 0, nm->pos);
     for (int i = 0; i < L; i++)
         for (int k = 0; k < LNB_N_LEAF; k++) {
             int64_t d0, d1;
             lnb_leaf_shape(c, k, &d0, &d1);
-            if (nm->leaf[k])
+            if (nm->leaf[k] && d1)
+                matrix(t, &n, m, dims, &m->w[i][k], &m->h[i][k], d0, d1, nm->layer_prefix, i,
+                       nm->leaf[k]);
+            else if (nm->leaf[k])
                 model_tensor_add(t, &n, NULL, &m->w[i][k], d0, d1, nm->layer_prefix, i,
                                  nm->leaf[k]);
         }
     model_tensor_add(t, &n, NULL, &m->lnf_w, D, 0, NULL, 0, nm->lnf_w);
     model_tensor_add(t, &n, NULL, &m->lnf_b, D, 0, NULL, 0, nm->lnf_b);
-    if (!c->tied) model_tensor_add(t, &n, NULL, &m->head, V, D, NULL, 0, nm->head);
+    if (!c->tied) matrix(t, &n, m, dims, &m->head, &m->head16, V, D, NULL, 0, nm->head);
     if (list) *list = t;
     return n;
 }
@@ -102,6 +123,7 @@ void lnb_close(void *fm) {
     struct lnb_model *m = fm;
     if (m) {
         free(m->w);
+        free(m->h);
         free(m->id);
     }
     free(m);
@@ -136,16 +158,20 @@ double lnb_block_flops(const void *fm, int b, int T) {
     return T * layer_flops(c) + 4.0 * c->hidden * (double)T * T; // + scores and P v
 }
 
-// Weights are float32 in memory (F16/BF16 widened at load): 4 bytes a parameter.
+// Weights are float32 in memory (F16/BF16 widened at load): 4 bytes a parameter; under compute
+// bf16 the matrices borrowed BF16 take 2 (every matrix of a BF16 checkpoint: the vectors and
+// GPT-2's position table stay float32).
 int64_t lnb_stage_bytes(const void *fm, int b0, int b1, bool head, int shard, int n_shards,
                         const char **kind) {
     (void)shard, (void)n_shards;
-    const struct lnb_config *c = &((const struct lnb_model *)fm)->cfg;
-    int64_t D = c->hidden, VD = (int64_t)c->vocab * D, n = (b1 - b0) * layer_params(c);
-    if (b0 == 0) n += VD + (int64_t)c->n_pos * D;
-    if (head) n += 2 * D + (c->tied && b0 == 0 ? 0 : VD);
-    *kind = "float32";
-    return 4 * n;
+    const struct lnb_model *m = fm;
+    const struct lnb_config *c = &m->cfg;
+    int64_t D = c->hidden, I = c->inner, VD = (int64_t)c->vocab * D;
+    int64_t n = (b1 - b0) * layer_params(c), mats = (b1 - b0) * (4 * D * D + 2 * D * I);
+    if (b0 == 0) n += VD + (int64_t)c->n_pos * D, mats += VD;
+    if (head) n += 2 * D + (c->tied && b0 == 0 ? 0 : VD), mats += c->tied && b0 == 0 ? 0 : VD;
+    *kind = m->any_bf16 ? "BF16 matrices mapped, vectors float32" : "float32";
+    return m->any_bf16 ? 4 * n - 2 * mats : 4 * n;
 }
 
 void lnb_describe(const void *fm, char *line, size_t n, int64_t *params, int64_t *bytes,

@@ -7,7 +7,10 @@
 // its config.json into a struct lnb_config, names its tensors (struct lnb_names) and reuses
 // everything else: the tensor list, the catalogue (the nnterp names of tests/ref/hf/NAMES.md), the
 // forward pass with its taps, FLOPs, bytes and plan's description, all in float32 over weights
-// widened at load.
+// widened at load - except under compute bf16 (model/ops.h op_compute() set before the load):
+// then the matrices stored BF16 (the blocks', the embedding, an untied head) are borrowed from
+// the mapping as they are and run bf16 x bf16 -> float32 (model/dnnl.h, pre-packed; Conv1D's
+// [in, out] packed from that layout), the embedding rows widened exactly when looked up.
 //
 // L = layers, D = hidden, H = heads, hd = D / H, I = MLP width, V = vocab, N = tokens of a batch
 #ifndef AH_LNBLOCK_H
@@ -72,12 +75,18 @@ struct lnb_model {
     const float *lnf_w, *lnf_b;    // (D)
     const float *head;             // (V, D): embed when tied
     const float *(*w)[LNB_N_LEAF]; // (L) per layer, by leaf; shapes in lnb_leaf_shape; owned
-    int *id;                       // ((L + 2) x CAT_N) catalogue ids, -1 if absent; owned
+    // compute bf16: the matrices borrowed BF16 (their float32 views above then NULL), else NULL
+    const uint16_t *(*h)[LNB_N_LEAF]; // (L) per layer, by leaf; owned table
+    const uint16_t *embed16, *head16; // (V, D) each; head16 unused when tied
+    bool any_bf16;                    // some matrix borrowed BF16
+    int *id;                          // ((L + 2) x CAT_N) catalogue ids, -1 if absent; owned
 };
 
 // The tensors to bind (*list, caller frees) under the names of nm; the count or -AH_ENOMEM.
-// Allocates m's tables (m->cfg set); list NULL: the tables alone.
-int lnb_init(struct lnb_model *m, const struct lnb_names *nm, struct model_tensor **list);
+// Allocates m's tables (m->cfg set); list NULL: the tables alone. dims (may be NULL) tells which
+// tensors are stored BF16: those matrices are borrowed so under compute bf16 (see above).
+int lnb_init(struct lnb_model *m, const struct lnb_names *nm, const struct model_dims *dims,
+             struct model_tensor **list);
 // (d0, d1) of a layer tensor (d1 0 for a vector)
 void lnb_leaf_shape(const struct lnb_config *c, enum lnb_leaf k, int64_t *d0, int64_t *d1);
 int64_t lnb_params(const struct lnb_config *c);

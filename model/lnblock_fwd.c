@@ -92,11 +92,16 @@ int lnb_handoff(void *fs, float **arrays) {
 
 // ---- kernels
 
-// out (M, N) = in (M, K) . W + b: W is Conv1D's (K, N) or Linear's (N, K); b (N) may be NULL
+// out (M, N) = in (M, K) . W + b: W is Conv1D's (K, N) or Linear's (N, K), float32 (w) or, under
+// compute bf16, borrowed BF16 (h, when not NULL); b (N) may be NULL
 static void project(const struct lnb_config *c, float *out, const float *in, const float *w,
-                    const float *b, int64_t M, int K, int N) {
+                    const uint16_t *h, const float *b, int64_t M, int K, int N) {
     if (M == 0) return;
-    if (c->conv1d)
+    if (h && c->conv1d)
+        op_matmul_bf16_kn(out, in, h, (int)M, K, N);
+    else if (h)
+        op_matmul_bf16(out, in, h, (int)M, K, N, NULL); // compute bf16: no panel
+    else if (c->conv1d)
         op_matmul_kn(out, in, w, (int)M, K, N);
     else
         op_matmul(out, in, w, (int)M, K, N);
@@ -126,7 +131,8 @@ static void qkv(const struct lnb_model *m, struct lnb_state *s, const struct mba
     const float *const *w = m->w[l];
     int64_t N = bt->n_tokens, D = c->hidden;
     int H = c->n_head, hd = c->head_dim;
-    project(c, s->qkv, s->xn, w[LNB_QKV_W], w[LNB_QKV_B], N, (int)D, (int)(3 * D));
+    project(c, s->qkv, s->xn, w[LNB_QKV_W], m->h[l][LNB_QKV_W], w[LNB_QKV_B], N, (int)D,
+            (int)(3 * D));
     split_qkv(c, s, N);
     if (c->rotary) {
         tap_emit_heads(tp, CAT_ID(m, l, CAT_QUERIES_PRE_ROPE), bt, s->q, H, hd, s->scratch);
@@ -169,7 +175,8 @@ static void attend(const struct lnb_model *m, struct lnb_state *s, const struct 
         attn_forward(&a, &at, s->att);
     }
     tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, c->n_head, c->head_dim);
-    project(c, s->a, s->o, m->w[l][LNB_O_W], m->w[l][LNB_O_B], bt->n_tokens, (int)D, (int)D);
+    project(c, s->a, s->o, m->w[l][LNB_O_W], m->h[l][LNB_O_W], m->w[l][LNB_O_B], bt->n_tokens,
+            (int)D, (int)D);
 }
 
 static void block_forward(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
@@ -192,11 +199,11 @@ static void block_forward(const struct lnb_model *m, struct lnb_state *s, const 
     op_layernorm(s->xn, c->parallel ? s->x : s->h, w[LNB_LN2_W], w[LNB_LN2_B], (int)N, (int)D, eps);
     EMIT(CAT_MLP_NORM_OUTPUT, s->xn, D);
     EMIT(CAT_MLP_INPUT, s->xn, D);
-    project(c, s->f, s->xn, w[LNB_FC_W], w[LNB_FC_B], N, (int)D, (int)F);
+    project(c, s->f, s->xn, w[LNB_FC_W], m->h[l][LNB_FC_W], w[LNB_FC_B], N, (int)D, (int)F);
     op_act(s->f, N * F, c->act);
     EMIT(CAT_MLP_ACTIVATION, s->f, F);
     EMIT(CAT_MLP_NEURONS, s->f, F);
-    project(c, s->m, s->f, w[LNB_PROJ_W], w[LNB_PROJ_B], N, (int)F, (int)D);
+    project(c, s->m, s->f, w[LNB_PROJ_W], m->h[l][LNB_PROJ_W], w[LNB_PROJ_B], N, (int)F, (int)D);
     EMIT(CAT_MLP_OUTPUT, s->m, D);
     op_add(s->x, s->h, s->m, N * D); // (x + a) + m: layer_mid + mlp_output exactly
     EMIT(CAT_LAYER_OUTPUT, s->x, D);
@@ -209,7 +216,11 @@ static void embed(const struct lnb_model *m, struct lnb_state *s, const struct m
     int64_t D = m->cfg.hidden;
     emit_ids_mask(tp, bt, s->ones, CAT_ID(m, -1, CAT_INPUT_IDS), CAT_ID(m, -1, CAT_ATTENTION_MASK));
     for (int64_t i = 0; i < bt->n_tokens; i++)
-        memcpy(s->x + i * D, m->embed + bt->ids[i] * D, (size_t)D * sizeof(float));
+        if (m->embed16) // borrowed BF16: the row widened, exactly
+            for (int64_t d = 0; d < D; d++)
+                s->x[i * D + d] = op_bf16(m->embed16[bt->ids[i] * D + d]);
+        else
+            memcpy(s->x + i * D, m->embed + bt->ids[i] * D, (size_t)D * sizeof(float));
     tap_emit_rows(tp, CAT_ID(m, -1, CAT_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
     for (int b = 0; m->pos && b < bt->n; b++)
         for (int64_t t = 0; t < bt->len[b]; t++)
@@ -229,9 +240,13 @@ static void head(const struct lnb_model *m, struct lnb_state *s, const struct mb
     op_layernorm(s->xn, s->x, m->lnf_w, m->lnf_b, (int)bt->n_tokens, (int)D, (float)c->eps);
     tap_emit_rows(tp, id_n, bt, s->xn, (int)D);
     const float *w = c->tied ? m->embed : m->head;
+    const uint16_t *h = c->tied ? m->embed16 : m->head16; // compute bf16
     for (int b = 0; logits && b < bt->n; b++) {
         int T = bt->len[b];
-        op_matmul(s->logits, s->xn + bt->off[b] * D, w, T, (int)D, (int)V); // (T, V)
+        if (h)
+            op_matmul_bf16(s->logits, s->xn + bt->off[b] * D, h, T, (int)D, (int)V, NULL);
+        else
+            op_matmul(s->logits, s->xn + bt->off[b] * D, w, T, (int)D, (int)V); // (T, V)
         head_emit(tp, b, s->logits, T, V, id_h, id_l, id_p,
                   0.0f); // no softcap: logits == lm_head_output
     }

@@ -148,6 +148,11 @@ void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int
     }
 }
 
+void op_matmul_bf16_kn(float *out, const float *in, const uint16_t *w16, int M, int K, int N) {
+    AH_ASSERT(compute_mode == OP_COMPUTE_BF16 && M >= 0 && K > 0 && N > 0);
+    mm16_matmul_kn(out, in, w16, M, K, N, op_threads());
+}
+
 void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N) {
     for (int m = 0; m < M; m++) {
         for (int n = 0; n < N; n++) {

@@ -39,10 +39,15 @@ void op_matmul_bf16(float *out, const float *in, const uint16_t *w16, int M, int
                     float *panel);
 // The compute mode of op_matmul_bf16, set once before the first forward pass: OP_COMPUTE_F32
 // (the default: the panels above), or OP_COMPUTE_BF16: `in` rounded to bf16 and the product run
-// bf16 x bf16 -> float32 by oneDNN (model/dnnl.h). op_set_compute: 0, or -1 with a message in msg.
+// bf16 x bf16 -> float32 by oneDNN (model/dnnl.h), w16 packed at its first product and the packed
+// copy kept (by its address) until mm16_forget: under bf16, w16 must stay put and unchanged till
+// then (a model's weights: model_free forgets). op_set_compute: 0, or -1 with a message in msg.
 enum op_compute { OP_COMPUTE_F32, OP_COMPUTE_BF16 };
 int op_set_compute(enum op_compute c, char *msg, int msg_size);
 enum op_compute op_compute(void);
+// Under OP_COMPUTE_BF16 only (asserted): out = bf16(in)[M,K] . w16 with w16 (K, N) row-major
+// (GPT-2's Conv1D layout), by oneDNN (model/dnnl.h mm16_matmul_kn).
+void op_matmul_bf16_kn(float *out, const float *in, const uint16_t *w16, int M, int K, int N);
 static inline float op_bf16(uint16_t h) {
     union {
         uint32_t u;

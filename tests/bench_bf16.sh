@@ -9,7 +9,10 @@
 # prompts of T tokens in batches of 8, harvesting the last layer's residual). Prints every round's
 # tokens/s, the bf16 rounds' linear-layer GFLOP/s against the AMX (or other) bf16 peak that
 # `harvest bench --compute bf16` measures in the same run (a oneDNN 4096^3 bf16 matmul), and the
-# best of each with their ratio. A checkpoint, e.g.:
+# best of each with their ratio, each mode's peak RSS against (weights + run state), and what
+# bf16 packed (matrices, MiB, the mapped pages released, the seconds packing took inside the
+# run). Take the figures on a quiet machine (a loaded one moves them by tens of percent). A
+# checkpoint, e.g.:
 #   harvest init-model --family llama --config tests/ref/hf-configs/Llama-3.2-1B.json --layers 4 DIR
 set -eu
 BUILD=$(cd "$1" && pwd)
@@ -46,5 +49,6 @@ for th in $THREADS; do
     done
     echo "  threads $th best: float32 $fp, bf16 $bf tokens/s: bf16 = $(echo "$bf $fp" | awk '{printf "%.2f", $1 / $2}') x float32"
     grep -h "peak RSS" "$LOG"/bf16-"$th"-*.txt | head -1 | sed 's/^/  bf16 /'
+    grep -h "weight matrices packed" "$LOG"/bf16-"$th"-*.txt | head -1 | sed 's/^ *compute bf16: /  bf16 /'
     grep -h "peak RSS" "$LOG"/float32-"$th"-*.txt | head -1 | sed 's/^/  float32 /'
 done

@@ -1,6 +1,7 @@
 """compute: "bf16" (model/dnnl.c through model/ops.h op_matmul_bf16).
 
-(a) fidelity: for the init-model presets of the Llama-style families, every float value harvest
+(a) fidelity: for the init-model presets of the Llama-style families, GPT-2 and GPT-NeoX (Pythia;
+    their presets written with --dtype bf16) and OLMo 2, every float value harvest
     stores in bf16 is no further from the float64 reference (tests/ref/hf) than the same value
     computed the way transformers computes in bf16 (tests/ref/bf16_emul.py) is: the error of a
     value is max |x - ref| / max |ref| over the prompt's finite entries (the tensor's scale), and
@@ -10,13 +11,17 @@
     change, not a rounding error: a coin toss between the two), and harvest must change no more
     (token, layer) choices than the emulation does.
 (b) bitwise across grids at a fixed thread count: 1 rank vs 2 pipeline stages vs 2 replicas vs
-    2 expert shards (Qwen3-MoE, Laguna XS-2.1), at OMP_NUM_THREADS=1 and 2; and 2 threads bitwise
-    1 thread (model/dnnl.c's tiles make a result independent of the thread count).
+    2 expert shards (Qwen3-MoE, Laguna XS-2.1; GPT-2 without experts), at OMP_NUM_THREADS=1 and 2;
+    and 2 threads bitwise 1 thread (model/dnnl.c's tiles make a result independent of the thread
+    count). The weights are pre-packed (model/dnnl.h) on every path.
 (c) compute "float32" (the default) unchanged: the key given explicitly gives the output of the
     job without it, bit for bit, with compute_dtype "float32"; bf16 differs from it.
 (d) bad input: "compute": "fp8", "compute": 3, bf16 on a float32 checkpoint, and --resume with
-    another compute: exit 1 naming the key."""
+    another compute: exit 1 naming the key.
+(e) the weights pre-packed once (hidden 2048): run's packing line counts every block matrix, none
+    plain, and their mapped pages released."""
 import os
+import re
 import subprocess
 
 import h5py
@@ -26,12 +31,15 @@ from util import MPI_ENV, args, check, finish, init_model, output_diff, run, wri
 import hf  # tests/ref/hf, on the path by util
 import bf16_emul
 from laguna_ref import LagunaRef
+import olmo2_ref
 
 harvest, work = args()
 LENGTHS = [5, 1, 13, 4, 2, 9, 3, 7, 1, 6, 2, 11, 4, 8, 3, 10]
 FAMILIES = [("llama", "Llama-3.2-1B"), ("mistral", "Mistral-7B-v0.1"), ("qwen2", "Qwen2.5-0.5B"),
             ("qwen3", "Qwen3-0.6B"), ("qwen3_moe", "Qwen3-MoE"), ("mixtral", "Mixtral-8x7B"),
-            ("gemma2", "gemma-2-2b"), ("gemma3", "gemma-3"), ("laguna", "XS-2.1"), ("laguna", "M.1")]
+            ("gemma2", "gemma-2-2b"), ("gemma3", "gemma-3"), ("laguna", "XS-2.1"), ("laguna", "M.1"),
+            ("gpt2", "gpt2"), ("gpt_neox", "pythia-160m"), ("olmo2", "OLMo-2-1124-7B")]
+F32_PRESETS = {"gpt2", "gpt_neox"}  # presets written float32 unless --dtype bf16
 SEQ = {"seq", "query", "key"}
 IGNORE = {"segments", "runs", "provenance", "job"}
 
@@ -39,10 +47,16 @@ IGNORE = {"segments", "runs", "provenance", "job"}
 def fidelity(fam, preset, seed):
     """(a): per value, over all prompts, harvest's error and the emulation's (see errors())"""
     d = f"{work}/{fam}-{preset}"
-    run(harvest, "init-model", "--family", fam, "--preset", preset, "--seed", str(seed), f"{d}/model", check=0)
+    dtype = ["--dtype", "bf16"] if fam in F32_PRESETS else []
+    run(harvest, "init-model", "--family", fam, "--preset", preset, "--seed", str(seed), *dtype, f"{d}/model",
+        check=0)
     if fam == "laguna":
         ref = LagunaRef(f"{d}/model")
         vocab, fwd, emu = ref.cfg["vocab_size"], ref.forward, lambda ids: bf16_emul.laguna_forward(ref, ids)
+    elif fam == "olmo2":  # tests/ref/olmo2_ref.py (its own reference, not tests/ref/hf's)
+        cfg, w = hf.load_checkpoint(f"{d}/model")
+        vocab = cfg["vocab_size"]
+        fwd, emu = lambda ids: olmo2_ref.forward(cfg, w, ids), lambda ids: bf16_emul.olmo2_forward(cfg, w, ids)
     else:
         cfg, w = hf.load_checkpoint(f"{d}/model")
         vocab = cfg["vocab_size"]
@@ -154,6 +168,22 @@ def grids(d, name, experts=True):
           "threads; 2 threads bitwise 1", flush=True)
 
 
+def packed_once(d):
+    """(e) the pre-packed weights (model/dnnl.h): run's line on what its stage packed: every matrix of
+    the blocks once (2 layers x 7), none left plain, and the mapped pages of each released (all but
+    the partial pages at a matrix's ends)"""
+    job = write_job(f"{d}/p.json", data="grid.jsonl", compute="bf16", max_seq_len=64, batch_size=10,
+                    activations=["layers.1.layer_output"], output={"path": f"{d}/p.h5"})
+    r = run(harvest, "run", job, "--overwrite", check=0)
+    m = re.search(r"compute bf16: (\d+) matrices packed, ([\d.]+) MB \(mapped pages released: ([\d.]+) MB\), "
+                  r"(\d+) left plain", r.stderr)
+    if check(m is not None, f"run's packing line: {r.stderr[-1500:]}"):
+        n, mb, rel, plain = int(m[1]), float(m[2]), float(m[3]), int(m[4])
+        check(n == 14 and plain == 0, f"{n} matrices packed, {plain} plain: expected 14 and 0")
+        check(rel >= 0.99 * mb, f"{rel} MB of the mapping released of {mb} MB packed")
+        print(f"pre-packed: {n} matrices, {mb} MB, {rel} MB of mapped pages released", flush=True)
+
+
 def float32_unchanged(d):
     """(c) on the Llama checkpoint"""
     a = write_job(f"{d}/f-absent.json", output={"path": "f-absent.h5"})
@@ -204,6 +234,8 @@ if "qwen3_moe" in dirs:
     grids(dirs["qwen3_moe"], "qwen3_moe")
 if "laguna" in dirs:
     grids(dirs["laguna"], "laguna M.1")
+if "gpt2" in dirs:  # GPT-2's Conv1D matrices, packed from their [in, out] layout
+    grids(dirs["gpt2"], "gpt2", experts=False)
 if not only or only == "wide":
     # K and N of real models (hidden 2048, MLP 4096): oneDNN's K blocking in play (at K=2048 a
     # 128-row call rounds differently from a 64-row one), which the tiny presets' K <= 64 is not
@@ -213,6 +245,7 @@ if not only or only == "wide":
                num_key_value_heads=4, head_dim=128, num_hidden_layers=2)
     write_model(f"{work}/wide/model", cfg, tiny_weights(cfg, 7, "BF16"), "BF16", 1)
     grids(f"{work}/wide", "llama, hidden 2048", experts=False)
+    packed_once(f"{work}/wide")
 if "llama" in dirs:
     float32_unchanged(dirs["llama"])
     bad_input(dirs["llama"])

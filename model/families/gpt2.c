@@ -98,7 +98,7 @@ static int gpt2_open(void **fm, const struct config *cf, const struct model_dims
                                     "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
                                     "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
                                     "mlp.c_proj.weight", "mlp.c_proj.bias"}};
-    return lnb_init(m, &nm, list);
+    return lnb_init(m, &nm, dims, list);
 }
 
 // ---- init-model: tests/ref/hf/make_tiny.py's tiny_config("gpt2") (every key of

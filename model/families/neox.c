@@ -82,7 +82,6 @@ static int neox_config(const struct config *cf, struct lnb_config *c, struct ah_
 
 static int neox_open(void **fm, const struct config *cf, const struct model_dims *dims,
                      struct model_tensor **list, struct ah_error *err) {
-    (void)dims;
     struct lnb_model *m = calloc(1, sizeof *m);
     if (!(*fm = m)) return -AH_ENOMEM;
     int rc = neox_config(cf, &m->cfg, err);
@@ -100,7 +99,7 @@ static int neox_open(void **fm, const struct config *cf, const struct model_dims
                  "post_attention_layernorm.weight", "post_attention_layernorm.bias",
                  "mlp.dense_h_to_4h.weight", "mlp.dense_h_to_4h.bias", "mlp.dense_4h_to_h.weight",
                  "mlp.dense_4h_to_h.bias"}};
-    return lnb_init(m, &nm, list);
+    return lnb_init(m, &nm, dims, list);
 }
 
 // ---- init-model: tests/ref/hf/make_tiny.py's tiny_config("gpt_neox"), every key of

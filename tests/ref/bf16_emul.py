@@ -1,4 +1,5 @@
-"""The float64 references of tests/ref/hf (decoder.py) run the way transformers computes a model
+"""The float64 references of tests/ref/hf (decoder.py; gpt2.py and neox.py: _patched_lnblock;
+OLMo 2's tests/ref/olmo2_ref.py: olmo2_forward) run the way transformers computes a model
 loaded in torch.bfloat16: every tensor an op makes is rounded to bf16 (round to nearest even).
 
 Read from transformers' modeling_llama.py (and its copies for Mistral, Qwen2/3, Gemma 2/3,
@@ -139,11 +140,46 @@ def _patched():
             setattr(decoder, n, f)
 
 
+def _layernorm(x, w, b, eps):  # nn.LayerNorm on bf16: in float inside the kernel, rounded once
+    return b16(common.layernorm(plain(np.asarray(x)), plain(w), plain(b), eps))
+
+
+@contextlib.contextmanager
+def _patched_lnblock():
+    """GPT-2 (modeling_gpt2.py) and GPT-NeoX (modeling_gpt_neox.py) in bf16: their references
+    import the shared pieces by name, so they are patched in hf.gpt2 / hf.neox. Conv1D's
+    `torch.addmm(bias, x, weight)` (GPT-2) and nn.Linear with a bias (NeoX) are, as for the
+    decoder above, the product rounded and the bias add rounded again (torch's addmm rounds
+    once: the emulation one rounding less accurate there, in harvest's favour); nn.LayerNorm in
+    float32 inside the kernel, rounded once; GPT-2's gelu_new and NeoX's gelu rounded once (GPT-2's
+    NewGELUActivation is five bf16 ops in transformers: the emulation more accurate there);
+    eager attention as _attention (GPT-2's `softmax(attn_weights)` in bf16 is computed in float
+    inside the kernel and rounded once, as NeoX's `softmax(..., dtype=float32).to(dtype)`);
+    NeoX's RoPE as _apply_rope; next_token_probs in float."""
+    import hf.gpt2 as gpt2
+    import hf.neox as neox
+    patch = {gpt2: dict(layernorm=_layernorm, act_fn=_act_fn, attention=_attention,
+                        softmax=_router_softmax),
+             neox: dict(layernorm=_layernorm, act_fn=_act_fn, attention=_attention,
+                        softmax=_router_softmax, apply_rope=_apply_rope)}
+    saved = {m: {n: getattr(m, n) for n in d} for m, d in patch.items()}
+    for m, d in patch.items():
+        for n, f in d.items():
+            setattr(m, n, f)
+    try:
+        yield
+    finally:
+        for m, d in saved.items():
+            for n, f in d.items():
+                setattr(m, n, f)
+
+
 def forward(cfg, w, prompts):
     """hf.forward as transformers computes it in bf16 (the weights must be bf16 already); the
     values float64 arrays holding bf16 numbers (integers as they are)."""
     wb = {n: b16(a) for n, a in w.items()}
-    with _patched():
+    lnblock = hf.family_of(cfg) in ("gpt2", "gpt_neox")
+    with _patched_lnblock() if lnblock else _patched():
         res = hf.forward(cfg, wb, prompts)
     return [{n: plain(np.asarray(a)) for n, a in r.items()} for r in res]
 
@@ -171,3 +207,59 @@ def laguna_forward(ref, ids):
         for n, f in saved.items():
             setattr(lr, n, f)
     return {n: plain(np.asarray(a)) for n, a in out.items()}
+
+
+def _olmo2_attention(r, w, p, x, out, T):
+    """olmo2_ref.attention as modeling_olmo2.py runs it in bf16: q/k/v/o nn.Linear (the product
+    rounded, a bias add again), Olmo2RMSNorm over the projection (float32 inside, rounded once),
+    apply_rotary_pos_emb against float32 cos/sin (Olmo2RotaryEmbedding returns them float32: the
+    rotation in float32, `.to(q_type)` once), eager attention: `matmul(q, k^T) * scaling` (two
+    roundings), softmax in float32 `.to(query.dtype)` (once), `matmul(P, v)` (once)."""
+    import olmo2_ref as o2
+    H, KV, hd = r["num_attention_heads"], r["num_key_value_heads"], r["head_dim"]
+    ab, eps = r["attention_bias"], r["rms_norm_eps"]
+    q = o2.rmsnorm(o2.linear(x, w, p + "self_attn.q_proj", ab), w[p + "self_attn.q_norm.weight"], eps)
+    k = o2.rmsnorm(o2.linear(x, w, p + "self_attn.k_proj", ab), w[p + "self_attn.k_norm.weight"], eps)
+    v = o2.linear(x, w, p + "self_attn.v_proj", ab)
+    q, k, v = (a.reshape(T, -1, hd).transpose(1, 0, 2) for a in (q, k, v))  # (heads, T, hd)
+    out["attention_queries_pre_rope"], out["attention_keys_pre_rope"] = q, k
+    q, k = o2.rope(q, r["rope_theta"]), o2.rope(k, r["rope_theta"])
+    out["attention_queries"], out["attention_keys"], out["attention_values"] = q, k, v
+    kr, vr = np.repeat(k, H // KV, 0).view(Bf16), np.repeat(v, H // KV, 0).view(Bf16)  # repeat_kv
+    s = (q.view(Bf16) @ kr.transpose(0, 2, 1)) * hd ** -0.5
+    s = np.where(np.tril(np.ones((T, T), bool)), plain(s), -np.inf)
+    pr = _softmax(s)
+    out["attention_scores"], out["attention_probabilities"] = s, pr
+    o = (pr @ vr).transpose(1, 0, 2)  # (T, H, hd)
+    out["attention_head_outputs"] = o
+    return o2.linear(o.reshape(T, H * hd).view(Bf16), w, p + "self_attn.o_proj", ab)
+
+
+def olmo2_forward(cfg, w, ids):
+    """tests/ref/olmo2_ref.py's forward as transformers computes OLMo 2 in bf16 (modeling_olmo2.py):
+    the weights bf16; Olmo2RMSNorm `(weight * x_normed_f32).to(input_dtype)`: rounded once; silu
+    (ACT2FN on bf16) once; gate * up, the residual adds and every nn.Linear rounded; attention as
+    _olmo2_attention; the head's logits rounded, next_token_probs in float."""
+    import olmo2_ref as o2
+    names = ("rmsnorm", "silu", "rope", "attention")
+    saved = {n: getattr(o2, n) for n in names}
+    once = lambda f: lambda *a: b16(f(*[plain(np.asarray(x)) if isinstance(x, np.ndarray) else x for x in a]))
+    r = o2.resolve(cfg)
+    wb = {n: b16(a) for n, a in w.items()}
+    try:
+        o2.rmsnorm, o2.silu, o2.rope = once(saved["rmsnorm"]), once(saved["silu"]), once(saved["rope"])
+        o2.attention = _olmo2_attention
+        x = wb["model.embed_tokens.weight"][np.asarray(ids)]
+        vals = {"token_embeddings": x}
+        for i in range(r["num_hidden_layers"]):
+            v, x = o2.block(r, wb, i, x, "post")
+            vals.update(v)
+        xn = o2.rmsnorm(x, wb["model.norm.weight"], r["rms_norm_eps"])
+        head = wb["model.embed_tokens.weight" if r["tie_word_embeddings"] else "lm_head.weight"]
+        logits = xn @ head.T
+    finally:
+        for n, f in saved.items():
+            setattr(o2, n, f)
+    vals.update(final_norm_output=xn, lm_head_output=logits, logits=logits,
+                next_token_probs=common.softmax(plain(logits[-1]), -1))
+    return {k: plain(np.asarray(v))[None] for k, v in vals.items()}
