@@ -21,6 +21,8 @@ the same files (written from transformers' integrations/finegrained_fp8.py, not 
   wrong shape, a weight stored BF16 that the config makes FP8; bad configs exit 1 naming the key:
   quant_method "awq", fmt "e5m2", activation_scheme "static", weight_block_size [128];
   `compute: "bf16"` on an FP8 checkpoint is refused (exit 1) rather than computed otherwise.
+- Llama (quantization_config with quant_method alone: [128, 128] blocks, only lm_head kept):
+  the files and every value as above.
 - Qwen3-MoE (the router kept BF16 by modules_to_not_convert, as the Qwen3-MoE FP8 releases do;
   the experts FP8): the same value checks, and 2 pipeline stages and 2 expert shards bit for bit
   equal to np 1.
@@ -70,7 +72,7 @@ def make(name, family, preset, qc, extra=None):
     return d
 
 
-def check_files(name, d, skip):
+def check_files(name, d, skip, block=BLOCK):
     cfg, raw = fp8.read_checkpoint_raw(f"{d}/model")
     n_fp8 = 0
     for t, (dt, v) in raw.items():
@@ -83,12 +85,12 @@ def check_files(name, d, skip):
         n_fp8 += 1
         sdt, s = raw[t + "_scale_inv"]
         R, C = v.shape
-        check(sdt == "F32" and s.shape == (-(-R // BLOCK[0]), -(-C // BLOCK[1])),
+        check(sdt == "F32" and s.shape == (-(-R // block[0]), -(-C // block[1])),
               f"{name}: {t}_scale_inv {sdt} {s.shape}")
         a = np.abs(fp8.E4M3[v])
         for i in range(s.shape[0]):
             for j in range(s.shape[1]):
-                m = a[i * BLOCK[0]:(i + 1) * BLOCK[0], j * BLOCK[1]:(j + 1) * BLOCK[1]].max()
+                m = a[i * block[0]:(i + 1) * block[0], j * block[1]:(j + 1) * block[1]].max()
                 if not check(m == 448.0, f"{name}: {t} block ({i}, {j}) max |q| {m}, expected 448"):
                     return
     check(n_fp8 > 0, f"{name}: FP8 weights written")
@@ -281,6 +283,13 @@ check_files("qwen3", d, QC["modules_to_not_convert"])
 values("qwen3", d)
 plan_bytes("qwen3", d)
 mutations(d)
+
+# Llama with the release's defaults: weight_block_size absent ([128, 128]: one partial block a
+# matrix at these sizes), no modules_to_not_convert (lm_head alone stays BF16), tied embeddings
+d = make("llama", "llama", "Llama-3.2-1B", {"quant_method": "fp8"})
+check_files("llama", d, [], [128, 128])
+values("llama", d)
+plan_bytes("llama", d)
 
 # Qwen3-MoE: the routers kept BF16 (as Qwen3-30B-A3B-FP8 lists each layer's mlp.gate)
 run(harvest, "init-model", "--family", "qwen3_moe", "--preset", "Qwen3-MoE", f"{work}/moe_probe", check=0)
