@@ -277,7 +277,8 @@ static void mat(struct model_tensor *t, int *n, struct decoder *m, const struct 
     char name[128];
     tname(name, sizeof name, &m->cfg, layer, leaf, ".weight");
     bool embedding = layer < 0 && leaf == m->cfg.names->embed; // an nn.Embedding: never FP8
-    if (m->cfg.fp8.on && !embedding && dec_fp8_converts(&m->cfg, name)) {
+    bool param = m->cfg.fp8.keep_router && leaf == m->cfg.names->router;
+    if (m->cfg.fp8.on && !embedding && !param && dec_fp8_converts(&m->cfg, name)) {
         fp8_mat(t, n, m, dst, d0, d1, layer, name);
         return;
     }

@@ -85,6 +85,8 @@ struct dec_fp8 {
     bool on;    // quant_method "fp8"
     int bn, bk; // weight_block_size [bn, bk]: a scale per bn rows x bk inputs
     char *skip; // owned: modules_to_not_convert, each NUL-ended, then an empty string (or NULL)
+    bool keep_router; // the router is an nn.Parameter, never FP8 (DeepSeek-V3's; a family's
+                      // reader sets it); else an nn.Linear like the rest (Qwen3-MoE, Mixtral)
 };
 
 struct dec_config {

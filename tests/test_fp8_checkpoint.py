@@ -24,8 +24,8 @@ the same files (written from transformers' integrations/finegrained_fp8.py, not 
 - Llama (quantization_config with quant_method alone: [128, 128] blocks, only lm_head kept):
   the files and every value as above.
 - Qwen3-MoE (the router kept BF16 by modules_to_not_convert, as the Qwen3-MoE FP8 releases do;
-  the experts FP8): the same value checks, and 2 pipeline stages and 2 expert shards bit for bit
-  equal to np 1.
+  the experts FP8): the same value checks, 2 OpenMP threads bit for bit equal to 1, and 2
+  pipeline stages and 2 expert shards bit for bit equal to np 1.
 """
 import json
 import os
@@ -259,6 +259,16 @@ def mutations(d):
     print("bad FP8 checkpoints and configs: exit 1 naming the tensor or key", flush=True)
 
 
+def threads(name, d):
+    """OMP_NUM_THREADS 2 (the panels' rows and the experts over two threads) == 1, bit for bit."""
+    for n in (1, 2):
+        job = write_job(f"{d}/t{n}.json", batch_size=3, output={"path": f"t{n}.h5"})
+        run(harvest, "run", job, "--quiet", check=0, env={"OMP_NUM_THREADS": str(n)})
+    diff = output_diff(f"{d}/t1.h5", f"{d}/t2.h5", BOOKKEEPING | {"job"})
+    if check(diff is None, f"{name}: 2 threads differ from 1 in {diff}"):
+        print(f"{name}: 2 OpenMP threads == 1 bit for bit", flush=True)
+
+
 def mpi(name, d):
     mpirun = shutil.which("mpirun")
     acts = ["layers.*.layer_output", "layers.*.router_logits", "layers.*.expert_outputs",
@@ -300,5 +310,6 @@ d = make("qwen3_moe", "qwen3_moe", "Qwen3-MoE", QM)
 check_files("qwen3_moe", d, QM["modules_to_not_convert"] + [".mlp.gate.weight"])
 values("qwen3_moe", d)
 plan_bytes("qwen3_moe", d)
+threads("qwen3_moe", d)
 mpi("qwen3_moe", d)
 finish()
