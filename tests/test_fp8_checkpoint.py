@@ -14,6 +14,7 @@ the same files (written from transformers' integrations/finegrained_fp8.py, not 
   catalogue is the reference's names; identities: layer_mid == layer_input + attention_output and
   layer_output == layer_mid + mlp_output bit for bit, logits == lm_head(final_norm_output).
 - `plan`: bytes as published == the tensor bytes in the files (1 byte a weight, 4 a scale).
+- Scales stored BF16 (as the Qwen3 dense FP8 releases store them) or F16: every value again.
 - The mutation the test must catch: the same checkpoint with one scale tensor written transposed
   in the expected shape (the transposed layout read row-major) gives values the comparison
   rejects; a scale transposed in shape is an error naming it.
@@ -115,7 +116,7 @@ def values(name, d, out="out.h5", model="model"):
     job = write_job(f"{d}/job.json", model=model, batch_size=3, output={"path": out})
     run(harvest, "run", job, "--quiet", check=0)
     names = [l.split()[0] for l in run(harvest, "activations", f"{d}/{model}", check=0).stdout.splitlines()]
-    cfg, w = fp8.load_checkpoint(f"{d}/model")
+    cfg, w = fp8.load_checkpoint(f"{d}/{model}")
     ref_cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
     worst = {}
     with h5py.File(f"{d}/{out}", "r") as f:
@@ -207,6 +208,20 @@ def refused(name, d, model, words, compute=None):
 SCALE = "model.layers.0.self_attn.q_proj.weight_scale_inv"  # (4, 3) blocks: not square
 
 
+def scale_dtypes(d):
+    """Scales stored BF16 (Qwen3 dense FP8 releases) or F16 (Qwen3-4B-Instruct-2507-FP8), as
+    other readers found them: read too (widened), every value vs the reference on those files."""
+    for dt, code in (("BF16", "<u2"), ("F16", "<f2")):
+        def conv(k, t):
+            if not k.endswith("_scale_inv"):
+                return t
+            s = np.frombuffer(t[2], "<f4")
+            b = (s.view(np.uint32) + 0x7FFF + ((s.view(np.uint32) >> 16) & 1)) >> 16 if dt == "BF16" else s
+            return dt, t[1], b.astype(code).tobytes()
+        edit(f"{d}/model", f"{d}/scales_{dt}", conv)
+        values(f"qwen3 (scales {dt})", d, out=f"scales_{dt}.h5", model=f"scales_{dt}")
+
+
 def mutations(d):
     """A transposed scale, bad checkpoints, bad configs."""
     # the scale transposed, read in the expected shape: loads, and the values are caught
@@ -292,6 +307,7 @@ d = make("qwen3", "qwen3", "Qwen3-0.6B", QC, {"tie_word_embeddings": False})
 check_files("qwen3", d, QC["modules_to_not_convert"])
 values("qwen3", d)
 plan_bytes("qwen3", d)
+scale_dtypes(d)
 mutations(d)
 
 # Llama with the release's defaults: weight_block_size absent ([128, 128]: one partial block a

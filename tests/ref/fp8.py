@@ -9,7 +9,9 @@ quantizers/quantizer_finegrained_fp8.py, read with the search tools; never from 
   transformers against the name itself; both are honoured here) or "lm_head" (always added).
   Embeddings (nn.Embedding) and norms are never FP8.
 - an FP8Linear's weight is float8_e4m3fn (out, in) with weight_scale_inv float32
-  (ceil(out / bo), ceil(in / bi)) (releases store it F32; BF16 is read too), and the weight is
+  (ceil(out / bo), ceil(in / bi)) (DeepSeek-V3 stores it F32; the Qwen3 dense FP8 releases BF16,
+  HabanaAI/vllm-fork#2141; Qwen3-4B-Instruct-2507-FP8 F16, InternLM/lmdeploy#4276: all read,
+  widened), and the weight is
   Fp8Dequantize.convert's W[r, c] = float(q[r, c]) * weight_scale_inv[r // bo, c // bi]: what
   transformers computes on a machine without an FP8 GPU (the quantizer then dequantizes).
   On a GPU FP8Linear also quantizes the activations per 128 inputs (activation_scheme "dynamic",
