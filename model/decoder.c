@@ -203,14 +203,11 @@ static void starred(char *out, size_t n, const char *name) {
 }
 
 bool dec_fp8_converts(const struct dec_config *c, const char *name) {
-    char mod[160], star[160];
-    snprintf(mod, sizeof mod, "%s", name);
-    size_t len = strlen(mod);
-    if (len > 7 && !strcmp(mod + len - 7, ".weight")) mod[len - 7] = '\0';
-    starred(star, sizeof star, mod);
-    if (strstr(mod, "lm_head")) return false;
+    char star[160];
+    starred(star, sizeof star, name);
+    if (strstr(name, "lm_head")) return false;
     for (const char *p = c->fp8.skip; p && *p; p += strlen(p) + 1)
-        if (strstr(mod, p) || strstr(star, p)) return false;
+        if (strstr(name, p) || strstr(star, p)) return false;
     return true;
 }
 

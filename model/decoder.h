@@ -110,8 +110,8 @@ struct dec_config {
 // modules_to_not_convert null or strings. Another method or value is an error naming
 // config.json and the key. Called after the family's reader (model/decoder_family.c).
 int dec_read_fp8(const struct config *cf, struct dec_config *c, struct ah_error *err);
-// Whether the linear layer whose weight is `name` ("....weight") is FP8: its module name, and
-// the same with every run of digits "*" (transformers' match), contain none of the patterns.
+// Whether the linear layer whose weight is `name` ("....weight") is FP8: the parameter's name,
+// and the same with every run of digits "*" (transformers' match), contain none of the patterns.
 bool dec_fp8_converts(const struct dec_config *c, const char *name);
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct

@@ -6,7 +6,8 @@ the same files (written from transformers' integrations/finegrained_fp8.py, not 
 
 - The files: every nn.Linear F8_E4M3 with its F32 weight_scale_inv of (ceil(out / bo),
   ceil(in / bi)) blocks (blocks [20, 12]: partial blocks at the edges of every matrix), but those
-  modules_to_not_convert names and lm_head (BF16); embeddings and norms BF16; every block's
+  modules_to_not_convert names (one layer's down_proj by name, every v_proj by a "layers.*."
+  pattern) and lm_head (BF16); embeddings and norms BF16; every block's
   largest |byte| is 448 (the quantizer's scale is the block's max / 448, so a block grid other
   than the config's would not give it).
 - `harvest run` with every value over prompts of 1 to 17 tokens, batched: every stored value
@@ -79,7 +80,7 @@ def check_files(name, d, skip, block=BLOCK):
     for t, (dt, v) in raw.items():
         if t.endswith("_scale_inv"):
             continue
-        want = fp8.is_linear(t) and not any(p in t for p in skip + ["lm_head"])
+        want = fp8.is_linear(t) and fp8.converts(t, skip + ["lm_head"])
         check((dt == "F8_E4M3") == want, f"{name}: {t} stored {dt}")
         if dt != "F8_E4M3":
             continue
@@ -302,7 +303,8 @@ def mpi(name, d):
 
 
 QC = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
-      "weight_block_size": BLOCK, "modules_to_not_convert": ["model.layers.1.mlp.down_proj"]}
+      "weight_block_size": BLOCK,
+      "modules_to_not_convert": ["model.layers.1.mlp.down_proj", "layers.*.self_attn.v_proj"]}
 d = make("qwen3", "qwen3", "Qwen3-0.6B", QC, {"tie_word_embeddings": False})
 check_files("qwen3", d, QC["modules_to_not_convert"])
 values("qwen3", d)
@@ -323,7 +325,7 @@ with open(f"{work}/moe_probe/config.json") as f:
     L = json.load(f)["num_hidden_layers"]
 QM = dict(QC, modules_to_not_convert=[f"model.layers.{i}.mlp.gate" for i in range(L)])
 d = make("qwen3_moe", "qwen3_moe", "Qwen3-MoE", QM)
-check_files("qwen3_moe", d, QM["modules_to_not_convert"] + [".mlp.gate.weight"])
+check_files("qwen3_moe", d, QM["modules_to_not_convert"])
 values("qwen3_moe", d)
 plan_bytes("qwen3_moe", d)
 threads("qwen3_moe", d)
