@@ -8,6 +8,7 @@
 #include "io/halfconv.h"
 #include "io/outlock.h"
 #include "io/safetensors.h"
+#include "model/fp8.h" // defines: fp8_quantize (FP8 checkpoints)
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -41,12 +42,17 @@ static uint64_t name_hash(const char *s) {
     return h;
 }
 
-// A tensor to write: name, shape and on-disk dtype.
+// A tensor to write: name, shape and on-disk dtype. FP8 (q8 1: the F8_E4M3 bytes, 2: the float32
+// weight_scale_inv) are those of the random BF16 weight wname (wshape) quantized per bn x bk
+// block, as transformers' Fp8Quantize does (model/fp8.h fp8_quantize).
 struct wspec {
     const char *name;
     int ndim;
     int64_t shape[2];
     enum st_dtype dt;
+    int q8, bn, bk;
+    const char *wname;
+    int64_t wshape[2];
 };
 
 // Norm weights near 1, projections N(0, 1/fan_in), embeddings N(0, 1), a router's selection bias
@@ -71,9 +77,27 @@ static int64_t wspec_count(const struct wspec *t) {
     return t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
 }
 
+// an FP8 tensor of t (q8 1 or 2): its BF16 weight made (float32 values rounded to bf16),
+// quantized; the bytes or the scales in a new buffer, NULL when out of memory
+static void *fill_fp8(const struct wspec *t, uint64_t seed) {
+    struct wspec w = {t->wname, 2, {t->wshape[0], t->wshape[1]}, ST_BF16, 0, 0, 0, NULL, {0, 0}};
+    int64_t n = wspec_count(&w);
+    struct filler g = fill_begin(&w, seed);
+    float *f = malloc((size_t)n * sizeof *f), *s = malloc((size_t)wspec_count(t) * sizeof *s + 4);
+    uint8_t *q = malloc((size_t)n + 1);
+    for (int64_t i = 0; f && s && q && i < n; i++)
+        f[i] = hc_bf16_to_f32(hc_f32_to_bf16(fill_next(&g)));
+    if (f && s && q) fp8_quantize(q, s, f, w.shape[0], w.shape[1], t->bn, t->bk);
+    void *out = t->q8 == 1 ? (void *)q : (void *)s;
+    free(f);
+    free(t->q8 == 1 ? (void *)s : (void *)q);
+    return f ? out : (free(out), NULL);
+}
+
 // t's values in its on-disk dtype, in a new buffer (2 bytes a value for F16/BF16: the float32
 // values are never held at once); NULL when out of memory
 static void *fill(const struct wspec *t, uint64_t seed) {
+    if (t->q8) return fill_fp8(t, seed);
     int64_t n = wspec_count(t);
     struct filler g = fill_begin(t, seed);
     void *buf = malloc((size_t)n * st_dtype_size(t->dt) + 1);
@@ -234,24 +258,54 @@ static int preset_config(const struct model_family *f, const char *name, cJSON *
                    f->name, names);
 }
 
+// quantization_config.weight_block_size of config.json (cJSON; absent: [128, 128])
+static void fp8_blocks(const void *config, int *bn, int *bk) {
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(config, "quantization_config");
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+    *bn = *bk = 128;
+    if (cJSON_GetArraySize(b) != 2) return;
+    *bn = cJSON_GetArrayItem(b, 0)->valueint;
+    *bk = cJSON_GetArrayItem(b, 1)->valueint;
+}
+
+// ws[i] of an FP8 weight (t->fp8) or of its scale (the entry after it: *_scale_inv)
+static void fp8_spec(struct wspec *ws, int i, const struct model_tensor *t, int bn, int bk) {
+    struct wspec *w = &ws[i];
+    bool scale = i > 0 && ws[i - 1].q8 == 1 && strstr(t->name, "_scale_inv");
+    if (!t->fp8 && !scale) return;
+    w->q8 = t->fp8 ? 1 : 2;
+    w->dt = t->fp8 ? ST_F8_E4M3 : ST_F32;
+    w->bn = bn;
+    w->bk = bk;
+    w->wname = t->fp8 ? t->name : ws[i - 1].name;
+    w->wshape[0] = t->fp8 ? t->shape[0] : ws[i - 1].shape[0];
+    w->wshape[1] = t->fp8 ? t->shape[1] : ws[i - 1].shape[1];
+}
+
 // The tensors of DIR/config.json as family f lists them (*list, caller frees) and what to write
 // of each (*ws, caller frees): the family's published dtype, or dt. Returns the count.
 static int tensor_specs(const char *dir, const struct model_family *f, enum st_dtype dt,
                         struct model_tensor **list, struct wspec **ws, struct ah_error *err) {
     struct modeldir md = {0};
     void *fm = NULL;
+    int bn = 128, bk = 128;
     int n = md_open(&md, dir, true, err);
     if (n == 0) {
         struct config cf = config_json(md.config, md.config_path);
         n = f->open(&fm, &cf, NULL, list, err);
         f->close(fm);
+        fp8_blocks(md.config, &bn, &bk);
     }
     md_close(&md);
     if (n > 0 && !(*ws = calloc((size_t)n, sizeof **ws))) n = -AH_ENOMEM;
     for (int i = 0; n > 0 && i < n; i++) {
         const struct model_tensor *t = &(*list)[i];
         bool f32 = f->init_f32 && strstr(t->name, f->init_f32);
-        (*ws)[i] = (struct wspec){t->name, t->ndim, {t->shape[0], t->shape[1]}, f32 ? ST_F32 : dt};
+        (*ws)[i] = (struct wspec){.name = t->name,
+                                  .ndim = t->ndim,
+                                  .shape = {t->shape[0], t->shape[1]},
+                                  .dt = f32 ? ST_F32 : dt};
+        fp8_spec(*ws, i, t, bn, bk);
     }
     return n;
 }

@@ -340,6 +340,29 @@ int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_
     return 0;
 }
 
+int md_tensor_fp8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const uint8_t **out, struct ah_error *err) {
+    const struct st_tensor *t;
+    const char *file;
+    int rc = locate(md, name, ndim, shape, &t, &file, err);
+    if (rc < 0) return rc;
+    if (t->dtype != ST_F8_E4M3)
+        return ah_fail(err, AH_EFORMAT,
+                       "%s: tensor \"%s\": dtype %s, expected F8_E4M3 (config.json's "
+                       "quantization_config makes it an FP8 weight; modules_to_not_convert keeps a "
+                       "module as it is)",
+                       file, name, st_dtype_name(t->dtype));
+    const uint8_t *b = t->data;
+    for (size_t i = 0; i < t->nbytes; i++)
+        if ((b[i] & 0x7F) == 0x7F)
+            return ah_fail(err, AH_EFORMAT,
+                           "%s: tensor \"%s\": element %zu (flat index) is NaN: the weights must "
+                           "be finite (a damaged checkpoint?)",
+                           file, name, i);
+    *out = b;
+    return 0;
+}
+
 int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const float **out, struct ah_error *err) {
     const struct st_tensor *t;

@@ -57,4 +57,9 @@ int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t
 int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                    const uint16_t **out, struct ah_error *err);
 
+// The same for an F8_E4M3 (float8_e4m3fn) tensor, borrowed from the mapping as it is; another
+// dtype, or a NaN byte, is an error naming the file and the tensor.
+int md_tensor_fp8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const uint8_t **out, struct ah_error *err);
+
 #endif

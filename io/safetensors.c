@@ -17,8 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *dtype_names[ST_N_DTYPES] = {"F32", "F16", "BF16", "I64", "I32", "U8"};
-static const size_t dtype_sizes[ST_N_DTYPES] = {4, 2, 2, 8, 4, 1};
+static const char *dtype_names[ST_N_DTYPES] = {"F32", "F16", "BF16", "I64", "I32", "U8", "F8_E4M3"};
+static const size_t dtype_sizes[ST_N_DTYPES] = {4, 2, 2, 8, 4, 1, 1};
 
 const char *st_dtype_name(enum st_dtype t) {
     return dtype_names[t];

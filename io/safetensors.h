@@ -11,7 +11,8 @@
 
 struct ah_error;
 
-enum st_dtype { ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_U8, ST_N_DTYPES };
+// ST_F8_E4M3: float8_e4m3fn bytes (model/fp8.h), as FP8 releases store their weights
+enum st_dtype { ST_F32, ST_F16, ST_BF16, ST_I64, ST_I32, ST_U8, ST_F8_E4M3, ST_N_DTYPES };
 
 #define ST_MAX_DIMS 8
 

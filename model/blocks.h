@@ -20,6 +20,7 @@ struct model_tensor {
     int64_t shape[2]; // (d0) or (d0, d1)
     const uint16_t **bf16;
     const float **dst;
+    const uint8_t **fp8; // an FP8 (F8_E4M3) matrix borrowed from the mapping (set after the add)
 };
 
 // Appends "{prefix}.{layer}.{leaf}" (prefix set) or leaf alone to t[*n], shape (d0) if d1 == 0

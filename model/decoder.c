@@ -7,8 +7,11 @@
 
 #include "model/ah.h"
 #include "model/catalogue.h"
+#include "model/config.h" // defines: cfg_get, cfg_kind (quantization_config)
 #include "model/family.h"
 
+#include <ctype.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +93,170 @@ int64_t dec_axis_size(const struct decoder *m, int block, const char *axis) {
 // ----------------------------------------------------------------------------
 // weights: tests/ref/hf/NAMES.md "Families and their tensor names"
 
+// ----------------------------------------------------------------------------
+// FP8 block-scaled weights (model/fp8.h): quantization_config, which matrices, their counts
+
+static const char *const QC = "quantization_config";
+
+// a string member of quantization_config: absent or null -> dflt; else one of ok[] (NULL-ended)
+static int qc_string(const struct config *cf, const struct cfg_value *q, const char *key,
+                     const char *dflt, const char *const *ok, const char **out,
+                     struct ah_error *err) {
+    const struct cfg_value *v = cfg_get(cf, q, key);
+    *out = dflt;
+    if (cfg_kind(cf, v) <= CFG_NULL) return 0;
+    const char *str = cfg_string(cf, v);
+    for (int i = 0; str && ok[i]; i++)
+        if (!strcmp(str, ok[i])) {
+            *out = ok[i];
+            return 0;
+        }
+    return ah_fail(err, AH_EINVAL, "%s: \"%s.%s\": %s%s%s is not implemented (known: %s)", cf->path,
+                   QC, key, str ? "\"" : "", str ? str : "a non-string", str ? "\"" : "", ok[0]);
+}
+
+// weight_block_size: two positive integers (absent or null: transformers' [128, 128])
+static int qc_blocks(const struct config *cf, const struct cfg_value *q, struct dec_fp8 *f,
+                     struct ah_error *err) {
+    const struct cfg_value *v = cfg_get(cf, q, "weight_block_size");
+    f->bn = f->bk = 128;
+    if (cfg_kind(cf, v) <= CFG_NULL) return 0;
+    bool ok = cfg_kind(cf, v) == CFG_ARRAY && cfg_length(cf, v) == 2;
+    int b[2] = {0, 0};
+    for (int j = 0; ok && j < 2; j++) {
+        const struct cfg_value *e = cfg_element(cf, v, j);
+        double d = cfg_number(cf, e);
+        ok = cfg_kind(cf, e) == CFG_NUMBER && d == floor(d) && d >= 1 && d <= (1 << 20);
+        b[j] = ok ? (int)d : 0;
+    }
+    if (!ok)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"%s.weight_block_size\": expected two positive integers, [rows, "
+                       "inputs] of a scale's block (as [128, 128])",
+                       cf->path, QC);
+    f->bn = b[0];
+    f->bk = b[1];
+    return 0;
+}
+
+// modules_to_not_convert: null or a list of strings, copied into f->skip
+static int qc_skip(const struct config *cf, const struct cfg_value *q, struct dec_fp8 *f,
+                   struct ah_error *err) {
+    const struct cfg_value *v = cfg_get(cf, q, "modules_to_not_convert");
+    if (cfg_kind(cf, v) <= CFG_NULL) return 0;
+    bool ok = cfg_kind(cf, v) == CFG_ARRAY;
+    size_t n = 1;
+    for (int j = 0; ok && j < cfg_length(cf, v); j++) {
+        const char *str = cfg_string(cf, cfg_element(cf, v, j));
+        ok = str && *str;
+        n += ok ? strlen(str) + 1 : 0;
+    }
+    if (!ok)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"%s.modules_to_not_convert\": expected null or a list of module "
+                       "names (non-empty strings)",
+                       cf->path, QC);
+    char *p = f->skip = malloc(n);
+    if (!p) return -AH_ENOMEM;
+    for (int j = 0; j < cfg_length(cf, v); j++) {
+        const char *str = cfg_string(cf, cfg_element(cf, v, j));
+        memcpy(p, str, strlen(str) + 1);
+        p += strlen(str) + 1;
+    }
+    *p = '\0';
+    return 0;
+}
+
+int dec_read_fp8(const struct config *cf, struct dec_config *c, struct ah_error *err) {
+    static const char *const methods[] = {"fp8", NULL}, *const fmts[] = {"e4m3", NULL};
+    static const char *const schemes[] = {"dynamic", NULL};
+    const struct cfg_value *q = cfg_get(cf, NULL, QC);
+    const char *s;
+    int rc;
+    if (cfg_kind(cf, q) <= CFG_NULL) return 0;
+    if (cfg_kind(cf, q) != CFG_OBJECT)
+        return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an object", cf->path, QC);
+    if (cfg_kind(cf, cfg_get(cf, q, "quant_method")) <= CFG_NULL)
+        return ah_fail(err, AH_EINVAL, "%s: \"%s.quant_method\": missing", cf->path, QC);
+    if ((rc = qc_string(cf, q, "quant_method", NULL, methods, &s, err)) < 0 ||
+        (rc = qc_string(cf, q, "fmt", "e4m3", fmts, &s, err)) < 0 ||
+        (rc = qc_string(cf, q, "activation_scheme", "dynamic", schemes, &s, err)) < 0 ||
+        (rc = qc_blocks(cf, q, &c->fp8, err)) < 0 || (rc = qc_skip(cf, q, &c->fp8, err)) < 0)
+        return rc;
+    c->fp8.on = true;
+    return 0;
+}
+
+// name with each run of digits replaced by "*" into out
+static void starred(char *out, size_t n, const char *name) {
+    size_t k = 0;
+    for (const char *p = name; *p && k + 1 < n; p++) {
+        if (isdigit((unsigned char)*p)) {
+            while (isdigit((unsigned char)p[1]))
+                p++;
+            out[k++] = '*';
+        } else {
+            out[k++] = *p;
+        }
+    }
+    out[k] = '\0';
+}
+
+bool dec_fp8_converts(const struct dec_config *c, const char *name) {
+    char star[160];
+    starred(star, sizeof star, name);
+    if (strstr(name, "lm_head")) return false;
+    for (const char *p = c->fp8.skip; p && *p; p += strlen(p) + 1)
+        if (strstr(name, p) || strstr(star, p)) return false;
+    return true;
+}
+
+// layer's FP8 (d0, d1) weight `name` and its name_scale_inv into the list; its counts
+static void fp8_mat(struct model_tensor *t, int *n, struct decoder *m, struct dec_mat *dst,
+                    int64_t d0, int64_t d1, int layer, const char *name) {
+    const struct dec_fp8 *f = &m->cfg.fp8;
+    int64_t s0 = (d0 + f->bn - 1) / f->bn, s1 = (d1 + f->bk - 1) / f->bk, L1 = m->cfg.n_layer + 1;
+    char sname[160];
+    m->any_fp8 = true;
+    m->q8_w[layer + 1] += d0 * d1;
+    m->q8_w[L1 + layer + 1] += s0 * s1;
+    dst->bn = f->bn;
+    dst->bk = f->bk;
+    model_tensor_add(t, n, NULL, NULL, d0, d1, NULL, 0, name);
+    if (t) t[*n - 1].fp8 = &dst->q8;
+    snprintf(sname, sizeof sname, "%s_scale_inv", name);
+    model_tensor_add(t, n, NULL, &dst->s8, s0, s1, NULL, 0, sname);
+}
+
+// moves layer i's FP8 counts since (w0, s0) to its routed experts' entries
+static void fp8_experts(struct decoder *m, int i, int64_t w0, int64_t s0) {
+    if (!m->q8_w) return;
+    int64_t L1 = m->cfg.n_layer + 1, *q = m->q8_w;
+    q[2 * L1 + i + 1] += q[i + 1] - w0;
+    q[3 * L1 + i + 1] += q[L1 + i + 1] - s0;
+    q[i + 1] = w0;
+    q[L1 + i + 1] = s0;
+}
+
+void dec_fp8_stage(const struct decoder *m, int b0, int b1, bool head, int shard, int n_shards,
+                   int64_t *weights, int64_t *scales) {
+    *weights = *scales = 0;
+    if (!m->q8_w) return;
+    const int64_t L1 = m->cfg.n_layer + 1, *q = m->q8_w, E = m->cfg.n_expert;
+    int64_t mine = E ? E * (shard + 1) / n_shards - E * shard / n_shards : 0;
+    for (int i = b0; i < b1; i++) {
+        *weights += q[i + 1] + (E ? q[2 * L1 + i + 1] / E * mine : 0);
+        *scales += q[L1 + i + 1] + (E ? q[3 * L1 + i + 1] / E * mine : 0);
+    }
+    if (head) { // the model-level matrices (not the embedding; the head when not lm_head)
+        *weights += q[0];
+        *scales += q[L1];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// binding
+
 // "{layers}.{layer}.{leaf}{suffix}" (layer < 0: leaf alone) into name
 static const char *tname(char *name, size_t n, const struct dec_config *c, int layer,
                          const char *leaf, const char *suffix) {
@@ -106,6 +273,12 @@ static void mat(struct model_tensor *t, int *n, struct decoder *m, const struct 
                 struct dec_mat *dst, int64_t d0, int64_t d1, int layer, const char *leaf) {
     char name[128];
     tname(name, sizeof name, &m->cfg, layer, leaf, ".weight");
+    bool embedding = layer < 0 && leaf == m->cfg.names->embed; // an nn.Embedding: never FP8
+    bool param = m->cfg.fp8.keep_router && leaf == m->cfg.names->router;
+    if (m->cfg.fp8.on && !embedding && !param && dec_fp8_converts(&m->cfg, name)) {
+        fp8_mat(t, n, m, dst, d0, d1, layer, name);
+        return;
+    }
     bool h = t && dims && dims->is_bf16 && dims->is_bf16(dims->u, name);
     m->any_bf16 |= h;
     model_tensor_add(t, n, h ? &dst->h : NULL, h ? NULL : &dst->f, d0, d1, NULL, 0, name);
@@ -127,6 +300,7 @@ static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
     int64_t D = c->hidden, Ie = c->expert_ffn;
     char leaf[96];
     mat(t, n, m, dims, &w->router, c->n_expert, D, i, nm->router);
+    int64_t w0 = m->q8_w ? m->q8_w[i + 1] : 0, s0 = m->q8_w ? m->q8_w[c->n_layer + 1 + i + 1] : 0;
     for (int e = 0; e < c->n_expert; e++) {
         snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->egate);
         mat(t, n, m, dims, &w->eg[e], Ie, D, i, leaf);
@@ -135,6 +309,7 @@ static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
         snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->edown);
         mat(t, n, m, dims, &w->ed[e], D, Ie, i, leaf);
     }
+    fp8_experts(m, i, w0, s0);
 }
 
 static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
@@ -199,6 +374,7 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
 static int all_tensors(struct decoder *m, const struct model_dims *dims, struct model_tensor *t) {
     const struct dec_config *c = &m->cfg;
     int n = 0;
+    if (m->q8_w) memset(m->q8_w, 0, 4 * (size_t)(c->n_layer + 1) * sizeof *m->q8_w);
     mat(t, &n, m, dims, &m->embed, c->vocab, c->hidden, -1, c->names->embed);
     for (int i = 0; i < c->n_layer; i++)
         block_tensors(t, &n, m, dims, i, &m->blk[i]);
@@ -229,7 +405,9 @@ int dec_init(struct decoder *m, struct dec_config *c, const struct model_dims *d
             w->eu = w->eg + c->n_expert;
             w->ed = w->eu + c->n_expert;
         }
-    m->any_bf16 = c->bf16; // config only (plan, bench): as torch_dtype says
+    if (c->fp8.on && !(m->q8_w = calloc(4 * (size_t)(L + 1), sizeof *m->q8_w))) return -AH_ENOMEM;
+    if (c->fp8.on) all_tensors(m, NULL, NULL); // counts the FP8 matrices (plan, bench)
+    m->any_bf16 = c->bf16;                     // config only (plan, bench): as torch_dtype says
     if (!list) return 0;
     m->any_bf16 = false; // with the files: as they are
     int n = all_tensors(m, dims, NULL);
@@ -242,5 +420,6 @@ void dec_free(struct decoder *m) {
     free(m->blk);
     free(m->experts);
     free(m->id);
+    free(m->q8_w);
     memset(m, 0, sizeof *m);
 }

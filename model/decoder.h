@@ -96,6 +96,18 @@ struct dec_names {
     const char *qkv, *gate_up;       // fused: "self_attn.qkv_proj", "mlp.gate_up_proj" (Phi-3)
 };
 
+// FP8 block-scaled weights (quantization_config.quant_method "fp8": transformers' fine-grained
+// FP8 integration; model/fp8.h). Which matrices are FP8: every nn.Linear of the model but those
+// modules_to_not_convert names (and lm_head, which transformers always adds), as
+// dec_fp8_converts says; the embedding never (an nn.Embedding).
+struct dec_fp8 {
+    bool on;    // quant_method "fp8"
+    int bn, bk; // weight_block_size [bn, bk]: a scale per bn rows x bk inputs
+    char *skip; // owned: modules_to_not_convert, each NUL-ended, then an empty string (or NULL)
+    bool keep_router; // the router is an nn.Parameter, never FP8 (DeepSeek-V3's; a family's
+                      // reader sets it); else an nn.Linear like the rest (Qwen3-MoE, Mixtral)
+};
+
 struct dec_config {
     const char *arch;              // the architecture's name (static)
     const struct dec_names *names; // the family's tensor names (static)
@@ -109,8 +121,18 @@ struct dec_config {
     bool *sliding;       // (L) sliding-window layer; owned
     bool *moe;           // (L) mixture-of-experts layer; owned
     struct dec_rope rope_full, rope_sliding;
-    double *longrope; // (2, n_rot / 2) longrope's short_factor then long_factor; owned (or NULL)
+    double *longrope;   // (2, n_rot / 2) longrope's short_factor then long_factor; owned (or NULL)
+    struct dec_fp8 fp8; // FP8 weights (off: none)
 };
+
+// quantization_config (absent or null: none) into c->fp8: quant_method "fp8" with fmt "e4m3",
+// activation_scheme "dynamic", weight_block_size two positive integers (absent: [128, 128]),
+// modules_to_not_convert null or strings. Another method or value is an error naming
+// config.json and the key. Called after the family's reader (model/decoder_family.c).
+int dec_read_fp8(const struct config *cf, struct dec_config *c, struct ah_error *err);
+// Whether the linear layer whose weight is `name` ("....weight") is FP8: the parameter's name,
+// and the same with every run of digits "*" (transformers' match), contain none of the patterns.
+bool dec_fp8_converts(const struct dec_config *c, const char *name);
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct
 // A family's reader fills a dec_config from config.json: model/decoder_family.h.
@@ -132,6 +154,12 @@ void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int 
 struct dec_mat {
     const float *f;
     const uint16_t *h;
+    // FP8 (model/fp8.h): q8 (N, K) bytes borrowed from the mapping, s8 its weight_scale_inv
+    // (ceil(N / bn), ceil(K / bk)) as float32 (F32 or BF16 in the file); a panel dequantized at
+    // a time (fp8_matmul)
+    const uint8_t *q8;
+    const float *s8;
+    int bn, bk;
 };
 
 struct dec_block_w {
@@ -154,7 +182,17 @@ struct decoder {
     struct dec_mat *experts;    // (3 E n_moe) owned
     int *id;                    // ((L + 2) x CAT_N) catalogue ids (model/catalogue.h), -1 if absent
     bool any_bf16;              // some matrix is borrowed BF16 (the state needs a panel)
+    bool any_fp8;               // some matrix is FP8 (the state needs a panel)
+    // FP8 elements per layer (index 0: the model's, 1 + i: layer i's): q8_w[j] weights and
+    // q8_w[n + j] scales outside the routed experts, q8_w[2n + j] and q8_w[3n + j] inside them
+    // (n = L + 1); owned, NULL without FP8
+    int64_t *q8_w;
 };
+
+// The FP8 weights and scales a stage running blocks [b0, b1) holds (model/decoder_family.c's
+// stage_bytes): as dec_fam_stage_bytes counts, the routed experts' 1 / n_shards of them.
+void dec_fp8_stage(const struct decoder *m, int b0, int b1, bool head, int shard, int n_shards,
+                   int64_t *weights, int64_t *scales);
 
 // Takes c (zeroed after), returns the tensors to bind in *list (NULL: config only); is_bf16 (may
 // be NULL: widen everything) tells which matrices to borrow as BF16.

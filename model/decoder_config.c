@@ -261,6 +261,7 @@ int dec_read_flags(const struct config *cf, struct dec_config *c, bool tied_dflt
 }
 
 void dec_config_free(struct dec_config *c) {
+    free(c->fp8.skip);
     free(c->sliding);
     free(c->moe);
     free(c->longrope);

@@ -20,6 +20,7 @@ int dec_fam_open(const struct dec_family *f, void **fm, const struct config *cf,
     c.arch = f->arch;
     c.names = f->names;
     int rc = f->read(cf, &c, err);
+    if (rc == 0) rc = dec_read_fp8(cf, &c, err); // quantization_config (FP8)
     if (rc == 0) rc = dec_init(m, &c, dims, list);
     dec_config_free(&c); // zeroed by dec_init; freed here when it did not run
     return rc;
@@ -104,7 +105,12 @@ int64_t dec_fam_stage_bytes(const void *fm, int b0, int b1, bool head, int shard
     }
     n += (b0 == 0 ? vd : 0) + (head && !(c->blk.tied && b0 == 0) ? vd : 0);
     *kind = m->any_bf16 ? "BF16 matrices mapped, vectors float32" : "float32";
-    return w * (n - vec + c->hidden * (int64_t)head) + 4 * vec;
+    int64_t q8 = 0, s8 = 0; // FP8 matrices: 1 byte a weight, their scales float32 (held widened)
+    dec_fp8_stage(m, b0, b1, head, shard, n_shards, &q8, &s8);
+    if (m->any_fp8)
+        *kind = "FP8 block-scaled matrices mapped (1 byte a weight + float32 scales), the others "
+                "16-bit, vectors float32";
+    return w * (n - vec + c->hidden * (int64_t)head - q8) + q8 + 4 * s8 + 4 * vec;
 }
 
 // The parameters a token computes with in a mixture model: all but the routed experts it is not
@@ -155,4 +161,11 @@ void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int
     *bytes = *params * c->bytes_per_param;
     *stored = c->bytes_per_param == 4 ? "float32 (config.json's torch_dtype)"
                                       : "16-bit (config.json's torch_dtype)";
+    int64_t q8 = 0, s8 = 0; // as published: FP8 1 byte a weight, weight_scale_inv float32
+    dec_fp8_stage(fm, 0, L, true, 0, 1, &q8, &s8);
+    if (c->fp8.on) {
+        *bytes += q8 * (1 - c->bytes_per_param) + 4 * s8;
+        *stored = "FP8 block-scaled (1 byte a weight + float32 weight_scale_inv), the rest "
+                  "torch_dtype";
+    }
 }

@@ -7,6 +7,7 @@
 #include "model/attention.h"
 #include "model/catalogue.h"
 #include "model/decoder.h"
+#include "model/fp8.h" // defines: fp8_matmul
 #include "model/moe.h"
 #include "model/ops.h"
 
@@ -97,8 +98,9 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->att, s->n_att = attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
-        {(void **)&s->panel, m->any_bf16 ? panel_floats(c) : 0},
-        {(void **)&s->xpanels, E > 0 && m->any_bf16 ? s->n_xpanels * moe_panel_floats(D, Ie) : 0},
+        {(void **)&s->panel, m->any_bf16 || m->any_fp8 ? panel_floats(c) : 0},
+        {(void **)&s->xpanels,
+         E > 0 && (m->any_bf16 || m->any_fp8) ? s->n_xpanels * moe_panel_floats(D, Ie) : 0},
         {(void **)&s->cos_f, T * h2},
         {(void **)&s->sin_f, T * h2},
         {(void **)&s->cos_s, T * h2},
@@ -136,10 +138,12 @@ static void norm(const struct dec_config *c, float *out, const float *in, const 
         op_rmsnorm(out, in, w, (int)rows, C, (float)c->eps);
 }
 
-// out (M, N) = in (M, K) . w^T: a float32 view, or BF16 a panel at a time
+// out (M, N) = in (M, K) . w^T: a float32 view, or BF16 or FP8 a panel at a time
 static void mat(float *out, const float *in, const struct dec_mat *w, int64_t M, int64_t K,
                 int64_t N, float *panel) {
-    if (w->h)
+    if (w->q8)
+        fp8_matmul(out, in, w->q8, w->s8, (int)M, (int)K, (int)N, w->bn, w->bk, panel);
+    else if (w->h)
         op_matmul_bf16(out, in, w->h, (int)M, (int)K, (int)N, panel);
     else
         op_matmul(out, in, w->f, (int)M, (int)K, (int)N);
@@ -324,8 +328,9 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
     struct dec_expert_call call = {m, w};
-    struct moe_experts x = MOE_EXPERTS(s, N, k, D, c->expert_ffn, E,
-                                       m->any_bf16 ? s->xpanels : NULL, expert_ffn, &call);
+    struct moe_experts x =
+        MOE_EXPERTS(s, N, k, D, c->expert_ffn, E, m->any_bf16 || m->any_fp8 ? s->xpanels : NULL,
+                    expert_ffn, &call);
     moe_forward(&x, s->shard, s->routed, keep ? s->eo : NULL);
     tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);

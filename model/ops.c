@@ -91,6 +91,12 @@ void op_matmul(float *out, const float *in, const float *w, int M, int K, int N)
     gemm_rows(out, N, in, w, true, M, K, N);
 }
 
+void op_matmul_ld(float *out, int ldo, const float *in, const float *w, int M, int K, int N) {
+    AH_ASSERT(M >= 0 && K > 0 && N > 0 && ldo >= N);
+    if (M == 0) return;
+    gemm_rows(out, ldo, in, w, true, M, K, N);
+}
+
 void op_matmul_kn(float *out, const float *in, const float *w, int M, int K, int N) {
     AH_ASSERT(M >= 0 && K > 0 && N > 0);
     if (M == 0) return;

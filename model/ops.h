@@ -18,6 +18,8 @@
 // of at least OP_SPLIT_ROWS, each one single-threaded sgemm (within a parallel region: one sgemm)
 #define OP_SPLIT_ROWS 256
 void op_matmul(float *out, const float *in, const float *w, int M, int K, int N);
+// the same into out's columns of a wider product, rows ldo apart (a panel of weight rows)
+void op_matmul_ld(float *out, int ldo, const float *in, const float *w, int M, int K, int N);
 // the same with w[K,N] (GPT-2's Conv1D layout): out = in . w
 void op_matmul_kn(float *out, const float *in, const float *w, int M, int K, int N);
 void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, int N);
