@@ -626,6 +626,7 @@ static int sae_result(const struct plan *pl, int i, const struct h5out_record *r
         it->name = js->name;
         it->on = pl->m.cat[id].name;
         it->path = js->path;
+        it->ctx_before = js->ctx_before, it->ctx_after = js->ctx_after;
     }
     free(e), free(total);
     sae_close(&f);

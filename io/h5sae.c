@@ -163,6 +163,8 @@ static herr_t put_attrs(hid_t g, const struct h5sae_item *it) {
     if (r >= 0) r = h5attr_put_num(g, "d_sae", i64, mi, &it->d_sae);
     if (r >= 0) r = h5attr_put_num(g, "k", i64, mi, &it->k);
     if (r >= 0) r = h5attr_put_num(g, "top_n", i64, mi, &it->top_n);
+    if (r >= 0) r = h5attr_put_num(g, "context_before", i64, mi, &it->ctx_before);
+    if (r >= 0) r = h5attr_put_num(g, "context_after", i64, mi, &it->ctx_after);
     if (r >= 0) r = h5attr_put_num(g, "n_tokens", i64, mi, &it->n_tokens);
     if (r >= 0) r = h5attr_put_num(g, "sse", f64, md, &it->sse);
     if (r >= 0) r = h5attr_put_num(g, "total_variance", f64, md, &it->total_var);

@@ -50,6 +50,7 @@ struct h5sae_item {
     const char *name;                      // the job's name: group /saes/<name>
     const char *on, *path, *layout, *arch; // attributes: the site, the folder, layout, arch
     int64_t d_in, d_sae, k, top_n;         // attributes (k 0 unless topk)
+    int64_t ctx_before, ctx_after;         // attributes: the job's "context" (the reader's window)
     int64_t n_tokens;                      // attribute: tokens encoded
     double sse, total_var, fvu, l0_mean;   // attributes: the reconstruction metrics
     double dense_threshold;           // attribute: firing fraction above which a latent is dense

@@ -21,12 +21,21 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   SIGTERM then --resume, SIGKILL then --resume: bit for bit; a complete output without /saes gets it from --resume;
 - harvest_data Output.sae(), sae_latents() and sae_exemplars() (the token ids around each
   exemplar); `harvest inspect`'s line a SAE;
+- exemplar context and text: a corpus of text tokenized with data/tokenizer.json (in a copy of
+  the model folder), "context": [2, 1] on one SAE and the default on another: the attributes
+  context_before / context_after; each exemplar's context the stored ids from t - 2 to t + 1 of
+  its prompt (-1 outside it), the exemplar's id at context[2]; its text (decoded in Python with
+  the tokenizer the job's model folder holds) a piece of the prompt's own text ("<|bos|>" and
+  the jsonl text) holding the token's text; before=0, after=0: the token alone;
 - bad input, exit 1 naming the key and the file, no output written: a d_in that is not the site's
   width, a missing folder, a missing tensor, an unknown architecture, a site the model lacks, a
-  site of another shape, a glob naming two values, top_n 0, two SAEs with one name; a site whose
+  site of another shape, a glob naming two values, top_n 0, a "context" of one number or a
+  negative one, two SAEs with one name; a site whose
   pipeline stage stores nothing.
 Mutation caught: part_merge in harvest/saes.c adding only the last batch's counts
-(total[cnt + j] = part[cnt + j]) fails the count, n_dead and n_dense checks (24 failures)."""
+(total[cnt + j] = part[cnt + j]) fails the count, n_dead and n_dense checks (24 failures).
+Mutation caught: sae_exemplars in harvest_data.py placing the ids one slot late in `context`
+(ctx[a - (t - before) + 1:...]) fails the context check."""
 import json
 import os
 import re
@@ -377,6 +386,47 @@ shutil.copytree(f"{work}/sae-rl", f"{work}/sae-gated")
 cfg = json.load(open(f"{work}/sae-gated/cfg.json"))
 cfg["architecture"] = "gated"
 json.dump(cfg, open(f"{work}/sae-gated/cfg.json", "w"))
+# ---- exemplar context and text: a corpus of text, the tokenizer in the model folder ----
+os.makedirs(f"{work}/tmodel", exist_ok=True)
+for fn in os.listdir(f"{work}/model"):
+    if not os.path.exists(f"{work}/tmodel/{fn}"):
+        os.symlink(os.path.abspath(f"{work}/model/{fn}"), f"{work}/tmodel/{fn}")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+shutil.copy(os.path.join(ROOT, "data", "tokenizer.json"), f"{work}/tmodel/tokenizer.json")
+words = "the cat sat on a mat while rain fell over hills and rivers near old towns".split()
+texts = [" ".join(words[(3 * i + k) % len(words)] for k in range(4 + i % 9)) for i in range(14)]
+with open(f"{work}/text.jsonl", "w") as f:
+    f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+tsae = [{"path": "sae-rl", "on": SITES[0], "name": "rl", "top_n": 6, "context": [2, 1]},
+        {"path": "sae-tk", "on": SITES[0], "name": "tk"}]
+run(harvest, "run", write_job(f"{work}/text.json", model="tmodel", data="text.jsonl",
+                              activations=[SITES[0]], batch_size=3, saes=tsae,
+                              output={"path": "text.h5", "checkpoint_seconds": 0}), "--quiet",
+    check=0)
+o = hd.open_output(f"{work}/text.h5")
+with h5py.File(f"{work}/text.h5", "r") as f:
+    tids = f["tokens/input_ids"][:]
+g = o.sae("rl")
+check((g["context_before"], g["context_after"]) == (2, 1), "context attributes: the job's [2, 1]")
+check((o.sae("tk")["context_before"], o.sae("tk")["context_after"]) == (8, 4),
+      "context attributes: [8, 4] by default")
+n_ok = n_all = 0
+for j in np.flatnonzero(g["exemplar_count"])[:20]:
+    for e in o.sae_exemplars("rl", int(j)):
+        n_all += 1
+        q, p, t = e["position"], e["prompt"], e["t"]
+        o0, T = int(o.token_offset[p]), int(o.length[p])
+        want = np.array([tids[o0 + u] if 0 <= u < T else -1 for u in range(t - 2, t + 2)])
+        src = "<|bos|>" + texts[p]  # the template adds <|bos|>
+        n_ok += (np.array_equal(e["context"], want) and e["context"][2] == tids[q] and
+                 e["text"] is not None and e["text"] in src and e["token"] in e["text"])
+check(n_all > 0 and n_ok == n_all, f"sae_exemplars: context ids (-1 outside the prompt) and text "
+      f"(a piece of the prompt's text holding the exemplar's token): {n_ok} of {n_all}")
+ex = o.sae_exemplars("rl", int(np.argmax(g["count"])), before=0, after=0)
+check(all(e["text"] == e["token"] and len(e["context"]) == 1 for e in ex),
+      "sae_exemplars before=0, after=0: the token alone")
+o.close()
+
 run(harvest, "init-sae", "--layout", "saelens", "--arch", "relu", "--d-in", "128", "--d-sae", "64",
     f"{work}/sae-narrow", check=0)
 
@@ -393,6 +443,8 @@ BAD = [("width", one("sae-narrow", SITES[0]), ['"saes[0]"', "d_in 128", "384"]),
        ("shape", one("sae-rl", "encoder_0_q"), ['"saes[0].on"', "encoder_0_q"]),
        ("glob", one("sae-rl", "encoder_*_output"), ['"saes[0].on"', "an SAE reads one"]),
        ("top_n", one("sae-rl", SITES[0], top_n=0), ['"saes[0].top_n"']),
+       ("context", one("sae-rl", SITES[0], context=[8]), ['"saes[0].context"', "[BEFORE, AFTER]"]),
+       ("context2", one("sae-rl", SITES[0], context=[1, -1]), ['"saes[0].context"']),
        ("dup", one("sae-rl", SITES[0]) * 2, ['"saes[1].name"', '"x"'])]
 for name, saes, want in BAD:
     p = run(harvest, "run", job("bad-" + name, saes=saes), "--quiet")
