@@ -21,6 +21,13 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   SIGTERM then --resume, SIGKILL then --resume: bit for bit; a complete output without /saes gets it from --resume;
 - harvest_data Output.sae(), sae_latents() and sae_exemplars() (the token ids around each
   exemplar); `harvest inspect`'s line a SAE;
+- a big SAE: SAELens topk, d_sae = 16 x 384, k 16, top_n 64, every batch in one segment
+  (checkpoint_seconds 3600): against numpy as above; its peak RSS (getrusage of the run, in a
+  child of its own) at most the run's without SAEs + 2 W (the float32 weights) + 3 x 16 D N (the
+  exemplar tables: the batch in hand, the final total, a batch read back) + 3 x 4 S D (pre,
+  indices, values) + 3 x 8 (6 D + 2 C + 4) a batch (held, gathered, split) + 3 x 16 a stored
+  entry (its exemplars, as bound) + 2 x (8 k + 16) a token (the CSR latents) + 32 MiB; encoded 5
+  rows at a time (AH_SAE_ROWS) and at np 2, the same bytes (results and latents);
 - exemplar context and text: a corpus of text tokenized with data/tokenizer.json (in a copy of
   the model folder), "context": [2, 1] on one SAE and the default on another: the attributes
   context_before / context_after; each exemplar's context the stored ids from t - 2 to t + 1 of
@@ -34,6 +41,8 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   pipeline stage stores nothing.
 Mutation caught: part_merge in harvest/saes.c adding only the last batch's counts
 (total[cnt + j] = part[cnt + j]) fails the count, n_dead and n_dense checks (24 failures).
+Mutation caught: the partial layout before (every held batch with its full (D, N) exemplar table,
+the a97dda2 build) peaks at 525 MiB on the big SAE case against 176 MiB now, over the bound.
 Mutation caught: sae_exemplars in harvest_data.py placing the ids one slot late in `context`
 (ctx[a - (t - before) + 1:...]) fails the context check."""
 import json
@@ -386,7 +395,58 @@ shutil.copytree(f"{work}/sae-rl", f"{work}/sae-gated")
 cfg = json.load(open(f"{work}/sae-gated/cfg.json"))
 cfg["architecture"] = "gated"
 json.dump(cfg, open(f"{work}/sae-gated/cfg.json", "w"))
-# ---- exemplar context and text: a corpus of text, the tokenizer in the model folder ----
+# ---- a big SAE (d_sae = 16 d, top_n 64), every batch in one segment: memory bounded ----
+BIG = {"bg": (["--layout", "saelens", "--arch", "topk", "--k", "16", "--d-sae", str(16 * D)],
+               SITES[0], 64)}
+SPECS.update(BIG)
+run(harvest, "init-sae", *BIG["bg"][0], "--d-in", str(D), "--seed", "9", f"{work}/sae-bg", check=0)
+RSS = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+       "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def big_run(name, saes, env=None, np_=1):
+    jp = write_job(f"{work}/{name}.json", model="model", data="prompts.jsonl",
+                   activations=[SITES[0]], max_seq_len=T, batch_size=2, saes=saes,
+                   output={"path": f"{name}.h5", "checkpoint_seconds": 3600})
+    cmd = [MPIRUN, "-np", str(np_), harvest] if np_ > 1 else [harvest]
+    p = subprocess.run(["/usr/bin/python3", "-c", RSS, *cmd, "run", jp, "--quiet"],
+                       env=dict(MPI_ENV, **(env or {})), capture_output=True, text=True,
+                       timeout=900)
+    rc, kib = (int(v) for v in p.stdout.split()[-2:])
+    check(rc == 0, f"{name}: exit {rc}: {p.stderr[-600:]}")
+    return 1024 * kib
+
+
+bg = [{"path": "sae-bg", "on": SITES[0], "name": "bg", "top_n": 64}]
+base = big_run("big0", [])
+peak = big_run("big", bg)
+check_against_numpy(f"{work}/big.h5", False, "big SAE", want=BIG)
+with h5py.File(f"{work}/big.h5", "r") as f:
+    n_seg = len(json.loads(f.attrs["segments"]))
+    n_tok = int(f["saes/bg"].attrs["n_tokens"])
+n_batch = -(-sum(1 for _ in open(f"{work}/prompts.jsonl")) // 2)
+Dz, N, K = 16 * D, 64, 16
+W = 4 * (2 * D * Dz + Dz + D)  # the SAE's float32 weights
+bound = (base + 2 * W + 3 * 16 * Dz * N + 3 * 4 * T * Dz + 3 * n_batch * 8 * (6 * Dz + 2 * D + 4) +
+         3 * 16 * n_tok * K + 2 * (8 * K + 16) * n_tok + (32 << 20))
+check(n_seg == 1, f"big SAE: every batch in one segment ({n_seg})")
+check(peak <= bound, f"big SAE: peak RSS {peak / 2**20:.1f} MiB <= {bound / 2**20:.1f} MiB (the run "
+      f"without SAEs {base / 2**20:.1f} MiB + 2 W + 3 x 16 D N + 3 x 4 S D + 3 x 8 (6 D + 2 C + 4) "
+      f"a batch + 3 x 16 a stored entry's exemplar + 2 x (8 k + 16) a token + 32 MiB)")
+big_run("bigc", bg, env={"AH_SAE_ROWS": "5"})
+same_saes(f"{work}/big.h5", f"{work}/bigc.h5", "big SAE encoded 5 rows at a time", want=BIG)
+if MPIRUN:
+    big_run("big2", bg, np_=2)
+    same_saes(f"{work}/big.h5", f"{work}/big2.h5", "big SAE, np 2, one segment", want=BIG)
+
+# ---- a big SAE: SAELens topk, d_sae = 16 x 384, k 16, top_n 64, every batch in one segment
+  (checkpoint_seconds 3600): against numpy as above; its peak RSS (getrusage of the run, in a
+  child of its own) at most the run's without SAEs + 2 W (the float32 weights) + 3 x 16 D N (the
+  exemplar tables: the batch in hand, the final total, a batch read back) + 3 x 4 S D (pre,
+  indices, values) + 3 x 8 (6 D + 2 C + 4) a batch (held, gathered, split) + 3 x 16 a stored
+  entry (its exemplars, as bound) + 2 x (8 k + 16) a token (the CSR latents) + 32 MiB; encoded 5
+  rows at a time (AH_SAE_ROWS) and at np 2, the same bytes (results and latents);
+- exemplar context and text: a corpus of text, the tokenizer in the model folder ----
 os.makedirs(f"{work}/tmodel", exist_ok=True)
 for fn in os.listdir(f"{work}/model"):
     if not os.path.exists(f"{work}/tmodel/{fn}"):
