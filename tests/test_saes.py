@@ -39,7 +39,7 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   site of another shape, a glob naming two values, top_n 0, a "context" of one number or a
   negative one, two SAEs with one name; a site whose
   pipeline stage stores nothing.
-Mutation caught: part_merge in harvest/saes.c adding only the last batch's counts
+Mutation caught: saepart_merge in harvest/saepart.c adding only the last batch's counts
 (total[cnt + j] = part[cnt + j]) fails the count, n_dead and n_dense checks (24 failures).
 Mutation caught: the partial layout before (every held batch with its full (D, N) exemplar table,
 the a97dda2 build) peaks at 525 MiB on the big SAE case against 176 MiB now, over the bound.
@@ -439,14 +439,7 @@ if MPIRUN:
     big_run("big2", bg, np_=2)
     same_saes(f"{work}/big.h5", f"{work}/big2.h5", "big SAE, np 2, one segment", want=BIG)
 
-# ---- a big SAE: SAELens topk, d_sae = 16 x 384, k 16, top_n 64, every batch in one segment
-  (checkpoint_seconds 3600): against numpy as above; its peak RSS (getrusage of the run, in a
-  child of its own) at most the run's without SAEs + 2 W (the float32 weights) + 3 x 16 D N (the
-  exemplar tables: the batch in hand, the final total, a batch read back) + 3 x 4 S D (pre,
-  indices, values) + 3 x 8 (6 D + 2 C + 4) a batch (held, gathered, split) + 3 x 16 a stored
-  entry (its exemplars, as bound) + 2 x (8 k + 16) a token (the CSR latents) + 32 MiB; encoded 5
-  rows at a time (AH_SAE_ROWS) and at np 2, the same bytes (results and latents);
-- exemplar context and text: a corpus of text, the tokenizer in the model folder ----
+# ---- exemplar context and text: a corpus of text, the tokenizer in the model folder ----
 os.makedirs(f"{work}/tmodel", exist_ok=True)
 for fn in os.listdir(f"{work}/model"):
     if not os.path.exists(f"{work}/tmodel/{fn}"):
