@@ -33,7 +33,9 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   context_before / context_after; each exemplar's context the stored ids from t - 2 to t + 1 of
   its prompt (-1 outside it), the exemplar's id at context[2]; its text (decoded in Python with
   the tokenizer the job's model folder holds) a piece of the prompt's own text ("<|bos|>" and
-  the jsonl text) holding the token's text; before=0, after=0: the token alone;
+  the jsonl text) holding the token's text; before=0, after=0: the token alone; a window
+  holding the whole prompt: its text the same as `harvest inspect --text` decodes in C and as
+  the corpus's;
 - bad input, exit 1 naming the key and the file, no output written: a d_in that is not the site's
   width, a missing folder, a missing tensor, an unknown architecture, a site the model lacks, a
   site of another shape, a glob naming two values, top_n 0, a "context" of one number or a
@@ -478,6 +480,13 @@ check(n_all > 0 and n_ok == n_all, f"sae_exemplars: context ids (-1 outside the 
 ex = o.sae_exemplars("rl", int(np.argmax(g["count"])), before=0, after=0)
 check(all(e["text"] == e["token"] and len(e["context"]) == 1 for e in ex),
       "sae_exemplars before=0, after=0: the token alone")
+for e in o.sae_exemplars("rl", int(np.argmax(g["count"])), before=T, after=T)[:4]:
+    p = run(harvest, "inspect", f"{work}/text.h5", "--text", str(e["prompt"]), check=0)
+    m = re.search(rf"^prompt {e['prompt']} \(\d+ tokens\): (.*)$", p.stdout, re.M)
+    c_text = m.group(1) if m else None
+    check(e["text"] == c_text == "<|bos|>" + texts[e["prompt"]],
+          f"a whole prompt's text: the reader's {e['text']!r}, harvest inspect --text's (C) "
+          f"{c_text!r}, the corpus's")
 o.close()
 
 run(harvest, "init-sae", "--layout", "saelens", "--arch", "relu", "--d-in", "128", "--d-sae", "64",
