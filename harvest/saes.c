@@ -13,23 +13,25 @@
 // counts, max and exemplars are exact and the sums the same bits at any grid and after any
 // resume: each batch's partial is made by one rank in prompt order and added in batch order.
 //
-// A partial is L = 6D + 3 + 2C + 2DN doubles (D = d_sae, C = d_in, N = top_n):
-//   count (D), sum (D), sum_sq (D), max (D), l0_hist (D + 1), n_tok, sse, sum_x (C),
-//   sum_xx (C), n_ex (D), then per latent N exemplars (value, position), largest first
-// Counts and positions are exact as doubles (below 2^53).
+// The partial layout: harvest/saepart.h.
 #include "harvest/run.h"
 #include "harvest/saelat.h"
-#include "io/h5profile.h" // h5prof_has_group
+#include "harvest/saepart.h" // struct sdims, saepart_*
+#include "io/h5profile.h"    // h5prof_has_group
 #include "io/h5sae.h"
 #include "io/output.h" // out_parts_path
 #include "io/sae.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SAE_DENSE 0.1 // a latent firing on more than this fraction of the tokens is dense
+// sae_pre's (rows, d_sae) buffer holds at most this many floats (64 MiB): a view of more rows
+// is encoded in chunks of rows (env AH_SAE_ROWS, a test hook, sets the rows a chunk)
+#define SAE_PRE_FLOATS ((int64_t)1 << 24)
 
 // ---------------------------------------------------------------------------------------------
 // the job's "saes" against the catalogue
@@ -134,89 +136,6 @@ static int saes_check(const struct plan *pl, const struct grid *g, struct ah_err
 }
 
 // ---------------------------------------------------------------------------------------------
-// one partial: accumulate, merge
-
-struct sdims {
-    int64_t D, C, N, L;
-    int64_t cnt, sum, sq, max, hist, ntok, sse, sx, sxx, nex, ex; // offsets in a partial
-};
-
-static void dims_of(struct sdims *z, int64_t D, int64_t C, int64_t N) {
-    z->D = D, z->C = C, z->N = N;
-    z->cnt = 0, z->sum = D, z->sq = 2 * D, z->max = 3 * D, z->hist = 4 * D;
-    z->ntok = 5 * D + 1, z->sse = z->ntok + 1, z->sx = z->sse + 1, z->sxx = z->sx + C;
-    z->nex = z->sxx + C, z->ex = z->nex + D;
-    z->L = z->ex + 2 * D * N;
-}
-
-static void part_reset(const struct sdims *z, double *p) {
-    memset(p, 0, (size_t)z->L * sizeof *p);
-}
-
-// exemplar (v, pos) into latent j's sorted list of partial p (at most N): larger value first,
-// then the smaller position
-static void ex_add(const struct sdims *z, double *p, int64_t j, double v, double pos) {
-    double *n_ex = p + z->nex + j, *ex = p + z->ex + 2 * z->N * j;
-    int64_t n = (int64_t)*n_ex, N = z->N;
-#define EX_BEFORE(a) (v > (a)[0] || (v == (a)[0] && pos < (a)[1]))
-    if (n == N && !EX_BEFORE(ex + 2 * (N - 1))) return;
-    int64_t at = n < N ? n : N - 1;
-    while (at > 0 && EX_BEFORE(ex + 2 * (at - 1))) {
-        ex[2 * at] = ex[2 * (at - 1)], ex[2 * at + 1] = ex[2 * (at - 1) + 1];
-        at--;
-    }
-#undef EX_BEFORE
-    ex[2 * at] = v, ex[2 * at + 1] = pos;
-    if (n < N) *n_ex = (double)(n + 1);
-}
-
-// one token: its activation x (C), reconstruction y (C) and code (n entries idx, val)
-static void token_add(const struct sdims *z, double *p, int64_t pos, const float *x, const float *y,
-                      const int32_t *idx, const float *val, int64_t n) {
-    int64_t l0 = 0;
-    for (int64_t e = 0; e < n; e++) {
-        double v = (double)val[e];
-        if (!(v > 0)) continue;
-        int64_t j = idx[e];
-        l0++;
-        p[z->cnt + j] += 1;
-        p[z->sum + j] += v;
-        p[z->sq + j] += v * v;
-        if (v > p[z->max + j]) p[z->max + j] = v;
-        ex_add(z, p, j, v, (double)pos);
-    }
-    p[z->hist + l0] += 1;
-    p[z->ntok] += 1;
-    double sse = 0;
-    for (int64_t f = 0; f < z->C; f++) {
-        double xf = (double)x[f], r = xf - (double)y[f];
-        sse += r * r;
-        p[z->sx + f] += xf;
-        p[z->sxx + f] += xf * xf;
-    }
-    p[z->sse] += sse;
-}
-
-// total += part, in this order (the merge of batch partials, batch after batch)
-static void part_merge(const struct sdims *z, double *total, const double *part) {
-    for (int64_t j = 0; j < z->D; j++) {
-        total[z->cnt + j] += part[z->cnt + j];
-        total[z->sum + j] += part[z->sum + j];
-        total[z->sq + j] += part[z->sq + j];
-        if (part[z->max + j] > total[z->max + j]) total[z->max + j] = part[z->max + j];
-    }
-    for (int64_t k = 0; k <= z->D + 2; k++) // the histogram, n_tok and sse
-        total[z->hist + k] += part[z->hist + k];
-    for (int64_t f = 0; f < 2 * z->C; f++) // sum_x, sum_xx
-        total[z->sx + f] += part[z->sx + f];
-    for (int64_t j = 0; j < z->D; j++) {
-        const double *ex = part + z->ex + 2 * z->N * j;
-        for (int64_t e = 0; e < (int64_t)part[z->nex + j]; e++)
-            ex_add(z, total, j, ex[2 * e], ex[2 * e + 1]);
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // the consumer
 
 struct sae_run {
@@ -224,6 +143,7 @@ struct sae_run {
     struct sae_file f; // the SAE; owned
     struct sdims z;
     double *part;       // (L) the batch in hand; points into saes.part
+    double *tab;        // (D, N, 2) its exemplar table; owned
     struct sae_lat lat; // its CSR latents since the last flush
 };
 
@@ -244,35 +164,49 @@ struct saes {
     int64_t n_held, cap_held;
     int64_t *held_batch; // (n_held) batches since the last flush
     double *held;        // (n_held, Lsum) their partials
+    double *held_ex;     // (n_ex, 2) their exemplars, batch after batch, SAE after SAE
+    int64_t n_ex, cap_ex;
+    int64_t rows; // rows encoded at once (sae_pre's (rows, d_sae) buffer)
 };
 
 static void saes_free(void *u) {
     struct saes *sa = u;
     if (!sa) return;
     for (int k = 0; sa->r && k < sa->n; k++)
-        sae_close(&sa->r[k].f), saelat_free(&sa->r[k].lat);
+        sae_close(&sa->r[k].f), saelat_free(&sa->r[k].lat), free(sa->r[k].tab);
     free(sa->r), free(sa->of), free(sa->want), free(sa->part);
     free(sa->x), free(sa->u), free(sa->y), free(sa->nrm), free(sa->pre), free(sa->val);
     free(sa->idx), free(sa->indptr), free(sa->pos);
-    free(sa->held_batch), free(sa->held);
+    free(sa->held_batch), free(sa->held), free(sa->held_ex);
     free(sa);
 }
 
-// one SAE over the n kept rows of a view gathered in sa->x (positions sa->pos)
-static int encode_rows(struct saes *sa, struct sae_run *r, int64_t n, struct ah_error *err) {
+// one SAE over rows [r0, r0 + n) of the view gathered in sa->x (positions sa->pos)
+static int encode_chunk(struct saes *sa, struct sae_run *r, int64_t r0, int64_t n,
+                        struct ah_error *err) {
     const struct sae *s = &r->f.s;
+    int64_t C = s->d_in;
+    const float *x = sa->x + r0 * C;
     float *nrm = s->norm != SAE_NORM_NONE ? sa->nrm : NULL;
-    sae_pre(sa->pre, sa->u, nrm, sa->x, s, n);
+    sae_pre(sa->pre, sa->u, nrm, x, s, n);
     sae_count(sa->indptr, sa->pre, s, n);
     sae_fill(sa->idx, sa->val, sa->indptr, sa->pre, s, n);
     sae_decode(sa->y, sa->indptr, sa->idx, sa->val, nrm, s, n);
-    int64_t C = s->d_in;
     for (int64_t t = 0; t < n; t++) {
         int64_t e0 = sa->indptr[t], e1 = sa->indptr[t + 1];
-        token_add(&r->z, r->part, sa->pos[t], sa->x + t * C, sa->y + t * C, sa->idx + e0,
-                  sa->val + e0, e1 - e0);
+        saepart_token(&r->z, r->part, r->tab, sa->pos[r0 + t], x + t * C, sa->y + t * C,
+                      sa->idx + e0, sa->val + e0, e1 - e0);
     }
-    return saelat_add(&r->lat, n, sa->pos, sa->indptr, sa->idx, sa->val, err);
+    return saelat_add(&r->lat, n, sa->pos + r0, sa->indptr, sa->idx, sa->val, err);
+}
+
+// one SAE over the n kept rows of a view gathered in sa->x: sa->rows at a time (a view of a
+// few rows, as every view unless d_sae is large, is one GEMM)
+static int encode_rows(struct saes *sa, struct sae_run *r, int64_t n, struct ah_error *err) {
+    int rc = 0;
+    for (int64_t r0 = 0; rc == 0 && r0 < n; r0 += sa->rows)
+        rc = encode_chunk(sa, r, r0, n - r0 < sa->rows ? n - r0 : sa->rows, err);
+    return rc;
 }
 
 static int saes_take(void *u, const struct ctake *t, const struct tview *v, struct ah_error *err) {
@@ -300,15 +234,36 @@ static int saes_begin(void *u, const struct cbatch *bt, struct ah_error *err) {
     struct saes *sa = u;
     int rc = 0;
     for (int k = 0; k < sa->n; k++) {
-        part_reset(&sa->r[k].z, sa->r[k].part);
+        saepart_reset(&sa->r[k].z, sa->r[k].part);
         if (rc == 0 && sa->takes) rc = saelat_begin(&sa->r[k].lat, bt->k, err);
     }
     return rc;
 }
 
+// the exemplars of the batch in hand, packed onto held_ex (SAE after SAE)
+static int hold_ex(struct saes *sa, struct ah_error *err) {
+    int64_t m = 0;
+    for (int k = 0; k < sa->n; k++)
+        m += saepart_ex_count(&sa->r[k].z, sa->r[k].part);
+    if (sa->n_ex + m > sa->cap_ex) {
+        int64_t c = 2 * sa->cap_ex + m + 64;
+        double *ne = realloc(sa->held_ex, (size_t)(2 * c) * sizeof *ne);
+        if (!ne)
+            return ah_fail(err, AH_ENOMEM, "out of memory: the SAEs' exemplars of %lld batches",
+                           (long long)sa->n_held + 1);
+        sa->held_ex = ne, sa->cap_ex = c;
+    }
+    for (int k = 0; k < sa->n; k++)
+        sa->n_ex +=
+            saepart_ex_pack(&sa->r[k].z, sa->r[k].part, sa->r[k].tab, sa->held_ex + 2 * sa->n_ex);
+    return 0;
+}
+
 static int saes_end(void *u, const struct cbatch *bt, struct ah_error *err) {
     struct saes *sa = u;
     if (!sa->takes) return 0;
+    int rc = hold_ex(sa, err);
+    if (rc < 0) return rc;
     int64_t B = sa->Lsum; // doubles a batch
     if (sa->n_held == sa->cap_held) {
         int64_t c = sa->cap_held * 2 + 8;
@@ -326,15 +281,69 @@ static int saes_end(void *u, const struct cbatch *bt, struct ah_error *err) {
     return 0;
 }
 
-// rank 0 of the stage: the gathered partials v (total, Lsum) written per SAE into seg_path
+// Collective over comm: every rank's held exemplars to comm's rank 0 (*gx malloc'd there, *n_gx
+// pairs), rank after rank. 0, or -AH_ENOMEM on every rank.
+static int gather_ex(const struct saes *sa, MPI_Comm comm, int me, int size, double **gx,
+                     int64_t *n_gx) {
+    long long mine = (long long)(2 * sa->n_ex), tot = 0, *all = NULL;
+    int *cnt = NULL, *dsp = NULL, rc = 0;
+    if (me == 0) {
+        all = calloc((size_t)size, sizeof *all);
+        cnt = calloc((size_t)size, sizeof *cnt), dsp = calloc((size_t)size, sizeof *dsp);
+        if (!all || !cnt || !dsp) rc = -AH_ENOMEM;
+    }
+    CHECK_MPI(MPI_Gather(&mine, 1, MPI_LONG_LONG, all, 1, MPI_LONG_LONG, 0, comm));
+    for (int m = 0; me == 0 && rc == 0 && m < size; m++) {
+        if (tot + all[m] > INT_MAX) rc = -AH_ENOMEM; // MPI counts are int: a shorter segment
+        cnt[m] = (int)all[m], dsp[m] = (int)tot;
+        tot += all[m];
+    }
+    if (me == 0 && rc == 0 && !(*gx = malloc(((size_t)tot + 1) * sizeof **gx))) rc = -AH_ENOMEM;
+    CHECK_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, comm));
+    if (rc == 0)
+        CHECK_MPI(
+            MPI_Gatherv(sa->held_ex, (int)mine, MPI_DOUBLE, *gx, cnt, dsp, MPI_DOUBLE, 0, comm));
+    *n_gx = tot / 2;
+    free(all), free(cnt), free(dsp);
+    return rc;
+}
+
+// the gathered exemplars gx, rank after rank, batch after batch, SAE after SAE, split per SAE
+// into exs[k] (E[k] pairs, each from pex), and each row's ex_off in per[k] (total, L[k]) set
+static void split_ex(const struct saes *sa, int total, double *const *per, const double *gx,
+                     double *pex, double **exs, int64_t *E) {
+    for (int k = 0; k < sa->n; k++) {
+        E[k] = 0;
+        for (int i = 0; i < total; i++)
+            E[k] += saepart_ex_count(&sa->r[k].z, per[k] + (size_t)i * (size_t)sa->r[k].z.L);
+        exs[k] = pex;
+        pex += 2 * E[k];
+        E[k] = 0;
+    }
+    for (int i = 0; i < total; i++)
+        for (int k = 0; k < sa->n; k++) {
+            const struct sdims *z = &sa->r[k].z;
+            double *row = per[k] + (size_t)i * (size_t)z->L;
+            int64_t m = saepart_ex_count(z, row);
+            row[z->exo] = (double)E[k];
+            memcpy(exs[k] + 2 * E[k], gx, (size_t)(2 * m) * sizeof *gx);
+            gx += 2 * m, E[k] += m;
+        }
+}
+
+// rank 0 of the stage: the gathered partials v (total, Lsum) and exemplars gx (n_gx pairs)
+// written per SAE into seg_path
 static int write_gathered(const struct saes *sa, const char *seg_path, const int64_t *batch,
-                          int total, const double *v, struct ah_error *err) {
+                          int total, const double *v, const double *gx, int64_t n_gx,
+                          struct ah_error *err) {
     const char **names = calloc((size_t)sa->n + 1, sizeof *names);
-    const double **vals = calloc((size_t)sa->n + 1, sizeof *vals);
-    int64_t *L = calloc((size_t)sa->n + 1, sizeof *L);
+    double **vals = calloc((size_t)sa->n + 1, sizeof *vals);
+    double **exs = calloc((size_t)sa->n + 1, sizeof *exs);
+    int64_t *L = calloc((size_t)sa->n + 1, sizeof *L), *E = calloc((size_t)sa->n + 1, sizeof *E);
     double *per = malloc(((size_t)total * (size_t)sa->Lsum + 1) * sizeof *per);
+    double *pex = malloc(((size_t)(2 * n_gx) + 1) * sizeof *pex);
     int rc = 0;
-    if (!names || !vals || !L || !per)
+    if (!names || !vals || !exs || !L || !E || !per || !pex)
         rc = ah_fail(err, AH_ENOMEM, "out of memory: %d batches' SAE partials", total);
     for (int k = 0, off = 0; rc == 0 && k < sa->n; k++) { // (n, Lsum) -> per SAE (n, L)
         L[k] = sa->r[k].z.L;
@@ -346,8 +355,11 @@ static int write_gathered(const struct saes *sa, const char *seg_path, const int
         vals[k] = dst;
         off += (int)L[k];
     }
-    if (rc == 0) rc = h5sae_write_partials(seg_path, batch, total, sa->n, names, vals, L, err);
-    free(names), free(vals), free(L), free(per);
+    if (rc == 0) split_ex(sa, total, vals, gx, pex, exs, E);
+    if (rc == 0)
+        rc = h5sae_write_partials(seg_path, batch, total, sa->n, names, (const double *const *)vals,
+                                  L, (const double *const *)exs, E, err);
+    free(names), free(vals), free(exs), free(L), free(E), free(per), free(pex);
     return rc;
 }
 
@@ -364,8 +376,8 @@ static int saes_segment(void *u, const struct out_ops *out, MPI_Comm comm, const
     CHECK_MPI(MPI_Comm_size(comm, &size));
     int B = (int)sa->Lsum;
     int *cnt = NULL, *dsp = NULL, *cntv = NULL, *dspv = NULL;
-    int64_t *batch = NULL;
-    double *v = NULL;
+    int64_t *batch = NULL, n_gx = 0;
+    double *v = NULL, *gx = NULL;
     if (me == 0) {
         cnt = calloc((size_t)size, sizeof *cnt), dsp = calloc((size_t)size, sizeof *dsp);
         cntv = calloc((size_t)size, sizeof *cntv), dspv = calloc((size_t)size, sizeof *dspv);
@@ -387,10 +399,16 @@ static int saes_segment(void *u, const struct out_ops *out, MPI_Comm comm, const
     CHECK_MPI(
         MPI_Gatherv(sa->held_batch, mine, MPI_INT64_T, batch, cnt, dsp, MPI_INT64_T, 0, comm));
     CHECK_MPI(MPI_Gatherv(sa->held, mine * B, MPI_DOUBLE, v, cntv, dspv, MPI_DOUBLE, 0, comm));
-    if (me == 0) rc = write_gathered(sa, seg_path, batch, total, v, err);
+    if ((rc = gather_ex(sa, comm, me, size, &gx, &n_gx)) < 0)
+        ah_fail(err, AH_ENOMEM,
+                "out of memory: the exemplars of %d batches' SAE partials (a "
+                "shorter output.checkpoint_seconds holds fewer)",
+                total);
+    else if (me == 0)
+        rc = write_gathered(sa, seg_path, batch, total, v, gx, n_gx, err);
 done:
-    sa->n_held = 0;
-    free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v);
+    sa->n_held = 0, sa->n_ex = 0;
+    free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v), free(gx);
     for (int k = 0; k < sa->n; k++) { // every rank, whatever failed: each flush is collective
         struct ah_error e = {0};
         int r = saelat_flush(&sa->r[k].lat, comm, seg_path, sa->pl->j.saes[sa->of[k]].name, &e);
@@ -418,7 +436,9 @@ static int saes_open(struct saes *sa, const struct grid *g, struct ah_error *err
         r->id = id;
         sa->of[sa->n++] = i;
         sa->want[id] = g->shard == 0;
-        dims_of(&r->z, r->f.s.d_sae, r->f.s.d_in, pl->j.saes[i].top_n);
+        saepart_dims(&r->z, r->f.s.d_sae, r->f.s.d_in, pl->j.saes[i].top_n);
+        r->tab = malloc((size_t)(2 * r->z.D * r->z.N) * sizeof *r->tab);
+        if (!r->tab) return ah_fail(err, AH_ENOMEM, "out of memory: the SAEs' exemplars");
         sa->Lsum += r->z.L;
         Cmax = r->z.C > Cmax ? r->z.C : Cmax;
         Dmax = r->z.D > Dmax ? r->z.D : Dmax;
@@ -427,7 +447,10 @@ static int saes_open(struct saes *sa, const struct grid *g, struct ah_error *err
     sa->part = malloc((size_t)sa->Lsum * sizeof *sa->part);
     for (int k = 0, off = 0; sa->part && k < sa->n; off += (int)sa->r[k++].z.L)
         sa->r[k].part = sa->part + off;
-    size_t SC = (size_t)(S * Cmax), SD = (size_t)(S * Dmax);
+    const char *rows = getenv("AH_SAE_ROWS");
+    sa->rows = rows && atoll(rows) > 0 ? atoll(rows) : SAE_PRE_FLOATS / Dmax;
+    sa->rows = sa->rows < 1 ? 1 : sa->rows > S ? S : sa->rows;
+    size_t SC = (size_t)(S * Cmax), SD = (size_t)(sa->rows * Dmax);
     sa->x = malloc(SC * sizeof *sa->x), sa->u = malloc(SC * sizeof *sa->u);
     sa->y = malloc(SC * sizeof *sa->y), sa->nrm = malloc((size_t)(2 * S) * sizeof *sa->nrm);
     sa->pre = malloc(SD * sizeof *sa->pre), sa->val = malloc(SD * sizeof *sa->val);
@@ -437,7 +460,7 @@ static int saes_open(struct saes *sa, const struct grid *g, struct ah_error *err
     if (!sa->part || !sa->x || !sa->u || !sa->y || !sa->nrm || !sa->pre || !sa->val || !sa->idx ||
         !sa->indptr || !sa->pos)
         return ah_fail(err, AH_ENOMEM, "out of memory: the SAEs' buffers (%lld x %lld floats)",
-                       (long long)S, (long long)Dmax);
+                       (long long)sa->rows, (long long)Dmax);
     return 0;
 }
 
@@ -515,13 +538,17 @@ static int sae_entries(const struct plan *pl, const struct h5out_record *rec, in
     return 0;
 }
 
-// the batch partials of entries e merged, batch after batch, into total
+// the batch partials of entries e merged, batch after batch, into total (exemplar table tex)
 static int sae_fold(const struct plan *pl, const struct h5out_record *rec, const struct sentry *e,
-                    int64_t n, const char *name, const struct sdims *z, double *total,
+                    int64_t n, const char *name, const struct sdims *z, double *total, double *tex,
                     struct ah_error *err) {
     double *buf = malloc((size_t)z->L * sizeof *buf);
-    if (!buf) return ah_fail(err, AH_ENOMEM, "out of memory: the SAE partials");
-    part_reset(z, total);
+    double *bex = malloc(((size_t)(2 * z->D * z->N) + 1) * sizeof *bex);
+    if (!buf || !bex) {
+        free(buf), free(bex);
+        return ah_fail(err, AH_ENOMEM, "out of memory: the SAE partials");
+    }
+    saepart_reset(z, total);
     struct h5sae_src src;
     h5sae_src_init(&src);
     char path[4400];
@@ -531,10 +558,15 @@ static int sae_fold(const struct plan *pl, const struct h5out_record *rec, const
         if (e[i].batch < next) continue; // a batch listed twice: its first listing
         if (e[i].batch > next) break;
         out_parts_path(path, sizeof path, pl->j.out_path, rec[e[i].rec].file);
-        if (h5sae_read_row(&src, path, name, e[i].row, z->L, buf) < 0)
+        int64_t m = 0;
+        bool ok = h5sae_read_row(&src, path, name, e[i].row, z->L, buf) == 0;
+        if (ok) m = saepart_ex_count(z, buf);
+        ok = ok && m <= z->D * z->N &&
+             h5sae_read_ex(&src, path, name, (int64_t)buf[z->exo], m, bex) == 0;
+        if (!ok)
             rc = ah_fail(err, AH_EIO, "%s: cannot read the SAE partials of \"%s\"", path, name);
         else
-            part_merge(z, total, buf);
+            saepart_merge(z, total, tex, buf, bex);
         next++;
     }
     if (rc == 0 && next < pl->place.K)
@@ -542,7 +574,7 @@ static int sae_fold(const struct plan *pl, const struct h5out_record *rec, const
                      "%s: no listed segment holds the partials of SAE \"%s\" for batch %lld",
                      pl->j.out_path, name, (long long)next);
     h5sae_src_close(&src);
-    free(buf);
+    free(buf), free(bex);
     return rc;
 }
 
@@ -550,9 +582,10 @@ static const char *arch_name(const struct sae *s) {
     return s->arch == SAE_TOPK ? "topk" : s->arch == SAE_JUMPRELU ? "jumprelu" : "relu";
 }
 
-// a merged partial p as the master stores it: arrays in *i64 and *f64 (malloc'd)
-static int sae_item(const struct sdims *z, const double *p, const struct sae_file *f,
-                    struct h5sae_item *it, int64_t **i64, double **f64) {
+// a merged partial p (exemplar table tab) as the master stores it: arrays in *i64 and *f64
+// (malloc'd)
+static int sae_item(const struct sdims *z, const double *p, const double *tab,
+                    const struct sae_file *f, struct h5sae_item *it, int64_t **i64, double **f64) {
     int64_t D = z->D, N = z->N;
     *i64 = malloc((size_t)(D * 3 + 1 + D * N) * sizeof **i64);
     *f64 = malloc((size_t)(D * 3 + D * N) * sizeof **f64);
@@ -566,7 +599,7 @@ static int sae_item(const struct sdims *z, const double *p, const struct sae_fil
         sum[j] = p[z->sum + j], sq[j] = p[z->sq + j], mx[j] = p[z->max + j];
         dead += cnt[j] == 0;
         dense += n_tok > 0 && (double)cnt[j] > SAE_DENSE * n_tok;
-        const double *ex = p + z->ex + 2 * N * j;
+        const double *ex = tab + 2 * N * j;
         for (int64_t e = 0; e < N; e++) {
             val[j * N + e] = e < nex[j] ? ex[2 * e] : (double)NAN;
             pos[j * N + e] = e < nex[j] ? (int64_t)ex[2 * e + 1] : -1;
@@ -613,21 +646,23 @@ static int sae_result(const struct plan *pl, int i, const struct h5out_record *r
     int id = site_of(pl, i, err), rc = id < 0 ? id : sae_of(pl, i, id, &f, err);
     if (rc < 0) return rc;
     struct sdims z;
-    dims_of(&z, f.s.d_sae, f.s.d_in, js->top_n);
+    saepart_dims(&z, f.s.d_sae, f.s.d_in, js->top_n);
     struct sentry *e = NULL;
     int64_t ne = 0;
     double *total = malloc((size_t)z.L * sizeof *total);
-    if (!total) rc = ah_fail(err, AH_ENOMEM, "out of memory: the SAE \"%s\"", js->name);
+    double *tex = malloc(((size_t)(2 * z.D * z.N) + 1) * sizeof *tex);
+    if (!total || !tex) rc = ah_fail(err, AH_ENOMEM, "out of memory: the SAE \"%s\"", js->name);
     if (rc == 0) rc = sae_entries(pl, rec, n_rec, js->name, &e, &ne, err);
-    if (rc == 0) rc = sae_fold(pl, rec, e, ne, js->name, &z, total, err);
-    if (rc == 0 && sae_item(&z, total, &f, it, i64, f64) < 0)
+    if (rc == 0) rc = sae_fold(pl, rec, e, ne, js->name, &z, total, tex, err);
+    if (rc == 0 && sae_item(&z, total, tex, &f, it, i64, f64) < 0)
         rc = ah_fail(err, AH_ENOMEM, "out of memory: the SAE \"%s\"", js->name);
     if (rc == 0) {
         it->name = js->name;
         it->on = pl->m.cat[id].name;
         it->path = js->path;
+        it->ctx_before = js->ctx_before, it->ctx_after = js->ctx_after;
     }
-    free(e), free(total);
+    free(e), free(total), free(tex);
     sae_close(&f);
     return rc;
 }

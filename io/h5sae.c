@@ -15,7 +15,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#define PART "saes_part"
+#define PART    "saes_part"
+#define PART_EX "saes_part_ex"
 
 // a dataset loc/name of rank nd (dims d) of file type ft, written from buf of memory type mt
 static herr_t put_array(hid_t loc, const char *name, int nd, const hsize_t *d, hid_t ft, hid_t mt,
@@ -32,16 +33,21 @@ static herr_t put_array(hid_t loc, const char *name, int nd, const hsize_t *d, h
 
 int h5sae_write_partials(const char *seg_path, const int64_t *batch, int64_t n, int n_saes,
                          const char *const *names, const double *const *v, const int64_t *L,
-                         struct ah_error *err) {
+                         const double *const *ex, const int64_t *E, struct ah_error *err) {
     hid_t f = H5Fopen(seg_path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5I_INVALID_HID;
+    hid_t ge = H5I_INVALID_HID;
     herr_t r = f < 0 ? -1 : 0;
     if (r >= 0) r = g = H5Gcreate2(f, PART, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (r >= 0) r = ge = H5Gcreate2(f, PART_EX, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     hsize_t d[2] = {(hsize_t)n, 0};
     if (r >= 0) r = put_array(g, "batch", 1, d, H5T_STD_I64LE, H5T_NATIVE_INT64, batch);
     for (int k = 0; r >= 0 && k < n_saes; k++) {
-        d[1] = (hsize_t)L[k];
+        d[0] = (hsize_t)n, d[1] = (hsize_t)L[k];
         r = put_array(g, names[k], 2, d, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v[k]);
+        d[0] = (hsize_t)E[k], d[1] = 2;
+        if (r >= 0) r = put_array(ge, names[k], 2, d, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, ex[k]);
     }
+    if (ge >= 0 && H5Gclose(ge) < 0) r = -1;
     if (g >= 0 && H5Gclose(g) < 0) r = -1;
     if (f >= 0 && H5Fclose(f) < 0) r = -1;
     if (r >= 0 && fs_sync_path(seg_path) != 0) r = -1;
@@ -80,10 +86,11 @@ int h5sae_write_latents(const char *seg_path, const char *name, int64_t nb, cons
 
 void h5sae_src_init(struct h5sae_src *x) {
     x->path[0] = x->name[0] = 0;
-    x->f = x->d = H5I_INVALID_HID;
+    x->f = x->d = x->e = H5I_INVALID_HID;
 }
 
 void h5sae_src_close(struct h5sae_src *x) {
+    if (x->e >= 0) H5Dclose(x->e);
     if (x->d >= 0) H5Dclose(x->d);
     if (x->f >= 0) H5Fclose(x->f);
     h5sae_src_init(x);
@@ -122,10 +129,14 @@ int h5sae_read_row(struct h5sae_src *x, const char *path, const char *name, int6
         h5sae_src_close(x);
         snprintf(x->path, sizeof x->path, "%s", path);
         snprintf(x->name, sizeof x->name, "%s", name);
-        char dname[512];
+        char dname[512], ename[512];
         snprintf(dname, sizeof dname, PART "/%s", name);
+        snprintf(ename, sizeof ename, PART_EX "/%s", name);
         x->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
         x->d = x->f < 0 ? -1 : H5Dopen2(x->f, dname, H5P_DEFAULT);
+        bool has = x->f >= 0 && H5Lexists(x->f, PART_EX, H5P_DEFAULT) > 0 &&
+                   H5Lexists(x->f, ename, H5P_DEFAULT) > 0;
+        x->e = has ? H5Dopen2(x->f, ename, H5P_DEFAULT) : H5I_INVALID_HID;
     }
     hid_t fs = x->d < 0 ? -1 : H5Dget_space(x->d);
     hsize_t st[2] = {(hsize_t)row, 0}, cnt[2] = {1, (hsize_t)L}, dims[2] = {0, 0};
@@ -134,6 +145,22 @@ int h5sae_read_row(struct h5sae_src *x, const char *path, const char *name, int6
     hid_t ms = H5Screate_simple(2, cnt, NULL);
     if (r >= 0) r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
     if (r >= 0) r = H5Dread(x->d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
+    H5Sclose(ms);
+    if (fs >= 0) H5Sclose(fs);
+    return r < 0 ? -1 : 0;
+}
+
+int h5sae_read_ex(struct h5sae_src *x, const char *path, const char *name, int64_t off, int64_t n,
+                  double *buf) {
+    if (n == 0) return 0;
+    if (strcmp(x->path, path) || strcmp(x->name, name) || x->e < 0) return -1; // read_row first
+    hid_t fs = H5Dget_space(x->e);
+    hsize_t st[2] = {(hsize_t)off, 0}, cnt[2] = {(hsize_t)n, 2}, dims[2] = {0, 0};
+    herr_t r = fs < 0 ? -1 : H5Sget_simple_extent_dims(fs, dims, NULL);
+    if (r >= 0 && (r != 2 || dims[1] != 2 || off < 0 || (hsize_t)(off + n) > dims[0])) r = -1;
+    hid_t ms = H5Screate_simple(2, cnt, NULL);
+    if (r >= 0) r = H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
+    if (r >= 0) r = H5Dread(x->e, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
     H5Sclose(ms);
     if (fs >= 0) H5Sclose(fs);
     return r < 0 ? -1 : 0;
@@ -163,6 +190,8 @@ static herr_t put_attrs(hid_t g, const struct h5sae_item *it) {
     if (r >= 0) r = h5attr_put_num(g, "d_sae", i64, mi, &it->d_sae);
     if (r >= 0) r = h5attr_put_num(g, "k", i64, mi, &it->k);
     if (r >= 0) r = h5attr_put_num(g, "top_n", i64, mi, &it->top_n);
+    if (r >= 0) r = h5attr_put_num(g, "context_before", i64, mi, &it->ctx_before);
+    if (r >= 0) r = h5attr_put_num(g, "context_after", i64, mi, &it->ctx_after);
     if (r >= 0) r = h5attr_put_num(g, "n_tokens", i64, mi, &it->n_tokens);
     if (r >= 0) r = h5attr_put_num(g, "sse", f64, md, &it->sse);
     if (r >= 0) r = h5attr_put_num(g, "total_variance", f64, md, &it->total_var);

@@ -4,7 +4,9 @@
 // Segment: group /saes_latents/<name> per SAE, its sparse latents (h5sae_write_latents), and
 // group /saes_part with `batch` (n,) int64 (the batches, in the order held) and one
 // (n, L) float64 dataset per SAE, named by the job's SAE name: row j is batch batch[j]'s packed
-// partial (L doubles; harvest/saes.c says how they are packed, L depends on the SAE).
+// partial (L doubles; harvest/saes.c says how they are packed, L depends on the SAE); and group
+// /saes_part_ex with one (E, 2) float64 dataset per SAE: the batches' exemplars (value,
+// position), packed one after another (a row of /saes_part says where its own are).
 // Master: group /saes/<name> per SAE (its datasets and attributes are struct h5sae_item's).
 #ifndef AH_H5SAE_H
 #define AH_H5SAE_H
@@ -16,11 +18,12 @@
 
 struct ah_error;
 
-// Writes /saes_part into the closed segment file seg_path and fsyncs it: batch (n) and the
-// n_saes datasets names[k] (n, L[k]) with data v[k]. 0 or -AH_EIO naming the file.
+// Writes /saes_part and /saes_part_ex into the closed segment file seg_path and fsyncs it: batch
+// (n), the n_saes datasets names[k] (n, L[k]) with data v[k], and names[k] (E[k], 2) of
+// /saes_part_ex with data ex[k]. 0 or -AH_EIO naming the file.
 int h5sae_write_partials(const char *seg_path, const int64_t *batch, int64_t n, int n_saes,
                          const char *const *names, const double *const *v, const int64_t *L,
-                         struct ah_error *err);
+                         const double *const *ex, const int64_t *E, struct ah_error *err);
 
 // Writes /saes_latents/<name> into the closed segment file seg_path and fsyncs it: batch and
 // batch_tokens (nb), position and n_entries (nt), indices (int32) and values (float32) (nz): the
@@ -34,7 +37,7 @@ int h5sae_write_latents(const char *seg_path, const char *name, int64_t nb, cons
 struct h5sae_src {
     char path[4400]; // the file open ("" when none)
     char name[512];  // the SAE whose dataset is open
-    int64_t f, d;    // its handles (hid_t)
+    int64_t f, d, e; // its handles (hid_t): the file, the partials, the exemplars
 };
 void h5sae_src_init(struct h5sae_src *x);
 // The batches of segment path whose partials of SAE `name` it holds: *batch malloc'd (*n).
@@ -43,6 +46,9 @@ int h5sae_batches(const char *path, const char *name, int64_t **batch, int64_t *
 // Row `row` (L doubles) of segment path's partials of SAE name into buf. 0 or -1.
 int h5sae_read_row(struct h5sae_src *x, const char *path, const char *name, int64_t row, int64_t L,
                    double *buf);
+// Exemplar rows [off, off + n) (n x 2 doubles) of segment path's SAE name into buf. 0 or -1.
+int h5sae_read_ex(struct h5sae_src *x, const char *path, const char *name, int64_t off, int64_t n,
+                  double *buf);
 void h5sae_src_close(struct h5sae_src *x);
 
 // One SAE's folded results (docs/output.md "SAE latents").
@@ -50,6 +56,7 @@ struct h5sae_item {
     const char *name;                      // the job's name: group /saes/<name>
     const char *on, *path, *layout, *arch; // attributes: the site, the folder, layout, arch
     int64_t d_in, d_sae, k, top_n;         // attributes (k 0 unless topk)
+    int64_t ctx_before, ctx_after;         // attributes: the job's "context" (the reader's window)
     int64_t n_tokens;                      // attribute: tokens encoded
     double sse, total_var, fvu, l0_mean;   // attributes: the reconstruction metrics
     double dense_threshold;           // attribute: firing fraction above which a latent is dense

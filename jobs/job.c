@@ -159,7 +159,7 @@ static const char *const data_keys[] = {"path", "format", "field", "pack", "fiel
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
     "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
-static const char *const sae_keys[] = {"path", "on", "name", "top_n", NULL};
+static const char *const sae_keys[] = {"path", "on", "name", "top_n", "context", NULL};
 static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
 
 // "data": a path, or an object {path, format, field, pack, fields}
@@ -232,6 +232,27 @@ static int parse_names(struct job *j, const cJSON *root, const char *path, struc
     return 0;
 }
 
+// "saes[i].context": [BEFORE, AFTER], the token ids kept around each exemplar (0..1024 each)
+static int get_context(const cJSON *e, const char *path, const char *where, struct job_sae *s,
+                       struct ah_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "context");
+    if (!v) return 0;
+    const cJSON *a = cJSON_GetArrayItem(v, 0), *b = cJSON_GetArrayItem(v, 1);
+    bool ok =
+        cJSON_IsArray(v) && cJSON_GetArraySize(v) == 2 && cJSON_IsNumber(a) && cJSON_IsNumber(b);
+    for (int k = 0; ok && k < 2; k++) {
+        double x = (k ? b : a)->valuedouble;
+        ok = x == (double)(int)x && x >= 0 && x <= JOB_SAE_CONTEXT_MAX;
+    }
+    if (!ok)
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"%scontext\": expected [BEFORE, AFTER], two integers from 0 to %d "
+                       "(the tokens shown before and after each exemplar)",
+                       path, where, JOB_SAE_CONTEXT_MAX);
+    s->ctx_before = a->valueint, s->ctx_after = b->valueint;
+    return 0;
+}
+
 // "saes": a list of {"path": DIR, "on": NAME_OR_ALIAS, "name": NAME, "top_n": N}; the SAE
 // folders and sites are checked against the model by the consumer (harvest/saes.c)
 static int parse_saes(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
@@ -251,6 +272,7 @@ static int parse_saes(struct job *j, const cJSON *root, const char *path, struct
         snprintf(in, sizeof in, "saes[%d]: ", j->n_saes);
         struct job_sae *s = &j->saes[j->n_saes++];
         s->top_n = 32;
+        s->ctx_before = JOB_SAE_CONTEXT_BEFORE, s->ctx_after = JOB_SAE_CONTEXT_AFTER;
         char *dir = NULL;
         if (!cJSON_IsObject(e))
             return ah_fail(err, AH_EINVAL, "%s: \"saes[%d]\": expected an object", path,
@@ -259,7 +281,8 @@ static int parse_saes(struct job *j, const cJSON *root, const char *path, struct
             (rc = get_string(e, "path", path, where, true, &dir, err)) < 0 ||
             (rc = get_string(e, "on", path, where, true, &s->on, err)) < 0 ||
             (rc = get_string(e, "name", path, where, true, &s->name, err)) < 0 ||
-            (rc = get_int(e, "top_n", path, where, 1, JOB_SAE_TOP_N_MAX, &s->top_n, err)) < 0) {
+            (rc = get_int(e, "top_n", path, where, 1, JOB_SAE_TOP_N_MAX, &s->top_n, err)) < 0 ||
+            (rc = get_context(e, path, where, s, err)) < 0) {
             free(dir);
             return rc;
         }

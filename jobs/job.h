@@ -25,8 +25,14 @@ struct job_sae {
     char *on;   // the site: a catalogue name or alias, as written; owned
     char *name; // the name its outputs go under (/saes/<name>); owned
     int top_n;  // exemplars kept per latent, 1..4096 (default 32)
+
+    int ctx_before, ctx_after; // "context": token ids shown before / after an exemplar (8, 4)
 };
 #define JOB_SAE_TOP_N_MAX 4096
+
+#define JOB_SAE_CONTEXT_MAX    1024 // "context": at most this many either side
+#define JOB_SAE_CONTEXT_BEFORE 8
+#define JOB_SAE_CONTEXT_AFTER  4
 
 struct job {
     char *path;         // the job file as given; owned

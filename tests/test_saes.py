@@ -21,12 +21,32 @@ topk on encoder_1_ffn_output), the sites stored in "activations" too:
   SIGTERM then --resume, SIGKILL then --resume: bit for bit; a complete output without /saes gets it from --resume;
 - harvest_data Output.sae(), sae_latents() and sae_exemplars() (the token ids around each
   exemplar); `harvest inspect`'s line a SAE;
+- a big SAE: SAELens topk, d_sae = 16 x 384, k 16, top_n 64, every batch in one segment
+  (checkpoint_seconds 3600): against numpy as above; its peak RSS (getrusage of the run, in a
+  child of its own) at most the run's without SAEs + 2 W (the float32 weights) + 3 x 16 D N (the
+  exemplar tables: the batch in hand, the final total, a batch read back) + 3 x 4 S D (pre,
+  indices, values) + 3 x 8 (6 D + 2 C + 4) a batch (held, gathered, split) + 3 x 16 a stored
+  entry (its exemplars, as bound) + 2 x (8 k + 16) a token (the CSR latents) + 32 MiB; encoded 5
+  rows at a time (AH_SAE_ROWS) and at np 2, the same bytes (results and latents);
+- exemplar context and text: a corpus of text tokenized with data/tokenizer.json (in a copy of
+  the model folder), "context": [2, 1] on one SAE and the default on another: the attributes
+  context_before / context_after; each exemplar's context the stored ids from t - 2 to t + 1 of
+  its prompt (-1 outside it), the exemplar's id at context[2]; its text (decoded in Python with
+  the tokenizer the job's model folder holds) a piece of the prompt's own text ("<|bos|>" and
+  the jsonl text) holding the token's text; before=0, after=0: the token alone; a window
+  holding the whole prompt: its text the same as `harvest inspect --text` decodes in C and as
+  the corpus's;
 - bad input, exit 1 naming the key and the file, no output written: a d_in that is not the site's
   width, a missing folder, a missing tensor, an unknown architecture, a site the model lacks, a
-  site of another shape, a glob naming two values, top_n 0, two SAEs with one name; a site whose
+  site of another shape, a glob naming two values, top_n 0, a "context" of one number or a
+  negative one, two SAEs with one name; a site whose
   pipeline stage stores nothing.
-Mutation caught: part_merge in harvest/saes.c adding only the last batch's counts
-(total[cnt + j] = part[cnt + j]) fails the count, n_dead and n_dense checks (24 failures)."""
+Mutation caught: saepart_merge in harvest/saepart.c adding only the last batch's counts
+(total[cnt + j] = part[cnt + j]) fails the count, n_dead and n_dense checks (24 failures).
+Mutation caught: the partial layout before (every held batch with its full (D, N) exemplar table,
+the a97dda2 build) peaks at 525 MiB on the big SAE case against 176 MiB now, over the bound.
+Mutation caught: sae_exemplars in harvest_data.py placing the ids one slot late in `context`
+(ctx[a - (t - before) + 1:...]) fails the context check."""
 import json
 import os
 import re
@@ -377,6 +397,98 @@ shutil.copytree(f"{work}/sae-rl", f"{work}/sae-gated")
 cfg = json.load(open(f"{work}/sae-gated/cfg.json"))
 cfg["architecture"] = "gated"
 json.dump(cfg, open(f"{work}/sae-gated/cfg.json", "w"))
+# ---- a big SAE (d_sae = 16 d, top_n 64), every batch in one segment: memory bounded ----
+BIG = {"bg": (["--layout", "saelens", "--arch", "topk", "--k", "16", "--d-sae", str(16 * D)],
+               SITES[0], 64)}
+SPECS.update(BIG)
+run(harvest, "init-sae", *BIG["bg"][0], "--d-in", str(D), "--seed", "9", f"{work}/sae-bg", check=0)
+RSS = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+       "print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+
+
+def big_run(name, saes, env=None, np_=1):
+    jp = write_job(f"{work}/{name}.json", model="model", data="prompts.jsonl",
+                   activations=[SITES[0]], max_seq_len=T, batch_size=2, saes=saes,
+                   output={"path": f"{name}.h5", "checkpoint_seconds": 3600})
+    cmd = [MPIRUN, "-np", str(np_), harvest] if np_ > 1 else [harvest]
+    p = subprocess.run(["/usr/bin/python3", "-c", RSS, *cmd, "run", jp, "--quiet"],
+                       env=dict(MPI_ENV, **(env or {})), capture_output=True, text=True,
+                       timeout=900)
+    rc, kib = (int(v) for v in p.stdout.split()[-2:])
+    check(rc == 0, f"{name}: exit {rc}: {p.stderr[-600:]}")
+    return 1024 * kib
+
+
+bg = [{"path": "sae-bg", "on": SITES[0], "name": "bg", "top_n": 64}]
+base = big_run("big0", [])
+peak = big_run("big", bg)
+check_against_numpy(f"{work}/big.h5", False, "big SAE", want=BIG)
+with h5py.File(f"{work}/big.h5", "r") as f:
+    n_seg = len(json.loads(f.attrs["segments"]))
+    n_tok = int(f["saes/bg"].attrs["n_tokens"])
+n_batch = -(-sum(1 for _ in open(f"{work}/prompts.jsonl")) // 2)
+Dz, N, K = 16 * D, 64, 16
+W = 4 * (2 * D * Dz + Dz + D)  # the SAE's float32 weights
+bound = (base + 2 * W + 3 * 16 * Dz * N + 3 * 4 * T * Dz + 3 * n_batch * 8 * (6 * Dz + 2 * D + 4) +
+         3 * 16 * n_tok * K + 2 * (8 * K + 16) * n_tok + (32 << 20))
+check(n_seg == 1, f"big SAE: every batch in one segment ({n_seg})")
+check(peak <= bound, f"big SAE: peak RSS {peak / 2**20:.1f} MiB <= {bound / 2**20:.1f} MiB (the run "
+      f"without SAEs {base / 2**20:.1f} MiB + 2 W + 3 x 16 D N + 3 x 4 S D + 3 x 8 (6 D + 2 C + 4) "
+      f"a batch + 3 x 16 a stored entry's exemplar + 2 x (8 k + 16) a token + 32 MiB)")
+big_run("bigc", bg, env={"AH_SAE_ROWS": "5"})
+same_saes(f"{work}/big.h5", f"{work}/bigc.h5", "big SAE encoded 5 rows at a time", want=BIG)
+if MPIRUN:
+    big_run("big2", bg, np_=2)
+    same_saes(f"{work}/big.h5", f"{work}/big2.h5", "big SAE, np 2, one segment", want=BIG)
+
+# ---- exemplar context and text: a corpus of text, the tokenizer in the model folder ----
+os.makedirs(f"{work}/tmodel", exist_ok=True)
+for fn in os.listdir(f"{work}/model"):
+    if not os.path.exists(f"{work}/tmodel/{fn}"):
+        os.symlink(os.path.abspath(f"{work}/model/{fn}"), f"{work}/tmodel/{fn}")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+shutil.copy(os.path.join(ROOT, "data", "tokenizer.json"), f"{work}/tmodel/tokenizer.json")
+words = "the cat sat on a mat while rain fell over hills and rivers near old towns".split()
+texts = [" ".join(words[(3 * i + k) % len(words)] for k in range(4 + i % 9)) for i in range(14)]
+with open(f"{work}/text.jsonl", "w") as f:
+    f.writelines(json.dumps({"text": t}) + "\n" for t in texts)
+tsae = [{"path": "sae-rl", "on": SITES[0], "name": "rl", "top_n": 6, "context": [2, 1]},
+        {"path": "sae-tk", "on": SITES[0], "name": "tk"}]
+run(harvest, "run", write_job(f"{work}/text.json", model="tmodel", data="text.jsonl",
+                              activations=[SITES[0]], batch_size=3, saes=tsae,
+                              output={"path": "text.h5", "checkpoint_seconds": 0}), "--quiet",
+    check=0)
+o = hd.open_output(f"{work}/text.h5")
+with h5py.File(f"{work}/text.h5", "r") as f:
+    tids = f["tokens/input_ids"][:]
+g = o.sae("rl")
+check((g["context_before"], g["context_after"]) == (2, 1), "context attributes: the job's [2, 1]")
+check((o.sae("tk")["context_before"], o.sae("tk")["context_after"]) == (8, 4),
+      "context attributes: [8, 4] by default")
+n_ok = n_all = 0
+for j in np.flatnonzero(g["exemplar_count"])[:20]:
+    for e in o.sae_exemplars("rl", int(j)):
+        n_all += 1
+        q, p, t = e["position"], e["prompt"], e["t"]
+        o0, T = int(o.token_offset[p]), int(o.length[p])
+        want = np.array([tids[o0 + u] if 0 <= u < T else -1 for u in range(t - 2, t + 2)])
+        src = "<|bos|>" + texts[p]  # the template adds <|bos|>
+        n_ok += (np.array_equal(e["context"], want) and e["context"][2] == tids[q] and
+                 e["text"] is not None and e["text"] in src and e["token"] in e["text"])
+check(n_all > 0 and n_ok == n_all, f"sae_exemplars: context ids (-1 outside the prompt) and text "
+      f"(a piece of the prompt's text holding the exemplar's token): {n_ok} of {n_all}")
+ex = o.sae_exemplars("rl", int(np.argmax(g["count"])), before=0, after=0)
+check(all(e["text"] == e["token"] and len(e["context"]) == 1 for e in ex),
+      "sae_exemplars before=0, after=0: the token alone")
+for e in o.sae_exemplars("rl", int(np.argmax(g["count"])), before=T, after=T)[:4]:
+    p = run(harvest, "inspect", f"{work}/text.h5", "--text", str(e["prompt"]), check=0)
+    m = re.search(rf"^prompt {e['prompt']} \(\d+ tokens\): (.*)$", p.stdout, re.M)
+    c_text = m.group(1) if m else None
+    check(e["text"] == c_text == "<|bos|>" + texts[e["prompt"]],
+          f"a whole prompt's text: the reader's {e['text']!r}, harvest inspect --text's (C) "
+          f"{c_text!r}, the corpus's")
+o.close()
+
 run(harvest, "init-sae", "--layout", "saelens", "--arch", "relu", "--d-in", "128", "--d-sae", "64",
     f"{work}/sae-narrow", check=0)
 
@@ -393,6 +505,8 @@ BAD = [("width", one("sae-narrow", SITES[0]), ['"saes[0]"', "d_in 128", "384"]),
        ("shape", one("sae-rl", "encoder_0_q"), ['"saes[0].on"', "encoder_0_q"]),
        ("glob", one("sae-rl", "encoder_*_output"), ['"saes[0].on"', "an SAE reads one"]),
        ("top_n", one("sae-rl", SITES[0], top_n=0), ['"saes[0].top_n"']),
+       ("context", one("sae-rl", SITES[0], context=[8]), ['"saes[0].context"', "[BEFORE, AFTER]"]),
+       ("context2", one("sae-rl", SITES[0], context=[1, -1]), ['"saes[0].context"']),
        ("dup", one("sae-rl", SITES[0]) * 2, ['"saes[1].name"', '"x"'])]
 for name, saes, want in BAD:
     p = run(harvest, "run", job("bad-" + name, saes=saes), "--quiet")

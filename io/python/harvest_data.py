@@ -543,26 +543,45 @@ class Output:
         Read from the listed segments (a batch in two, after a resume: its first listing)."""
         return sae_latents(self.f, name)
 
-    def sae_exemplars(self, name, latent, window=8):
-        """The exemplars of one latent of SAE `name`, largest first: a list of dicts value,
-        position (corpus token index), prompt, t (position in the prompt) and ids, the token ids
-        of the prompt within `window` tokens either side (the exemplar at ids[t - start], start
-        returned too). The ids need every corpus token in /tokens (the prompt layout, or the
-        token layout without "select"); otherwise ids and start are None."""
+    def sae_exemplars(self, name, latent, window=None, before=None, after=None, tokenizer=None):
+        """The exemplars of one latent of SAE `name`, largest first: a list of dicts
+        - value, position (corpus token index), prompt, t (position in the prompt);
+        - context: int64 (before + 1 + after,) the token ids from t - before to t + after, the
+          exemplar at context[before], -1 outside the prompt; before / after default to the job's
+          "context" (attributes context_before / context_after, [8, 4] when absent);
+        - ids, start: the ids of the prompt within the window (clipped to it; ids[t - start] is
+          the exemplar); window=W is before = after = W;
+        - text, token: the text of ids and of the exemplar's token, decoded with the output's
+          tokenizer (the job's model folder's tokenizer.json, as `harvest report` finds it, or
+          the tokenizer.json at `tokenizer`), None without one or with a decoder other than
+          ByteLevel.
+        The ids are read from /tokens/input_ids, so they need every corpus token there (the
+        prompt layout, or the token layout without "select"); otherwise context, ids and text
+        are None."""
         r = sae(self.f, name)
+        if window is not None:
+            before = after = window
+        before = int(r.get("context_before", 8)) if before is None else int(before)
+        after = int(r.get("context_after", 4)) if after is None else int(after)
         corpus = np.concatenate([[0], np.cumsum(self.length)]).astype(np.int64)
         ids = self.f["tokens/input_ids"] if "tokens/input_ids" in self.f else None
         whole = ids is not None and ids.shape[0] == int(corpus[-1])
+        dec = _Decoder.find(self, tokenizer) if whole else None
         out = []
         for i in range(int(r["exemplar_count"][latent])):
             q = int(r["exemplar_position"][latent, i])
             p = int(np.searchsorted(corpus, q, side="right") - 1)
             t = q - int(corpus[p])
             e = {"value": float(r["exemplar_value"][latent, i]), "position": q, "prompt": p, "t": t,
-                 "ids": None, "start": None}
+                 "ids": None, "start": None, "context": None, "text": None, "token": None}
             if whole:
-                a, b = max(0, t - window), min(int(self.length[p]), t + window + 1)
-                e["ids"], e["start"] = ids[corpus[p] + a:corpus[p] + b], a
+                a, b = max(0, t - before), min(int(self.length[p]), t + after + 1)
+                e["ids"], e["start"] = ids[corpus[p] + a:corpus[p] + b].astype(np.int64), a
+                ctx = np.full(before + 1 + after, -1, np.int64)
+                ctx[a - (t - before):b - (t - before)] = e["ids"]
+                e["context"] = ctx
+                if dec is not None:
+                    e["text"], e["token"] = dec.decode(e["ids"]), dec.decode(ids[q:q + 1])
             out.append(e)
         return out
 
@@ -713,6 +732,56 @@ def norm_profile(f, name=None):
     out["hist_edges"] = np.asarray(g.attrs["hist_edges"], np.float64)
     out["n_nan"] = int(g.attrs["n_nan"])
     return out
+
+
+class _Decoder:
+    """Token ids to text with a tokenizer.json whose decoder is ByteLevel (GPT-2, Llama 3, Qwen),
+    as Hugging Face tokenizers' decode does it (io/tok_decode.c is harvest's C one): each token's
+    string (an added token's content) mapped back to bytes through GPT-2's bytes_to_unicode
+    table (a string with a character outside it: its own UTF-8), all joined and read as UTF-8,
+    invalid bytes as U+FFFD."""
+
+    def __init__(self, path):
+        with open(path, encoding="utf-8") as f:
+            t = json.load(f)
+        d = t.get("decoder") or {}
+        if d.get("type") != "ByteLevel":
+            raise ValueError(f"{path}: decoder {d.get('type')!r}: only ByteLevel is decoded here")
+        self.vocab = {int(i): s for s, i in t["model"]["vocab"].items()}
+        self.added = {int(a["id"]): a["content"] for a in t.get("added_tokens", [])}
+        bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+        cs, n = bs[:], 0
+        for b in range(256):
+            if b not in bs:
+                bs.append(b), cs.append(256 + n)
+                n += 1
+        self.byte = {chr(c): b for b, c in zip(bs, cs)}
+
+    @staticmethod
+    def find(out, given=None):
+        """The decoder of output `out` (its job's model folder, from the working directory, else
+        from the output's folder), of `given`, or None."""
+        path = given
+        if path is None:
+            job = out.attrs.get("job", "{}")
+            model = json.loads(job.decode() if isinstance(job, bytes) else job).get("model")
+            if not isinstance(model, str):
+                return None
+            path = os.path.join(model, "tokenizer.json")
+            if not os.path.exists(path) and not os.path.isabs(model):
+                path = os.path.join(os.path.dirname(out.path) or ".", model, "tokenizer.json")
+        try:
+            return _Decoder(path)
+        except (OSError, ValueError, KeyError):
+            return None
+
+    def decode(self, ids):
+        run = bytearray()
+        for i in (int(x) for x in ids):
+            tok = self.added.get(i, self.vocab.get(i, ""))
+            b = [self.byte.get(c) for c in tok]
+            run.extend(tok.encode() if None in b else b)  # unmapped: the token's own bytes
+        return run.decode("utf-8", "replace")
 
 
 def sae(f, name=None):
