@@ -14,6 +14,9 @@ head alone runs again):
   so the CEs carry the float32 rounding of the forward and of the reconstruction (the largest
   relative difference is printed; a few 1e-6 here), inside 1e-5. (A TopK selection that flipped
   between the two on a near tie would show as a larger difference: none does on these seeds.)
+- with "select" (which chooses what is stored and encoded) the CE results are those without;
+- the spec model (encdec, whose hand-off is two arrays): ce_clean equals numpy's CE over the
+  stored logits, and the splice at an encoder and a decoder site changes the loss;
 - the run's summary and `harvest inspect` print the CE loss recovered of each evaluated SAE;
 - np 2 (replicas) and the MoE as 2 expert shards give /saes bit for bit as np 1; SIGKILL then
   --resume gives them bit for bit too;
@@ -178,6 +181,38 @@ for key, (d, cfg) in setups.items():
           f"{key}: inspect prints the CE loss recovered: {q.stdout[-600:]}")
 
 print(f"CE against numpy: worst relative difference {WORST[0]:.2e} (bound 1e-5)")
+
+# ---- "select" chooses what is stored and encoded, not what is evaluated ----
+d = setups["llama"][0]
+run(harvest, "run", job("llama", "sel", extra={"select": {"skip_first": 1, "seed": 0,
+                                                          "tokens_per_context": 3}}),
+    "--quiet", check=0)
+same(f"{d}/np1.h5", f"{d}/sel.h5", "with select")
+
+# ---- the spec model (encdec: two hand-off arrays restored): the clean CE is the stored logits' --
+ed = f"{work}/encdec"
+run(harvest, "init-model", "--family", "encdec", "--seed", "1", f"{ed}/model", check=0)
+write_prompts(f"{ed}/prompts.jsonl", LENS, seed=5, vocab=8192)
+run(harvest, "init-sae", "--layout", "saelens", "--arch", "topk", "--k", "8", "--d-sae", "256",
+    "--d-in", "384", "--seed", "3", f"{ed}/sae", check=0)
+run(harvest, "run", write_job(
+    f"{ed}/job.json", activations=["logits"], batch_size=2, output={"path": "out.h5"},
+    saes=[{"path": "sae", "on": on, "name": on, "evaluate": True}
+          for on in ["encoder_2_output", "decoder_1_ffn_output"]]), "--quiet", check=0)
+with h5py.File(f"{ed}/out.h5", "r") as f:
+    lens, offs = f["prompts/length"][:], f["prompts/token_offset"][:]
+    tot, n = 0.0, 0
+    for i, T in enumerate(lens):
+        s_, k = ce_of(f["activations/logits"][i][None, :T].astype(np.float64),
+                      f["tokens/input_ids"][offs[i]:offs[i] + T])
+        tot, n = tot + s_, n + k
+    for on in ["encoder_2_output", "decoder_1_ffn_output"]:
+        a = f[f"saes/{on}"].attrs
+        check(rel(float(a["ce_clean"]), tot / n) <= 1e-12 and int(a["n_ce_tokens"]) == n,
+              f"encdec {on}: ce_clean {a['ce_clean']}, numpy over the stored logits {tot / n}")
+        check(rel(float(a["ce_spliced"]), float(a["ce_clean"])) > 1e-6 and
+              rel(float(a["ce_zero"]), float(a["ce_clean"])) > 1e-6,
+              f"encdec {on}: the splice changes the loss")
 
 # ---- replicas, expert shards ----
 if MPIRUN:
