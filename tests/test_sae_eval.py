@@ -19,7 +19,8 @@ head alone runs again):
   stored logits, and the splice at an encoder and a decoder site changes the loss;
 - the run's summary and `harvest inspect` print the CE loss recovered of each evaluated SAE;
 - np 2 (replicas) and the MoE as 2 expert shards give /saes bit for bit as np 1; SIGKILL then
-  --resume gives them bit for bit too;
+  --resume gives them bit for bit too, and a complete output whose CE attributes are missing gets
+  them back from --resume;
 - bad input, exit 1 naming the key and the file: "evaluate" not a bool, "evaluate" on the
   logits (nothing runs after them that the loss reads), on lm_head_output (emitted as a const
   view, not replaceable), with 2 pipeline stages.
@@ -247,6 +248,14 @@ check(q.returncode == -signal.SIGKILL, f"killed: exit {q.returncode}")
 run(harvest, "run", job("llama", "kill", extra={"data": "long.jsonl"}), "--resume", "--quiet",
     check=0)
 same(f"{d}/whole.h5", out, "SIGKILL + --resume")
+# a complete output whose CE attributes are missing (killed between the two final stores)
+with h5py.File(out, "r+") as f:
+    for n in f["saes"]:
+        for k in [k for k in f[f"saes/{n}"].attrs if k.startswith(("ce_", "n_ce"))]:
+            del f[f"saes/{n}"].attrs[k]
+run(harvest, "run", job("llama", "kill", extra={"data": "long.jsonl"}), "--resume", "--quiet",
+    check=0)
+same(f"{d}/whole.h5", out, "CE attributes missing + --resume")
 
 # ---- bad input: exit 1 naming the key and the file ----
 site0 = MODELS["llama"][2]["l0"][1]
