@@ -17,7 +17,8 @@ head alone runs again):
 - with "select" (which chooses what is stored and encoded) the CE results are those without;
 - the spec model (encdec, whose hand-off is two arrays): ce_clean equals numpy's CE over the
   stored logits, and the splice at an encoder and a decoder site changes the loss;
-- the run's summary and `harvest inspect` print the CE loss recovered of each evaluated SAE;
+- harvest_data's Output.sae(NAME) has the CE attributes; the run's summary and `harvest inspect`
+  print the CE loss recovered of each evaluated SAE;
 - np 2 (replicas) and the MoE as 2 expert shards give /saes bit for bit as np 1; SIGKILL then
   --resume gives them bit for bit too, and a complete output whose CE attributes are missing gets
   them back from --resume;
@@ -38,12 +39,14 @@ import time
 import h5py
 import numpy as np
 
-from util import (MPI_ENV, args, check, finish, run, wait_started, write_job, write_prompts)
+from util import (MPI_ENV, args, check, finish, reader, run, wait_started, write_job,
+                  write_prompts)
 import hf  # tests/ref/hf, on the path util makes
 from hf import common as hfc
 import sae_ref
 
 harvest, work = args()
+hd = reader()
 MPIRUN = shutil.which("mpirun")
 LENS = [5, 1, 9, 12, 3, 7, 16, 2, 11]
 WORST = [0.0]  # the largest relative difference from numpy
@@ -177,6 +180,11 @@ for key, (d, cfg) in setups.items():
     for name in MODELS[key][2]:
         check(f"harvest: sae {name}: CE loss recovered" in p.stderr,
               f"{key}: the summary names {name}'s CE loss recovered: {p.stderr[-400:]}")
+    with h5py.File(f"{d}/np1.h5", "r") as f:
+        r = hd.open_output(f"{d}/np1.h5").sae(next(iter(MODELS[key][2])))
+        g = f[f"saes/{next(iter(MODELS[key][2]))}"]
+        check(all(r[k] == g.attrs[k] for k in FIELDS + ["n_ce_tokens"]),
+              f"{key}: harvest_data's sae() has the CE attributes")
     q = run(harvest, "inspect", f"{d}/np1.h5", check=0)
     check(all(f"sae {n}: CE loss recovered" in q.stdout for n in MODELS[key][2]),
           f"{key}: inspect prints the CE loss recovered: {q.stdout[-600:]}")
