@@ -1,5 +1,6 @@
 // test_tap.c - the encdec catalogue's numbering and axes, globs and axis kinds; the write-back
 // seam (a writer replaces rows and heads in the live buffer, a const view is refused).
+#include "model/blocks.h" // head_emit
 #include "model/encdec.h"
 #include "model/tap.h"
 #include "tests/check.h"
@@ -117,6 +118,17 @@ static void test_write_back(void) {
     CHECK_EQ(s.refused, 3);
     CHECK_EQ(s.writes, 0);
     CHECK(buf[0] == 1002.0f && e[0] == 7);
+    // the head's values (lm_head_output, logits, next_token_probs) are const views: refused
+    s = (struct seam){0};
+    float logits[3 * 4 + 4]; // (T, V) and the next-token row
+    for (int i = 0; i < 16; i++)
+        logits[i] = (float)i;
+    uint8_t wall[3] = {1, 1, 1};
+    struct tap th = {want, seam_take, &s, wall, seam_write};
+    head_emit(&th, 0, logits, 3, 4, 0, 1, 2, 0.0f);
+    CHECK_EQ(s.refused, 3);
+    CHECK_EQ(s.writes, 0);
+    CHECK(logits[0] == 0.0f && logits[11] == 11.0f);
     // no write array: tap_wants as before
     struct tap plain = {want, seam_take, &s, NULL, NULL};
     CHECK(tap_wants(&plain, 1) && !tap_writes(&plain, 1));
