@@ -1,6 +1,7 @@
 // consumers.c - the tap consumers' protocol (harvest.h): the registered kinds, the ordered list
 // of this rank's consumers, the fan-out of tap views and the batch and segment events.
-#include "harvest/run.h" // struct plan (the catalogue)
+#include "harvest/run.h"    // struct plan (the catalogue)
+#include "harvest/saeval.h" // saeval_kind
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +13,7 @@ static const struct consumer_kind *const kinds[] = {
     &wstats_kind,      // write-time statistics
     &normprofile_kind, // the per-position norm profile
     &saes_kind,        // the SAEs of "saes": latents' statistics, exemplars, metrics
+    &saeval_kind,      // their splice-in evaluation (after saes: its final adds to /saes/NAME)
 };
 #define N_KINDS ((int)(sizeof kinds / sizeof kinds[0]))
 
@@ -112,7 +114,7 @@ int consumers_final(const struct plan *pl, const struct out_ops *out,
 }
 
 struct tap consumers_tap(struct consumers *cs) {
-    return (struct tap){cs->want, fan_out, cs};
+    return (struct tap){cs->want, fan_out, cs, NULL, NULL};
 }
 
 double consumers_seconds(const struct consumers *cs, const char *name) {

@@ -22,7 +22,9 @@
 #include "harvest/export.h"     // xprobe_pool_output (the job key "pool")
 #include "harvest/normguard.h"
 #include "harvest/pipe.h"
+#include "harvest/saeval.h" // the splice-in evaluation of saes[i].evaluate
 #include "harvest/writer.h"
+#include "io/h5sae.h"   // h5sae_print_eval (the summary)
 #include "model/dnnl.h" // mm16_packing
 #include "model/ops.h"  // op_threads, op_compute
 
@@ -214,8 +216,9 @@ static int run_batch(struct rank_run *rr, int64_t k, const float *in, struct ah_
     struct cbatch cb = {k, r.p0, n, rr->lens, rr->boff, t0, bt.n_tokens, bt.ids, rr->keep};
     int rc = consumers_begin(&rr->cons, &cb, err);
     if (rc < 0) return rc;
-    model_forward(&pl->m, &rr->st, &bt, &tp, rr->g->b0, rr->g->b1);
-    if ((rc = consumers_end(&rr->cons, err)) < 0) return rc;
+    rc = saeval_forward(saeval_find(&rr->cons), &pl->m, &rr->st, &bt, &tp, rr->g->b0, rr->g->b1,
+                        err); // model_forward, and the SAEs spliced in when they evaluate
+    if (rc < 0 || (rc = consumers_end(&rr->cons, err)) < 0) return rc;
     if (!rr->pipe.last) pipe_send(&rr->pipe, k, rr->hand, rr->n_hand, hand_n);
     rr->busy += now_seconds() - start;
     rr->done_prompts += n;
@@ -387,6 +390,7 @@ int harvest_run(const struct run_opts *o, struct run_stats *stats, struct ah_err
                 "%lld empty prompts skipped, %lld truncated to %lld tokens\n",
                 (long long)pl.ds.n, (long long)pl.ds.n_tokens, pl.names.n_dsets, pl.j.out_path,
                 (long long)pl.ds.n_empty, (long long)pl.ds.n_truncated, (long long)pl.place.S);
+    if (rc == 0 && g.rank == 0 && !o->quiet) h5sae_print_eval(pl.j.out_path, "harvest: ", stderr);
     CHECK_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD)); // rank 0's verdict is everyone's
     if (stats)
         *stats = (struct run_stats){.prompts = pl.ds.n,

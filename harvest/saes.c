@@ -17,6 +17,7 @@
 #include "harvest/run.h"
 #include "harvest/saelat.h"
 #include "harvest/saepart.h" // struct sdims, saepart_*
+#include "harvest/saeval.h"  // saes_site, saes_open_sae (the evaluation's hooks)
 #include "io/h5profile.h"    // h5prof_has_group
 #include "io/h5sae.h"
 #include "io/output.h" // out_parts_path
@@ -75,6 +76,7 @@ int saes_deepest(const struct plan *pl) {
         struct ah_error e = {0};
         int id = site_of(pl, i, &e);
         if (id >= 0 && pl->m.cat[id].block > deepest) deepest = pl->m.cat[id].block;
+        if (id >= 0 && pl->j.saes[i].evaluate) deepest = pl->m.n_blocks; // the logits (saeval.c)
     }
     return deepest;
 }
@@ -688,3 +690,14 @@ static int saes_final(const struct plan *pl, const struct out_ops *out,
 }
 
 const struct consumer_kind saes_kind = {"saes", saes_check, saes_make, saes_final};
+
+// ---------------------------------------------------------------------------------------------
+// the hooks of the splice-in evaluation (saeval.c)
+
+int saes_site(const struct plan *pl, int i, struct ah_error *err) {
+    return site_of(pl, i, err);
+}
+
+int saes_open_sae(const struct plan *pl, int i, int id, struct sae_file *f, struct ah_error *err) {
+    return sae_of(pl, i, id, f, err);
+}

@@ -253,6 +253,8 @@ int h5sae_store(const char *path, const struct h5sae_item *items, int n, struct 
     return 0;
 }
 
+static int print_ce(hid_t g, const char *name, const char *prefix, FILE *out); // (below)
+
 // one SAE's line (H5Literate callback over /saes)
 static herr_t print_one(hid_t loc, const char *name, const H5L_info_t *info, void *u) {
     (void)info;
@@ -275,6 +277,7 @@ static herr_t print_one(hid_t loc, const char *name, const H5L_info_t *info, voi
             "%lld\n",
             name, arch ? arch : "?", layout ? layout : "?", on ? on : "?", (long long)n, fvu, l0,
             (long long)dead, (long long)d, (long long)dense);
+    print_ce(g, name, "  ", out); // the splice-in evaluation's line, if evaluated
     free(on), free(arch), free(layout);
     H5Gclose(g);
     (*count)++;
@@ -291,4 +294,152 @@ int h5sae_print(const char *path, FILE *out) {
     if (g >= 0) H5Gclose(g);
     if (f >= 0) H5Fclose(f);
     return count;
+}
+
+// ---------------------------------------------------------------------------------------------
+// the splice-in evaluation's partials and results
+
+#define EVAL "saes_eval"
+
+int h5sae_write_eval(const char *seg_path, const int64_t *batch, int64_t n, int n_saes,
+                     const char *const *names, const double *v, struct ah_error *err) {
+    hid_t f = H5Fopen(seg_path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5I_INVALID_HID;
+    herr_t r = f < 0 ? -1 : 0;
+    if (r >= 0) r = g = H5Gcreate2(f, EVAL, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hsize_t d[2] = {(hsize_t)n, 4};
+    if (r >= 0) r = put_array(g, "batch", 1, d, H5T_STD_I64LE, H5T_NATIVE_INT64, batch);
+    for (int k = 0; r >= 0 && k < n_saes; k++)
+        r = put_array(g, names[k], 2, d, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v + (size_t)k * n * 4);
+    if (g >= 0 && H5Gclose(g) < 0) r = -1;
+    if (f >= 0 && H5Fclose(f) < 0) r = -1;
+    if (r >= 0 && fs_sync_path(seg_path) != 0) r = -1;
+    return r < 0 ? ah_fail(err, AH_EIO, "%s: cannot write the SAEs' CE partials (disk full?)",
+                           seg_path)
+                 : 0;
+}
+
+// the whole dataset loc/name of n elements of memory type mt into a malloc'd *buf (n elements)
+static herr_t read_all(hid_t loc, const char *name, hid_t mt, size_t es, void **buf, hsize_t *n) {
+    hid_t d = H5Dopen2(loc, name, H5P_DEFAULT), s = d < 0 ? -1 : H5Dget_space(d);
+    hssize_t m = s < 0 ? -1 : H5Sget_simple_extent_npoints(s);
+    herr_t r = m < 0 ? -1 : 0;
+    if (r >= 0 && !(*buf = malloc((size_t)m * es + 8))) r = -1;
+    if (r >= 0 && m > 0) r = H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, *buf);
+    if (r >= 0) *n = (hsize_t)m;
+    if (s >= 0) H5Sclose(s);
+    if (d >= 0) H5Dclose(d);
+    return r;
+}
+
+int h5sae_read_eval(const char *path, const char *name, int64_t **batch, double **v, int64_t *n) {
+    *batch = NULL, *v = NULL, *n = 0;
+    char dname[600];
+    snprintf(dname, sizeof dname, EVAL "/%s", name);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    if (H5Lexists(f, EVAL, H5P_DEFAULT) <= 0 || H5Lexists(f, dname, H5P_DEFAULT) <= 0) {
+        H5Fclose(f);
+        return 0;
+    }
+    hsize_t nb = 0, nv = 0;
+    herr_t r = read_all(f, EVAL "/batch", H5T_NATIVE_INT64, 8, (void **)batch, &nb);
+    if (r >= 0) r = read_all(f, dname, H5T_NATIVE_DOUBLE, 8, (void **)v, &nv);
+    if (r >= 0 && nv != 4 * nb) r = -1;
+    H5Fclose(f);
+    if (r < 0) {
+        free(*batch), free(*v);
+        *batch = NULL, *v = NULL;
+        return -1;
+    }
+    *n = (int64_t)nb;
+    return 0;
+}
+
+int h5sae_store_eval(const char *path, const struct h5sae_eval *items, int n,
+                     struct ah_error *err) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (copy_file(path, tmp) < 0) {
+        unlink(tmp);
+        return ah_fail(err, AH_EIO, "%s: cannot copy the master to %s (disk full?)", path, tmp);
+    }
+    hid_t f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t f64 = H5T_IEEE_F64LE, md = H5T_NATIVE_DOUBLE;
+    herr_t r = f < 0 ? -1 : 0;
+    for (int i = 0; r >= 0 && i < n; i++) {
+        char gname[600];
+        snprintf(gname, sizeof gname, "saes/%s", items[i].name);
+        hid_t g = H5Gopen2(f, gname, H5P_DEFAULT);
+        r = g < 0 ? -1 : 0;
+        if (r >= 0) r = h5attr_put_num(g, "ce_clean", f64, md, &items[i].clean);
+        if (r >= 0) r = h5attr_put_num(g, "ce_spliced", f64, md, &items[i].spliced);
+        if (r >= 0) r = h5attr_put_num(g, "ce_zero", f64, md, &items[i].zero);
+        if (r >= 0) r = h5attr_put_num(g, "ce_loss_recovered", f64, md, &items[i].recovered);
+        if (r >= 0)
+            r = h5attr_put_num(g, "n_ce_tokens", H5T_STD_I64LE, H5T_NATIVE_INT64,
+                               &items[i].n_tokens);
+        if (g >= 0 && H5Gclose(g) < 0) r = -1;
+    }
+    if (f >= 0 && H5Fclose(f) < 0) r = -1;
+    if (r >= 0 && fs_replace(tmp, path) < 0) r = -1;
+    if (r < 0) {
+        unlink(tmp);
+        return ah_fail(err, AH_EIO, "%s: cannot write the SAEs' CE results into the master", path);
+    }
+    return 0;
+}
+
+bool h5sae_has_eval(const char *path, const char *name) {
+    char gname[600];
+    snprintf(gname, sizeof gname, "saes/%s", name);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    bool has = f >= 0 && H5Lexists(f, "saes", H5P_DEFAULT) > 0 &&
+               H5Lexists(f, gname, H5P_DEFAULT) > 0 &&
+               H5Aexists_by_name(f, gname, "ce_loss_recovered", H5P_DEFAULT) > 0;
+    if (f >= 0) H5Fclose(f);
+    return has;
+}
+
+// the CE line of group g (an SAE of /saes) if it has one; 1 if printed
+static int print_ce(hid_t g, const char *name, const char *prefix, FILE *out) {
+    if (H5Aexists(g, "ce_loss_recovered") <= 0) return 0;
+    double c = NAN, s = NAN, z = NAN, rec = NAN;
+    int64_t n = 0;
+    h5attr_get_num(g, "ce_clean", H5T_NATIVE_DOUBLE, &c);
+    h5attr_get_num(g, "ce_spliced", H5T_NATIVE_DOUBLE, &s);
+    h5attr_get_num(g, "ce_zero", H5T_NATIVE_DOUBLE, &z);
+    h5attr_get_num(g, "ce_loss_recovered", H5T_NATIVE_DOUBLE, &rec);
+    h5attr_get_num(g, "n_ce_tokens", H5T_NATIVE_INT64, &n);
+    fprintf(out,
+            "%ssae %s: CE loss recovered %.4f (CE clean %.4f, spliced %.4f, zero-ablated %.4f "
+            "nats over %lld tokens)\n",
+            prefix, name, rec, c, s, z, (long long)n);
+    return 1;
+}
+
+struct ce_print {
+    FILE *out;
+    const char *prefix;
+    int count;
+};
+
+static herr_t print_eval_one(hid_t loc, const char *name, const H5L_info_t *info, void *u) {
+    (void)info;
+    struct ce_print *a = u;
+    hid_t g = H5Gopen2(loc, name, H5P_DEFAULT);
+    if (g < 0) return 0;
+    a->count += print_ce(g, name, a->prefix, a->out);
+    H5Gclose(g);
+    return 0;
+}
+
+int h5sae_print_eval(const char *path, const char *prefix, FILE *out) {
+    struct ce_print u = {out, prefix, 0};
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    hid_t g = f >= 0 && H5Lexists(f, "saes", H5P_DEFAULT) > 0 ? H5Gopen2(f, "saes", H5P_DEFAULT)
+                                                              : H5I_INVALID_HID;
+    if (g >= 0) H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, print_eval_one, &u);
+    if (g >= 0) H5Gclose(g);
+    if (f >= 0) H5Fclose(f);
+    return u.count;
 }

@@ -76,4 +76,33 @@ int h5sae_store(const char *path, const struct h5sae_item *items, int n, struct 
 // tokens, FVU, L0 mean, dead and dense latents). Returns how many (0: none, or no file).
 int h5sae_print(const char *path, FILE *out);
 
+// ---- the splice-in evaluation (harvest/saeval.c; docs/output.md "SAE latents") ----
+// Segment: group /saes_eval with `batch` (n,) int64 and per evaluated SAE an (n, 4) float64
+// dataset named by its job name: the batch's CE sums clean, spliced, zero-ablated and its
+// predicted tokens. Writes them into the closed segment seg_path (v: n_saes blocks of (n, 4),
+// SAE after SAE) and fsyncs it. 0 or -AH_EIO naming the file.
+int h5sae_write_eval(const char *seg_path, const int64_t *batch, int64_t n, int n_saes,
+                     const char *const *names, const double *v, struct ah_error *err);
+// Segment path's CE partials of SAE name: *batch (n) and *v (n, 4), malloc'd (NULL, 0 when the
+// segment holds none). 0, or -1 on a read error.
+int h5sae_read_eval(const char *path, const char *name, int64_t **batch, double **v, int64_t *n);
+
+// One SAE's folded CE: the attributes of /saes/<name> ce_clean, ce_spliced, ce_zero,
+// ce_loss_recovered (float64), n_ce_tokens (int64).
+struct h5sae_eval {
+    const char *name;
+    int64_t n_tokens; // predicted tokens
+    double clean, spliced, zero,
+        recovered; // corpus means (nats); (zero - spliced) / (zero - clean)
+};
+// Adds the attributes to each item's existing group /saes/<name> of the master at path, through
+// path.tmp. 0 or -AH_EIO naming the file.
+int h5sae_store_eval(const char *path, const struct h5sae_eval *items, int n, struct ah_error *err);
+// Whether /saes/<name> of the master at path has ce_loss_recovered.
+bool h5sae_has_eval(const char *path, const char *name);
+// One line an SAE of /saes with the CE attributes onto out, each starting with prefix
+// ("PREFIXsae NAME: CE loss recovered R (CE clean C, spliced S, zero-ablated Z nats over N
+// tokens)"). Returns how many.
+int h5sae_print_eval(const char *path, const char *prefix, FILE *out);
+
 #endif

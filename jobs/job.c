@@ -159,7 +159,7 @@ static const char *const data_keys[] = {"path", "format", "field", "pack", "fiel
 static const char *const pack_keys[] = {"separator", "bos", NULL};
 static const char *const out_keys[] = {
     "path", "dtype", "layout", "compression", "checkpoint_seconds", NULL};
-static const char *const sae_keys[] = {"path", "on", "name", "top_n", "context", NULL};
+static const char *const sae_keys[] = {"path", "on", "name", "top_n", "context", "evaluate", NULL};
 static const char *const par_keys[] = {"pipeline_stages", "expert_parallel", NULL};
 
 // "data": a path, or an object {path, format, field, pack, fields}
@@ -253,7 +253,19 @@ static int get_context(const cJSON *e, const char *path, const char *where, stru
     return 0;
 }
 
-// "saes": a list of {"path": DIR, "on": NAME_OR_ALIAS, "name": NAME, "top_n": N}; the SAE
+// An optional boolean key: *out unchanged when it is absent.
+static int get_bool(const cJSON *obj, const char *key, const char *path, const char *where,
+                    bool *out, struct ah_error *err) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s%s\": expected true or false", path, where, key);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+// "saes": a list of {"path": DIR, "on": NAME_OR_ALIAS, "name": NAME, "top_n": N, "context":
+// [BEFORE, AFTER], "evaluate": BOOL}; the SAE
 // folders and sites are checked against the model by the consumer (harvest/saes.c)
 static int parse_saes(struct job *j, const cJSON *root, const char *path, struct ah_error *err) {
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, "saes"), *e;
@@ -282,7 +294,8 @@ static int parse_saes(struct job *j, const cJSON *root, const char *path, struct
             (rc = get_string(e, "on", path, where, true, &s->on, err)) < 0 ||
             (rc = get_string(e, "name", path, where, true, &s->name, err)) < 0 ||
             (rc = get_int(e, "top_n", path, where, 1, JOB_SAE_TOP_N_MAX, &s->top_n, err)) < 0 ||
-            (rc = get_context(e, path, where, s, err)) < 0) {
+            (rc = get_context(e, path, where, s, err)) < 0 ||
+            (rc = get_bool(e, "evaluate", path, where, &s->evaluate, err)) < 0) {
             free(dir);
             return rc;
         }

@@ -21,10 +21,11 @@ enum job_compute { JOB_COMPUTE_F32, JOB_COMPUTE_BF16 };
 
 // one SAE of "saes" (docs/saes.md "The saes job key")
 struct job_sae {
-    char *path; // resolved SAE folder; owned
-    char *on;   // the site: a catalogue name or alias, as written; owned
-    char *name; // the name its outputs go under (/saes/<name>); owned
-    int top_n;  // exemplars kept per latent, 1..4096 (default 32)
+    char *path;    // resolved SAE folder; owned
+    char *on;      // the site: a catalogue name or alias, as written; owned
+    char *name;    // the name its outputs go under (/saes/<name>); owned
+    int top_n;     // exemplars kept per latent, 1..4096 (default 32)
+    bool evaluate; // "evaluate": splice-in evaluation (harvest/saeval.c; default false)
 
     int ctx_before, ctx_after; // "context": token ids shown before / after an exemplar (8, 4)
 };

@@ -139,7 +139,7 @@ static void all_heads(const struct attn *a, const struct attn_taps *taps, float 
     tap_emit(tp, taps->scores, taps->b, &v);
     if (tap_wants(tp, taps->masked)) {
         mask_rows(a, att, (int64_t)H * T, nt);
-        tp->take(tp->u, taps->masked, taps->b, &v);
+        tap_emit(tp, taps->masked, taps->b, &v);
     }
     softmax_rows(a, att, (int64_t)H * T, tap_wants(tp, taps->probs), nt);
     tap_emit(tp, taps->probs, taps->b, &v);

@@ -68,7 +68,7 @@ void head_emit(const struct tap *tp, int b, float *logits, int T, int64_t V, int
     memcpy(p, logits + (int64_t)(T - 1) * V, (size_t)V * sizeof(float));
     op_softmax_ranges(p, (int)V, 0, (int)V, 0, 0);
     struct tview vp = {p, TAP_F32, 2, {1, V}};
-    tp->take(tp->u, id_p, b, &vp);
+    tap_emit(tp, id_p, b, &vp); // a copy: a writer of it is refused
 }
 
 void emit_ids_mask(const struct tap *tp, const struct mbatch *bt, const int64_t *ones, int id_ids,

@@ -11,6 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+// A fused FP8 matrix's views (Phi-3's qkv and gate_up) start on a scale block's rows: q, k and v
+// (the gate and up) each a whole number of weight_block_size[0] rows.
+static int fused_fp8_check(const struct config *cf, const struct dec_config *c,
+                           struct ah_error *err) {
+    int64_t HD = (int64_t)c->n_head * c->head_dim, KVD = (int64_t)c->n_kv_head * c->head_dim;
+    bool bad = c->fp8.on && ((c->blk.fused_qkv && (HD % c->fp8.bn || KVD % c->fp8.bn)) ||
+                             (c->blk.fused_gate_up && c->ffn % c->fp8.bn));
+    if (!bad) return 0;
+    return ah_fail(
+        err, AH_EINVAL,
+        "%s: \"quantization_config.weight_block_size\": %d rows a scale block do not "
+        "divide the fused projections' parts (q %lld, k and v %lld, gate and up %d rows)",
+        cf->path, c->fp8.bn, (long long)HD, (long long)KVD, c->ffn);
+}
+
 int dec_fam_open(const struct dec_family *f, void **fm, const struct config *cf,
                  const struct model_dims *dims, struct model_tensor **list, struct ah_error *err) {
     struct dec_config c;
@@ -21,6 +36,7 @@ int dec_fam_open(const struct dec_family *f, void **fm, const struct config *cf,
     c.names = f->names;
     int rc = f->read(cf, &c, err);
     if (rc == 0) rc = dec_read_fp8(cf, &c, err); // quantization_config (FP8)
+    if (rc == 0) rc = fused_fp8_check(cf, &c, err);
     if (rc == 0) rc = dec_init(m, &c, dims, list);
     dec_config_free(&c); // zeroed by dec_init; freed here when it did not run
     return rc;

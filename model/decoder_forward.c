@@ -182,8 +182,13 @@ static void tables(const struct decoder *m, struct dec_state *s, int l, int T, c
 // attention
 
 // rows [r0, r0 + n) of a fused (., K) matrix are a matrix themselves: a view, no copy
+// (FP8: r0 is a whole number of scale blocks, model/decoder_family.c checks it)
 static struct dec_mat rows_of(const struct dec_mat *w, int64_t r0, int64_t K) {
-    struct dec_mat v = {w->f ? w->f + r0 * K : NULL, w->h ? w->h + r0 * K : NULL};
+    struct dec_mat v = *w;
+    v.f = w->f ? w->f + r0 * K : NULL;
+    v.h = w->h ? w->h + r0 * K : NULL;
+    v.q8 = w->q8 ? w->q8 + r0 * K : NULL;
+    v.s8 = w->s8 ? w->s8 + r0 / w->bn * ((K + w->bk - 1) / w->bk) : NULL;
     return v;
 }
 

@@ -60,12 +60,18 @@ bool tap_glob_match(const char *pattern, const char *name) {
     return fnmatch(pattern, name, 0) == 0;
 }
 
-void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
-                   int width) {
+// the write and the takes of one view v of the live buffer `live` (NULL: not replaceable)
+static void emit_view(const struct tap *tp, int id, int b, float *live, const struct tview *v) {
+    if (tap_writes(tp, id)) tp->write_fn(tp->u, id, b, live, v);
+    if (tp->want[id]) tp->take(tp->u, id, b, v);
+}
+
+void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, float *buf, int width) {
     if (!tap_wants(tp, id)) return;
     for (int b = 0; b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * width, TAP_F32, 3, {1, bt->len[b], width}};
-        tp->take(tp->u, id, b, &v);
+        float *rows = buf + bt->off[b] * width;
+        struct tview v = {rows, TAP_F32, 3, {1, bt->len[b], width}};
+        emit_view(tp, id, b, rows, &v);
     }
 }
 
@@ -74,33 +80,44 @@ void tap_emit_rows_i64(const struct tap *tp, int id, const struct mbatch *bt, co
     if (!tap_wants(tp, id)) return;
     for (int b = 0; b < bt->n; b++) {
         struct tview v = {buf + bt->off[b] * width, TAP_I64, 3, {1, bt->len[b], width}};
-        tp->take(tp->u, id, b, &v);
+        emit_view(tp, id, b, NULL, &v);
     }
 }
 
-void tap_emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
-                          int H, int D) {
+void tap_emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt, float *buf, int H,
+                          int D) {
     if (!tap_wants(tp, id)) return;
     for (int b = 0; b < bt->n; b++) {
-        struct tview v = {buf + bt->off[b] * H * D, TAP_F32, 4, {1, bt->len[b], H, D}};
-        tp->take(tp->u, id, b, &v);
+        float *rows = buf + bt->off[b] * H * D;
+        struct tview v = {rows, TAP_F32, 4, {1, bt->len[b], H, D}};
+        emit_view(tp, id, b, rows, &v);
     }
 }
 
-void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf, int H,
-                    int D, float *scratch) {
+// (T, H*D) rows <-> (H, T, D) heads; back: heads into rows
+static void heads_copy(float *rows, float *heads, int T, int H, int D, bool back) {
+#pragma omp parallel for num_threads(op_threads()) if ((int64_t)H * T * D >= OP_PAR_MIN) \
+    schedule(static)
+    for (int h = 0; h < H; h++)
+        for (int t = 0; t < T; t++) {
+            float *r = rows + (int64_t)t * H * D + h * D, *c = heads + ((int64_t)h * T + t) * D;
+            memcpy(back ? r : c, back ? c : r, (size_t)D * sizeof(float));
+        }
+}
+
+void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, float *buf, int H, int D,
+                    float *scratch) {
     if (!tap_wants(tp, id)) return;
     for (int b = 0; b < bt->n; b++) {
         int T = bt->len[b];
-        const float *src = buf + bt->off[b] * H * D;
-#pragma omp parallel for num_threads(op_threads()) if ((int64_t)H * T * D >= OP_PAR_MIN) \
-    schedule(static)
-        for (int h = 0; h < H; h++)
-            for (int t = 0; t < T; t++)
-                memcpy(scratch + ((int64_t)h * T + t) * D, src + (int64_t)t * H * D + h * D,
-                       (size_t)D * sizeof(float));
+        float *src = buf + bt->off[b] * H * D;
+        heads_copy(src, scratch, T, H, D, false);
         struct tview v = {scratch, TAP_F32, 4, {1, H, T, D}};
-        tp->take(tp->u, id, b, &v);
+        if (tap_writes(tp, id)) {
+            tp->write_fn(tp->u, id, b, scratch, &v);
+            heads_copy(src, scratch, T, H, D, true);
+        }
+        if (tp->want[id]) tp->take(tp->u, id, b, &v);
     }
 }
 

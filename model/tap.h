@@ -39,34 +39,56 @@ struct tap_desc {
                                            // -1 before the first block, n_blocks after the last
 };
 
+// The write-back seam (docs/architecture.md "The write-back seam"): a tap may also replace a
+// value at its emit point. For an id with write[id] set, the emit first calls
+//   write(u, id, b, live, v)
+// with `live` the forward's own buffer of prompt b's rows (v->data == live, v's shape as the
+// emit's view): what write leaves there is what the forward reads on, and what any take of the
+// id then observes. Only the values a forward emits from its live float buffers can be replaced
+// (tap_emit_rows, tap_emit_token_heads; tap_emit_heads copies the transposed heads back); a value
+// emitted from a copy or a const view (tap_emit: scores, probabilities, logits, ids) calls write
+// with live == NULL once per prompt: the writer must record that as a refused site (the forward
+// itself has no error path). write runs inside the forward: it must not fail or allocate, and
+// must do the same on every expert shard of a stage (they run the forward in lockstep).
 struct tap {
     const uint8_t *want; // [n_ids] nonzero = record this id; borrowed
     void (*take)(void *u, int id, int b, const struct tview *v); // b: prompt within the batch
     void *u;
+    const uint8_t *write; // [n_ids] nonzero = replace this id (write-back); NULL: none; borrowed
+    void (*write_fn)(void *u, int id, int b, float *live, const struct tview *v);
 };
 
-static inline bool tap_wants(const struct tap *tp, int id) {
-    return tp && id >= 0 && tp->want[id];
+static inline bool tap_writes(const struct tap *tp, int id) {
+    return tp && id >= 0 && tp->write && tp->write[id];
 }
 
+// whether the forward computes id: some take records it or a writer replaces it
+static inline bool tap_wants(const struct tap *tp, int id) {
+    return tp && id >= 0 && (tp->want[id] || (tp->write && tp->write[id]));
+}
+
+// a value emitted as a const view (not replaceable: a writer of id is told, live NULL)
 static inline void tap_emit(const struct tap *tp, int id, int b, const struct tview *v) {
-    if (tap_wants(tp, id)) tp->take(tp->u, id, b, v);
+    if (tap_writes(tp, id)) tp->write_fn(tp->u, id, b, NULL, v);
+    if (tp && id >= 0 && tp->want[id]) tp->take(tp->u, id, b, v);
 }
 
 // The emit helpers the forward passes share: views of each prompt of a packed batch (prompt b's
 // tokens at rows off[b] .. off[b] + len[b] of a token-major buffer), emitted only if id is wanted.
-// (1, T, width) float32 rows of an (N, width) buffer; the same in int64 (expert indices):
-void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
-                   int width);
+// buf is the live buffer (the write-back seam replaces its rows in place).
+// (1, T, width) float32 rows of an (N, width) buffer; the same in int64 (expert indices, which a
+// writer cannot replace):
+void tap_emit_rows(const struct tap *tp, int id, const struct mbatch *bt, float *buf, int width);
 void tap_emit_rows_i64(const struct tap *tp, int id, const struct mbatch *bt, const int64_t *buf,
                        int width);
-// (1, H, T, D) heads of an (N, H*D) buffer, transposed into scratch (H*T*D floats):
-void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf, int H,
-                    int D, float *scratch);
+// (1, H, T, D) heads of an (N, H*D) buffer, transposed into scratch (H*T*D floats); a writer
+// writes the scratch, which is copied back into buf before the takes:
+void tap_emit_heads(const struct tap *tp, int id, const struct mbatch *bt, float *buf, int H, int D,
+                    float *scratch);
 // (1, T, H, D) 4-D views of an (N, H*D) buffer as it is, heads after the sequence (head outputs;
 // with H = top_k, D = hidden: the expert slots' outputs):
-void tap_emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt, const float *buf,
-                          int H, int D);
+void tap_emit_token_heads(const struct tap *tp, int id, const struct mbatch *bt, float *buf, int H,
+                          int D);
 
 // Fills d from a comma-separated shape ("batch,head,sequence,head_dim"). Returns 0 or -1 if the
 // shape has too many axes or an axis name is too long.

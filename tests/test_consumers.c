@@ -1,6 +1,7 @@
 // test_consumers.c - the tap consumers' protocol (harvest/consumers.c, harvest.h) without a
 // model, MPI or HDF5: this file defines the three registered kinds (collect_kind, wstats_kind,
-// normprofile_kind) as recording fakes (saes_kind as one that makes nothing), and checks
+// normprofile_kind) as recording fakes (saes_kind and saeval_kind as ones that make nothing), and
+// checks
 //   - make in table order; a kind whose make leaves take NULL is not in the list (its u freed)
 //   - the union of wants; a view goes, in order, only to the consumers that want its id, with
 //     its catalogue id, entry, prompt and the prompt's keep mask (keep + boff[b]; NULL without)
@@ -124,6 +125,7 @@ static int make_none(struct consumer *c, const struct consumer_env *e, struct ah
     return 0; // the SAEs' kind (harvest/saes.c) of a job without "saes": no consumer
 }
 const struct consumer_kind saes_kind = {"saes", NULL, make_none, NULL};
+const struct consumer_kind saeval_kind = {"saeval", NULL, make_none, NULL};
 
 int main(void) {
     struct tap_desc cat[N_CAT] = {{.name = "a"}, {.name = "b"}, {.name = "c"}, {.name = "d"}};

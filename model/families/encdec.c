@@ -194,7 +194,7 @@ static void emit_combined(const struct tap *tp, int id, int b, const float *g, c
         }
     }
     struct tview v = {scratch, TAP_F32, 4, {1, H, 2 * T, D}};
-    tp->take(tp->u, id, b, &v);
+    tap_emit(tp, id, b, &v);
 }
 
 // the three masks as int64 (tap-only work): g and l are the global and local key sets
@@ -217,7 +217,7 @@ static void emit_masks(const struct tap *tp, int base, int b, int T, const struc
             for (int j = 0; j < T; j++)
                 mask[(int64_t)i * T + j] = attn_allowed(half ? l : g, T, i, j);
         struct tview v = {mask, TAP_I64, 4, {1, 1, T, T}};
-        tp->take(tp->u, id, b, &v);
+        tap_emit(tp, id, b, &v);
     }
 }
 
@@ -368,7 +368,7 @@ void encdec_forward(const struct encdec *m, struct encdec_state *s, const struct
         int T = bt->len[b];
         op_matmul(s->logits, s->xn + bt->off[b] * C, m->embed, T, C, V); // (T, V)
         struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
-        tp->take(tp->u, il, b, &v);
+        tap_emit(tp, il, b, &v);
     }
 }
 

@@ -124,7 +124,7 @@ static void id_forward(const void *fm, void *fs, const struct mbatch *bt, const 
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, (int)V, (int)D, 1.0f,
                     s->x + bt->off[b] * D, (int)D, m->embed, (int)D, 0.0f, s->logits, (int)V);
         struct tview v = {s->logits, TAP_F32, 3, {1, T, V}};
-        tp->take(tp->u, ID_LOGITS, b, &v);
+        tap_emit(tp, ID_LOGITS, b, &v);
     }
 }
 

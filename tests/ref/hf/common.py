@@ -155,3 +155,14 @@ def split_outputs(outs, lens):
             d[name] = a[None]
         res.append(d)
     return res
+
+
+# The substitution hook of the splice-in evaluation (tests/test_sae_eval.py): SUBST[0] is None or
+# f(name, value) -> value, the value the forward goes on with in place of `name` (an SAE's
+# reconstruction, zeros). flow(out, name, v) records v as out[name] and returns what flows on.
+SUBST = [None]
+
+
+def flow(out, name, v):
+    out[name] = v
+    return v if SUBST[0] is None else SUBST[0](name, v)

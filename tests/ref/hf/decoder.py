@@ -24,7 +24,7 @@ of `Spec`, each citing the transformers code it follows:
 """
 import numpy as np
 
-from .common import act_fn, apply_rope, attention, pad_batch, rmsnorm, rope_inv_freq, softcap, \
+from .common import act_fn, apply_rope, attention, flow, pad_batch, rmsnorm, rope_inv_freq, softcap, \
     softmax, split_outputs
 from .config import resolve
 from .params import is_sparse_layer
@@ -141,8 +141,8 @@ def forward(cfg, w, prompts, normalizer_dtype="float32"):
     h = h * sp.embed_scale
     for i in range(r["num_hidden_layers"]):
         p = f"model.layers.{i}."
-        o = lambda name, v: out.__setitem__(f"layers.{i}.{name}", v)
-        o("layer_input", h)
+        o = lambda name, v: flow(out, f"layers.{i}.{name}", v)  # v, or what SUBST puts in
+        h = o("layer_input", h)
         xn = rmsnorm(h, w[p + "input_layernorm.weight"], eps, sp.gemma)
         o("attention_norm_output", xn)
         q = linear(xn, w, p + "self_attn.q_proj", sp.qkv_bias).reshape(B, T, H, hd)
@@ -165,7 +165,7 @@ def forward(cfg, w, prompts, normalizer_dtype="float32"):
         o("attention_probabilities", P)
         o("attention_head_outputs", O)
         a = linear(O.reshape(B, T, H * hd), w, p + "self_attn.o_proj", sp.o_bias)
-        o("attention_output", a)
+        a = o("attention_output", a)
         if sp.gemma:
             a = rmsnorm(a, w[p + "post_attention_layernorm.weight"], eps, True)
             o("attention_post_norm_output", a)
@@ -183,14 +183,14 @@ def forward(cfg, w, prompts, normalizer_dtype="float32"):
             neu = act * linear(hn, w, p + "mlp.up_proj", sp.mlp_bias)
             o("mlp_neurons", neu)
             m = linear(neu, w, p + "mlp.down_proj", sp.mlp_bias)
-        o("mlp_output", m)
+        m = o("mlp_output", m)
         if sp.gemma:
             m = rmsnorm(m, w[p + "post_feedforward_layernorm.weight"], eps, True)
             o("mlp_post_norm_output", m)
         h = h1 + m
-        o("layer_output", h)
+        h = o("layer_output", h)
     final = rmsnorm(h, w["model.norm.weight"], eps, sp.gemma)
-    out["final_norm_output"] = final
+    final = flow(out, "final_norm_output", final)
     head = emb if r.get("tie_word_embeddings") else w["lm_head.weight"]
     logits = final @ head.T
     out["lm_head_output"] = logits
@@ -232,5 +232,5 @@ def moe(sp, w, p, X, o):
         slots += hit[..., None] * (wt[..., None] * ye[:, :, None, :])
     o("expert_outputs", slots)
     y = slots.sum(2)
-    o("routed_output", y)
+    y = o("routed_output", y)
     return y

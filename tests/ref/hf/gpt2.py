@@ -14,7 +14,7 @@ ships them) or `transformer.`-prefixed (as GPT2LMHeadModel.save_pretrained write
 """
 import numpy as np
 
-from .common import act_fn, attention, layernorm, pad_batch, softmax, split_outputs
+from .common import act_fn, attention, flow, layernorm, pad_batch, softmax, split_outputs
 from .config import resolve
 
 
@@ -42,8 +42,8 @@ def forward(cfg, w, prompts):
     h = e + w[P + "wpe.weight"][np.arange(T)][None]
     for i in range(r["n_layer"]):
         p = f"h.{i}."
-        o = lambda name, v: out.__setitem__(f"layers.{i}.{name}", v)
-        o("layer_input", h)
+        o = lambda name, v: flow(out, f"layers.{i}.{name}", v)  # v, or what SUBST puts in
+        h = o("layer_input", h)
         xn = ln(h, p + "ln_1")
         o("attention_norm_output", xn)
         qkv = conv(xn, p + "attn.c_attn")
@@ -59,7 +59,7 @@ def forward(cfg, w, prompts):
         o("attention_probabilities", Pr)
         o("attention_head_outputs", O)
         a = conv(O.reshape(B, T, D), p + "attn.c_proj")
-        o("attention_output", a)
+        a = o("attention_output", a)
         h1 = h + a
         o("layer_mid", h1)
         hn = ln(h1, p + "ln_2")
@@ -69,11 +69,11 @@ def forward(cfg, w, prompts):
         o("mlp_activation", neu)
         o("mlp_neurons", neu)
         m = conv(neu, p + "mlp.c_proj")
-        o("mlp_output", m)
+        m = o("mlp_output", m)
         h = h1 + m
-        o("layer_output", h)
+        h = o("layer_output", h)
     final = ln(h, "ln_f")
-    out["final_norm_output"] = final
+    final = flow(out, "final_norm_output", final)
     logits = final @ w[P + "wte.weight"].T
     out["lm_head_output"] = logits
     out["logits"] = logits
