@@ -24,7 +24,13 @@ struct config;
 struct ah_error;
 struct expert_shard;
 
-enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
+enum dec_rope_type {
+    DEC_ROPE_DEFAULT,
+    DEC_ROPE_LINEAR,
+    DEC_ROPE_DYNAMIC,
+    DEC_ROPE_LLAMA3,
+    DEC_ROPE_YARN, // _compute_yarn_parameters (DeepSeek-V3): dec_rope_yarn_inv_freq
+};
 
 // modeling_rope_utils.py's parameters of one layer type
 struct dec_rope {
@@ -32,6 +38,12 @@ struct dec_rope {
     double theta, factor; // rope_theta; linear / dynamic / llama3 factor
     double low, high;     // llama3 low_freq_factor, high_freq_factor
     int original_max_pos; // llama3 original_max_position_embeddings
+    // yarn: beta_fast / beta_slow (absent or 0: 32 / 1), truncate (default true), the factor cos
+    // and sin are multiplied by (attention_factor, else mscale / mscale_all_dim's ratio);
+    // original_max_pos (absent: max_position_embeddings) is the length the correction range is
+    // found for
+    double beta_fast, beta_slow, attention;
+    bool truncate;
 };
 
 // ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
@@ -64,6 +76,27 @@ struct dec_block {
     float final_cap;       // soft-cap of the logits (Gemma 2; 0: none)
 };
 
+// ---- DeepSeek-V3's options (model/mla.h; tests/ref/deepseek_v3_ref.py)
+// multi-head latent attention (DeepseekV3Attention): on replaces q/k/v by q_a -> q_a_layernorm ->
+// q_b (q_proj when q_lora is 0), kv_a_proj_with_mqa -> the kv latent (kv_lora) + one rotary key
+// (d_rope) shared by every head, kv_a_layernorm, kv_b_proj -> per-head k_nope (d_nope) and v (d_v);
+// head_dim is d_rope (the RoPE tables' width), a query/key head is d_nope + d_rope, a value d_v
+struct dec_mla {
+    bool on;
+    int q_lora, kv_lora, d_nope, d_rope, d_v;
+    bool interleave; // rope_interleave: RoPE pairs (2j, 2j+1), de-interleaved first
+};
+// DeepseekV3TopkRouter + DeepseekV3MoE: sigmoid scores; e_score_correction_bias added for the
+// choice only; the top topk_group of n_group groups (a group's score: its two best biased scores);
+// the weights are the chosen scores (renormalised with norm_topk), times scale; n_shared shared
+// experts (one gated MLP of n_shared x expert_ffn) added to the routed sum; layers below
+// first_dense are dense
+struct dec_route {
+    bool sigmoid_group;
+    int n_group, topk_group, n_shared, first_dense;
+    float scale; // routed_scaling_factor
+};
+
 // ---- a family's tensor names (as llama.cpp's LLM_TENSOR_NAMES): leaves of the checkpoint's
 // names, to which ".weight" / ".bias" are added; the block's under "{layers}.{i}.". NULL: the
 // family has no such tensor (a description that needs it must not be paired with the table).
@@ -75,6 +108,10 @@ struct dec_names {
     const char *gate, *up, *down;                // the dense MLP: "mlp.gate_proj", ...
     const char *router, *experts;                // "mlp.gate", "mlp.experts" (+ ".{e}.")
     const char *egate, *eup, *edown; // an expert's: "gate_proj", ... (Mixtral "w1", ...)
+    // DeepSeek-V3: MLA's ("self_attn.q_a_proj", ...), the routing bias (the full leaf,
+    // "mlp.gate.e_score_correction_bias"), the shared experts' ("mlp.shared_experts.gate_proj")
+    const char *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *kv_b;
+    const char *router_bias, *sgate, *sup, *sdown;
 };
 
 struct dec_config {
@@ -90,6 +127,8 @@ struct dec_config {
     bool *sliding;       // (L) sliding-window layer; owned
     bool *moe;           // (L) mixture-of-experts layer; owned
     struct dec_rope rope_full, rope_sliding;
+    struct dec_mla mla;     // DeepSeek-V3 (off: the q/k/v projections)
+    struct dec_route route; // DeepSeek-V3 (off: the softmax router)
 };
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct
@@ -105,6 +144,10 @@ int64_t dec_params(const struct dec_config *c);
 // (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call whose
 // longest position is T - 1).
 void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int T, double *inv);
+// YaRN's inv_freq (head_dim / 2) as modeling_rope_utils._compute_yarn_parameters, in double
+void dec_rope_yarn_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, double *inv);
+// yarn_get_mscale (modeling_deepseek_v3.py, modeling_rope_utils.get_mscale)
+double dec_rope_yarn_mscale(double scale, double mscale);
 
 // ---- weights: a matrix stored BF16 is borrowed from the mapping as it is (h; each matmul widens
 // a panel of rows, model/ops.h op_matmul_bf16), any other float dtype is a float32 view (f; F16
@@ -123,6 +166,12 @@ struct dec_block_w {
     const float *bg, *bu, *bd;      // mlp_bias: (I) x2, (D)
     struct dec_mat router;          // mixture: (E, D)
     struct dec_mat *eg, *eu, *ed;   // (E) experts: (Ie, D) x2, (D, Ie)
+    // DeepSeek-V3 (dec_config mla / route); wo is o_proj (D, H d_v)
+    struct dec_mat q_a, q_b, kv_a,
+        kv_b; // (ql, D) (H (dn+dr), ql or D) (kvl + dr, D) (H (dn+dv), kvl)
+    const float *q_a_norm, *kv_a_norm; // (ql) (kvl)
+    const float *e_bias;               // (E) e_score_correction_bias
+    struct dec_mat sg, su, sd;         // shared experts: (Is, D) x2, (D, Is)
 };
 
 struct decoder {

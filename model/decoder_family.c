@@ -85,8 +85,9 @@ static int64_t layer_vectors(const struct dec_config *c, int i) {
     const struct dec_block *b = &c->blk;
     int64_t D = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
     int64_t KVD = (int64_t)c->n_kv_head * c->head_dim, I = c->moe[i] ? 0 : c->ffn;
+    int64_t mla = c->mla.on ? c->mla.q_lora + c->mla.kv_lora : 0; // q_a / kv_a layernorms
     return dec_block_norm_params(c) + (HD + 2 * KVD) * b->qkv_bias + D * b->o_bias +
-           (b->mlp_bias && I ? 2 * I + D : 0);
+           (b->mlp_bias && I ? 2 * I + D : 0) + mla;
 }
 
 // BF16 matrices stay BF16 (mapped), any other dtype is held as float32; vectors float32. With
