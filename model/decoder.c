@@ -24,6 +24,13 @@ static int64_t dsv3_layer_params(const struct dec_config *c, int i, bool experts
     return n + 3 * D * c->ffn;
 }
 
+void dec_mtp_params(const struct dec_config *c, int64_t *unique, int64_t *stored) {
+    int64_t D = c->hidden, E = c->n_expert, Is = (int64_t)c->route.n_shared * c->expert_ffn;
+    int64_t layer = 2 * D + mla_params(c) + D * E + 3 * D * Is + 3 * E * D * c->expert_ffn;
+    *unique = c->n_mtp * (2 * D + 2 * D * D + layer + D);
+    *stored = *unique + c->n_mtp * 2 * (int64_t)c->vocab * D;
+}
+
 int64_t dec_layer_params(const struct dec_config *c, int i, bool experts) {
     int64_t D = c->hidden, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, I = c->ffn;
     int64_t E = c->n_expert;

@@ -129,6 +129,7 @@ struct dec_config {
     struct dec_rope rope_full, rope_sliding;
     struct dec_mla mla;     // DeepSeek-V3 (off: the q/k/v projections)
     struct dec_route route; // DeepSeek-V3 (off: the softmax router)
+    int n_mtp; // num_nextn_predict_layers: in the release, not loaded (transformers does not)
 };
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct
@@ -139,6 +140,10 @@ int64_t dec_layer_params(const struct dec_config *c, int i, bool experts);
 // the RMSNorm weights of a block: its pre and post norms, the q/k norms
 int64_t dec_block_norm_params(const struct dec_config *c);
 int64_t dec_params(const struct dec_config *c);
+// DeepSeek-V3's multi-token-prediction layers (not loaded): their own parameters (enorm, hnorm,
+// eh_proj, a mixture block, a norm; tests/ref/param_count.py mtp_unique) into *unique, with the
+// copies of the embedding and the head the release stores with them into *stored.
+void dec_mtp_params(const struct dec_config *c, int64_t *unique, int64_t *stored);
 
 // inv_freq (n_rot / 2 = hd / 2 entries, double) of a layer type for a prompt of T tokens
 // (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call whose

@@ -124,6 +124,15 @@ void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int
         snprintf(line + k, n - (size_t)k, "), hidden %d, %d heads (%d key/value) of %d, vocab %d%s",
                  c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->vocab,
                  c->blk.tied ? ", tied embeddings" : "");
+    if (c->n_mtp && (size_t)strlen(line) < n) { // DeepSeek-V3: what the release holds beside
+        int64_t u, st;
+        dec_mtp_params(c, &u, &st);
+        size_t k0 = strlen(line);
+        snprintf(line + k0, n - k0,
+                 "; + %d multi-token-prediction layer(s), not loaded (as transformers): %lld "
+                 "parameters, %lld as stored with their embedding and head copies",
+                 c->n_mtp, (long long)u, (long long)st);
+    }
     *params = dec_params(c);
     *bytes = *params * c->bytes_per_param;
     *stored = c->bytes_per_param == 4 ? "float32 (config.json's torch_dtype)"

@@ -16,11 +16,16 @@ summing to 1. The mutations the test must catch: routing that ignores the groups
 the biased scores) and routing weighted by the biased scores (the bias used in the weights) each
 give other expert_indices / expert_weights than harvest's on some token of the presets. Then:
 2 pipeline stages, 2 expert shards, 2 data-parallel replicas and 2 stages x 2 shards (np 4) store
-the same bits as np 1; `plan` of the release configs gives the parameters transformers
-instantiates (tests/ref/param_count.py: 671,026,419,200 for DeepSeek-V3 without its MTP layer,
-1,026,408,232,448 for Kimi-K2); bad configs (scoring_func softmax, topk_method greedy,
-attention_bias true, n_group not dividing the experts, a rope_scaling type not implemented) exit 1
-naming config.json and the key."""
+the same bits as np 1 (tests/test_deepseek_v3_mpi.py). `plan` of the release configs
+(tests/ref/configs) gives the parameters transformers instantiates, as tests/ref/param_count.py
+counts them (671,026,404,352 for DeepSeek-V3, the model card's 671 B; 1,026,408,209,408 for
+Kimi-K2, the card's 1 T), DeepSeek-V3's multi-token-prediction layer, not loaded, with its own
+parameters (11,610,067,968) and as stored with its embedding and head copies (13,463,426,048: 684.5 B
+in all, the card's 685 B), and the bytes the largest rank holds at 8 stages x 8 expert shards and
+16 x 8, the weights BF16 (the release without its quantization_config) counted independently here
+from the stage cuts plan prints; bad configs (scoring_func softmax, topk_method greedy,
+attention_bias true, n_group not dividing the experts, moe_layer_freq 2, a rope_scaling type not
+implemented) exit 1 naming config.json and the key."""
 import json
 import os
 import subprocess
@@ -170,4 +175,60 @@ golden("deepseek-v3", pre["DeepSeek-V3"], True)
 golden("kimi-k2", pre["Kimi-K2-Instruct"], False)  # one group: group-less routing is the same
 variant(pre["DeepSeek-V3"], f"{work}/variant")
 golden("variant", f"{work}/variant", True)
+
+
+def bf16_rank_bytes(cfg, first, last, n_shards):
+    """Shard 0's bytes for the blocks [first, last), BF16 matrices, float32 norms (harvest holds
+    vectors as float32), embedding on the first stage, final norm + head on the last; the routing
+    bias (a buffer) is not counted."""
+    D, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    ql, kvl = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
+    E, Im = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
+    n = 0
+    for i in range(first, last):
+        vec = 2 * D + (ql or 0) + kvl
+        mats = param_count.deepseek_layer(cfg, i) - vec
+        if i >= cfg.get("first_k_dense_replace", 3):
+            mats -= E * 3 * D * Im - (E // n_shards) * 3 * D * Im
+        n += 2 * mats + 4 * vec
+    return n + (2 * V * D if first == 0 else 0) + (2 * V * D + 4 * D if last == L else 0)
+
+
+for rel, total in (("DeepSeek-R1-0528", 671026404352), ("Kimi-K2-Instruct", 1026408209408)):
+    cfg = json.load(open(os.path.join(HERE, "ref", "configs", rel + ".json")))
+    check(param_count.count(cfg)["total"] == total, f"{rel}: param_count.py total {total:,}")
+    d = f"{work}/plan-{rel}"
+    os.makedirs(d)
+    cfg.pop("quantization_config")  # the BF16 layout (FP8 weights: the fp8 work)
+    json.dump(cfg, open(f"{d}/config.json", "w"))
+    p = run(harvest, "plan", f"{d}/config.json", check=0)
+    check(f"parameters: {total:,}" in p.stdout, f"plan {rel}: {total:,} parameters: {p.stdout[:400]}")
+    mtp = param_count.count(cfg)
+    if cfg.get("num_nextn_predict_layers"):
+        check(f"{mtp['mtp_unique']} parameters, {mtp['mtp_stored']} as stored" in p.stdout,
+              f"plan {rel}: the MTP layer ({mtp['mtp_unique']:,} / {mtp['mtp_stored']:,}): {p.stdout[:500]}")
+    else:
+        check("multi-token" not in p.stdout, f"plan {rel}: no MTP layer")
+    for S, E in ((8, 8), (16, 8)):
+        p = run(harvest, "plan", f"{d}/config.json", "--pipeline-stages", str(S), "--expert-parallel",
+                str(E), check=0)
+        cuts = [tuple(int(x) for x in l.split("layers ")[1].split(",")[0].split()[0].split("-"))
+                for l in p.stdout.splitlines() if l.strip().startswith("stage ")]
+        check(len(cuts) == S, f"plan {rel} {S} x {E}: {len(cuts)} stages")
+        want = max(bf16_rank_bytes(cfg, a, b + 1, E) for a, b in cuts)
+        check(f"({want:,} bytes" in p.stdout, f"plan {rel} {S} x {E}: the largest rank {want:,} bytes: "
+              f"{p.stdout.splitlines()[-1]}")
+        print(f"plan {rel}: {total:,} parameters; {S} x {E}: {want / 2**30:.2f} GiB the largest rank (BF16)")
+
+# ---- bad configs: exit 1 naming config.json and the key ----
+base = json.load(open(f"{pre['DeepSeek-V3']}/config.json"))
+for key, val in (("scoring_func", "softmax"), ("topk_method", "greedy"), ("attention_bias", True),
+                 ("n_group", 3), ("moe_layer_freq", 2),
+                 ("rope_scaling", {"type": "longrope", "factor": 2.0})):
+    d = f"{work}/bad-{key}"
+    os.makedirs(d)
+    json.dump(dict(base, **{key: val}), open(f"{d}/config.json", "w"))
+    p = run(harvest, "activations", d)
+    check(p.returncode == 1 and key in p.stderr and "config.json" in p.stderr,
+          f"{key} {val!r} refused naming it: exit {p.returncode}: {p.stderr[-300:]}")
 finish()

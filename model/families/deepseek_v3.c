@@ -64,7 +64,8 @@ static int read_route(const struct config *cf, struct dec_config *c, struct ah_e
         (rc = cfg_num_in(cf, NULL, NULL, "routed_scaling_factor", CFG_POSITIVE, true, &rsf, err)) <
             0 ||
         (rc = only(cf, "scoring_func", "sigmoid", err)) < 0 ||
-        (rc = only(cf, "topk_method", "noaux_tc", err)) < 0)
+        (rc = only(cf, "topk_method", "noaux_tc", err)) < 0 ||
+        (rc = cfg_opt_int(cf, "num_nextn_predict_layers", 0, 0, 1 << 10, &c->n_mtp, err)) < 0)
         return rc;
     r->scale = (float)rsf;
     c->blk.norm_topk = cfg_opt_bool(cf, "norm_topk_prob", true);
