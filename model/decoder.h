@@ -44,6 +44,7 @@ struct dec_rope {
     // found for
     double beta_fast, beta_slow, attention;
     bool truncate;
+    bool yarn_ok; // the family computes YaRN (dec_config rope_yarn); else "yarn" is refused
 };
 
 // ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
@@ -129,7 +130,8 @@ struct dec_config {
     struct dec_rope rope_full, rope_sliding;
     struct dec_mla mla;     // DeepSeek-V3 (off: the q/k/v projections)
     struct dec_route route; // DeepSeek-V3 (off: the softmax router)
-    int n_mtp; // num_nextn_predict_layers: in the release, not loaded (transformers does not)
+    int n_mtp;      // num_nextn_predict_layers: in the release, not loaded (transformers does not)
+    bool rope_yarn; // set by a reader before dec_read_rope: rope_scaling "yarn" is computed
 };
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct

@@ -127,7 +127,8 @@ static int rope_scaling(const struct config *cf, const struct cfg_value *sc, con
     int k = 0, rc;
     while (k < 4 && !(tn && !strcmp(tn, names[k])))
         k++;
-    if (k == 4 && tn && !strcmp(tn, "yarn")) return dec_rope_yarn_read(cf, sc, where, r, err);
+    if (k == 4 && r->yarn_ok && tn && !strcmp(tn, "yarn"))
+        return dec_rope_yarn_read(cf, sc, where, r, err);
     if (k == 4)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s.rope_type\": \"%s\" is not supported (expected \"default\", "
@@ -168,6 +169,7 @@ int dec_read_rope(const struct config *cf, struct dec_config *c, bool sliding, d
     int rc;
     memset(r, 0, sizeof *r);
     r->factor = 1.0;
+    r->yarn_ok = c->rope_yarn;
     if (cfg_kind(cf, rp) == CFG_OBJECT && cfg_get(cf, rp, "rope_theta")) {
         sc = rp;
         rc = cfg_opt_num(cf, rp, where, "rope_theta", theta, &r->theta, err);

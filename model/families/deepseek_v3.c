@@ -141,6 +141,7 @@ static int read_deepseek_v3(const struct config *cf, struct dec_config *c, struc
     b->norm_at = DEC_NORM_PRE;
     b->qk_norm = DEC_QK_NONE;
     b->mlp_bias = false; // DeepseekV3MLP has none
+    c->rope_yarn = true;
     if ((rc = dec_read_rope(cf, c, false, 10000.0, NULL, err)) < 0 ||
         (rc = dec_read_rope(cf, c, true, 10000.0, NULL, err)) < 0 ||
         (rc = dec_read_layers(cf, c, DEC_SLIDING_ALL, DEC_MOE_ALL, err)) < 0)
