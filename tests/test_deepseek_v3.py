@@ -25,7 +25,8 @@ in all, the card's 685 B), and the bytes the largest rank holds at 8 stages x 8 
 16 x 8, the weights BF16 (the release without its quantization_config) counted independently here
 from the stage cuts plan prints; bad configs (scoring_func softmax, topk_method greedy,
 attention_bias true, n_group not dividing the experts, moe_layer_freq 2, a rope_scaling type not
-implemented) exit 1 naming config.json and the key."""
+implemented) exit 1 naming config.json and the key. The alias rows: q_a_proj, kv_a_layernorm, mlp.shared_experts (in
+mixture blocks only) and TransformerLens's hook_q resolve to their canonical names."""
 import json
 import os
 import subprocess
@@ -219,6 +220,16 @@ for rel, total in (("DeepSeek-R1-0528", 671026404352), ("Kimi-K2-Instruct", 1026
         check(f"({want:,} bytes" in p.stdout, f"plan {rel} {S} x {E}: the largest rank {want:,} bytes: "
               f"{p.stdout.splitlines()[-1]}")
         print(f"plan {rel}: {total:,} parameters; {S} x {E}: {want / 2**30:.2f} GiB the largest rank (BF16)")
+
+# ---- aliases: the HF modules of MLA and the shared experts (mixture blocks only) ----
+al = {g["alias"]: g["canonical_name"] for g in
+      json.loads(run(harvest, "activations", pre["DeepSeek-V3"], "--aliases", "--json", check=0).stdout)}
+check(al.get("model.layers.1.self_attn.q_a_proj") == "layers.1.attention_q_latent" and
+      al.get("model.layers.0.self_attn.kv_a_layernorm") == "layers.0.attention_kv_latent_norm" and
+      al.get("model.layers.2.mlp.shared_experts") == "layers.2.shared_expert_output" and
+      "model.layers.0.mlp.shared_experts" not in al and
+      al.get("blocks.1.attn.hook_q") == "layers.1.attention_queries_pre_rope",
+      f"--aliases: {[(a, c) for a, c in al.items() if 'self_attn' in a or 'shared' in a][:8]}")
 
 # ---- bad configs: exit 1 naming config.json and the key ----
 base = json.load(open(f"{pre['DeepSeek-V3']}/config.json"))
