@@ -124,6 +124,13 @@ void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int
         snprintf(line + k, n - (size_t)k, "), hidden %d, %d heads (%d key/value) of %d, vocab %d%s",
                  c->hidden, c->n_head, c->n_kv_head, c->head_dim, c->vocab,
                  c->blk.tied ? ", tied embeddings" : "");
+    if (c->mla.on && strlen(line) < n) { // DeepSeek-V3: the heads above are the RoPE width
+        size_t k0 = strlen(line);
+        snprintf(line + k0, n - k0,
+                 "; multi-head latent attention: q_lora_rank %d, kv_lora_rank %d, query/key heads "
+                 "of %d + %d (rope), values of %d",
+                 c->mla.q_lora, c->mla.kv_lora, c->mla.d_nope, c->mla.d_rope, c->mla.d_v);
+    }
     if (c->n_mtp && (size_t)strlen(line) < n) { // DeepSeek-V3: what the release holds beside
         int64_t u, st;
         dec_mtp_params(c, &u, &st);
