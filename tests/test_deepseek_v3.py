@@ -4,7 +4,8 @@ sigmoid group router of model/moe.c) against the float64 reference tests/ref/dee
 init-model presets (BF16, two shards, cut from the release configs DeepSeek-R1-0528.json (4 groups
 of 2 experts, 2 kept, YaRN factor 40) and Kimi-K2-Instruct.json (one group, YaRN beta_fast 1)) and
 a variant (F32 in one file, q_lora_rank null: q_proj, rope_interleave false, no rope_scaling, two
-dense layers, norm_topk_prob false, 2 shared experts), `harvest run` with every value over
+dense layers, norm_topk_prob false, 2 shared experts) and the DeepSeek-V3 preset with its YaRN keys in
+a flat rope_parameters (newer transformers' layout), `harvest run` with every value over
 prompts of 1 to 17 tokens batched; every stored value within 1e-4 of the reference relative to the
 tensor's scale (-inf exactly where attention is blocked; expert_indices exactly), and the
 catalogue is exactly the reference's names. Identities on the stored values: layer_mid ==
@@ -176,6 +177,17 @@ golden("deepseek-v3", pre["DeepSeek-V3"], True)
 golden("kimi-k2", pre["Kimi-K2-Instruct"], False)  # one group: group-less routing is the same
 variant(pre["DeepSeek-V3"], f"{work}/variant")
 golden("variant", f"{work}/variant", True)
+# the newer config layout: YaRN's keys (mscale_all_dim among them) in a flat rope_parameters
+rp = f"{work}/rope-parameters"
+os.makedirs(rp)
+for n in os.listdir(pre["DeepSeek-V3"]):
+    if n != "config.json":
+        os.symlink(os.path.join(pre["DeepSeek-V3"], n), os.path.join(rp, n))
+cfg = json.load(open(f"{pre['DeepSeek-V3']}/config.json"))
+sc = cfg.pop("rope_scaling")
+cfg["rope_parameters"] = dict(sc, rope_type=sc.pop("type"), rope_theta=cfg.pop("rope_theta"))
+json.dump(cfg, open(f"{rp}/config.json", "w"))
+golden("rope-parameters", rp, False)
 
 
 def bf16_rank_bytes(cfg, first, last, n_shards):

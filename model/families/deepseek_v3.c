@@ -89,16 +89,17 @@ static int read_route(const struct config *cf, struct dec_config *c, struct ah_e
 // qk_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 when rope_scaling has one
 // (DeepseekV3Attention.__init__: whatever the scaling's type)
 static int read_scale(const struct config *cf, struct dec_config *c, struct ah_error *err) {
-    const struct cfg_value *sc = cfg_get(cf, NULL, "rope_scaling");
+    const char *where = "rope_scaling"; // newer configs: the same keys in rope_parameters
+    const struct cfg_value *sc = cfg_get(cf, NULL, where);
+    if (cfg_kind(cf, sc) != CFG_OBJECT) sc = cfg_get(cf, NULL, where = "rope_parameters");
     double s = 1.0 / sqrt((double)(c->mla.d_nope + c->mla.d_rope)), msa = 0.0, f = NAN;
     int rc;
     if (cfg_kind(cf, sc) == CFG_OBJECT) {
-        if ((rc = cfg_num_in(cf, sc, "rope_scaling", "mscale_all_dim", CFG_NONNEG, true, &msa,
-                             err)) < 0 ||
-            (rc = cfg_opt_num(cf, sc, "rope_scaling", "factor", NAN, &f, err)) < 0)
+        if ((rc = cfg_num_in(cf, sc, where, "mscale_all_dim", CFG_NONNEG, true, &msa, err)) < 0 ||
+            (rc = cfg_opt_num(cf, sc, where, "factor", NAN, &f, err)) < 0)
             return rc;
         if (msa != 0.0 && isnan(f))
-            return ah_fail(err, AH_EINVAL, "%s: \"rope_scaling.factor\": missing", cf->path);
+            return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
         if (msa != 0.0) s *= dec_rope_yarn_mscale(f, msa) * dec_rope_yarn_mscale(f, msa);
     }
     c->blk.scale = (float)s;
