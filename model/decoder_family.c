@@ -105,7 +105,10 @@ int64_t dec_fam_stage_bytes(const void *fm, int b0, int b1, bool head, int shard
     }
     n += (b0 == 0 ? vd : 0) + (head && !(c->blk.tied && b0 == 0) ? vd : 0);
     *kind = m->any_bf16 ? "BF16 matrices mapped, vectors float32" : "float32";
-    return w * (n - vec + c->hidden * (int64_t)head) + 4 * vec;
+    int64_t buffers = 0; // DeepSeek-V3's e_score_correction_bias (a buffer: not a parameter)
+    for (int i = b0; c->route.sigmoid_group && i < b1; i++)
+        buffers += c->moe[i] ? 4 * E : 0;
+    return w * (n - vec + c->hidden * (int64_t)head) + 4 * vec + buffers;
 }
 
 void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int64_t *bytes,

@@ -192,8 +192,8 @@ golden("rope-parameters", rp, False)
 
 def bf16_rank_bytes(cfg, first, last, n_shards):
     """Shard 0's bytes for the blocks [first, last), BF16 matrices, float32 norms (harvest holds
-    vectors as float32), embedding on the first stage, final norm + head on the last; the routing
-    bias (a buffer) is not counted."""
+    vectors as float32), embedding on the first stage, final norm + head on the last, and each
+    mixture block's routing bias (a buffer, float32)."""
     D, V, L = cfg["hidden_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
     ql, kvl = cfg.get("q_lora_rank"), cfg["kv_lora_rank"]
     E, Im = cfg["n_routed_experts"], cfg["moe_intermediate_size"]
@@ -203,6 +203,7 @@ def bf16_rank_bytes(cfg, first, last, n_shards):
         mats = param_count.deepseek_layer(cfg, i) - vec
         if i >= cfg.get("first_k_dense_replace", 3):
             mats -= E * 3 * D * Im - (E // n_shards) * 3 * D * Im
+            n += 4 * E  # e_score_correction_bias
         n += 2 * mats + 4 * vec
     return n + (2 * V * D if first == 0 else 0) + (2 * V * D + 4 * D if last == L else 0)
 
