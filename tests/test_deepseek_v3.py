@@ -5,7 +5,9 @@ init-model presets (BF16, two shards, cut from the release configs DeepSeek-R1-0
 of 2 experts, 2 kept, YaRN factor 40) and Kimi-K2-Instruct.json (one group, YaRN beta_fast 1)) and
 a variant (F32 in one file, q_lora_rank null: q_proj, rope_interleave false, no rope_scaling, two
 dense layers, norm_topk_prob false, 2 shared experts) and the DeepSeek-V3 preset with its YaRN keys in
-a flat rope_parameters (newer transformers' layout), `harvest run` with every value over
+a flat rope_parameters (newer transformers' layout) and with routing biases below -1 (every
+choice score negative: the groups not kept, masked to 0.0 as transformers' masked_fill does,
+outrank the kept ones, and harvest chooses experts outside them as the reference does), `harvest run` with every value over
 prompts of 1 to 17 tokens batched; every stored value within 1e-4 of the reference relative to the
 tensor's scale (-inf exactly where attention is blocked; expert_indices exactly), and the
 catalogue is exactly the reference's names. Identities on the stored values: layer_mid ==
@@ -188,6 +190,24 @@ sc = cfg.pop("rope_scaling")
 cfg["rope_parameters"] = dict(sc, rope_type=sc.pop("type"), rope_theta=cfg.pop("rope_theta"))
 json.dump(cfg, open(f"{rp}/config.json", "w"))
 golden("rope-parameters", rp, False)
+# routing biases below -1: every choice score is negative, so the groups not kept (0.0 after
+# masked_fill) outrank the kept ones, as in transformers (DeepSeek's own code fills -inf)
+cfg, w = load_checkpoint(pre["DeepSeek-V3"])
+rng = np.random.default_rng(3)
+t = {k: (v - 1.5 + 0.1 * rng.standard_normal(v.shape) if k.endswith("e_score_correction_bias") else v)
+     .astype(np.float32) for k, v in w.items()}
+nb = f"{work}/negative-bias"
+os.makedirs(nb)
+write_safetensors(os.path.join(nb, "model.safetensors"), t, "F32")
+json.dump(dict(cfg, torch_dtype="float32"), open(os.path.join(nb, "config.json"), "w"))
+golden("negative-bias", nb, False)
+with h5py.File(f"{work}/run-negative-bias/out.h5", "r") as f:
+    g = f["activations/layers.1.router_group_scores"][0][:5]
+    e = f["activations/layers.1.expert_indices"][0][:5]
+    per = 8 // g.shape[-1]
+    kept = np.argsort(-g, axis=-1, kind="stable")[:, :2]
+    check(all(not set(r // per) <= set(k) for r, k in zip(e, kept)),
+          f"negative-bias: experts outside the kept groups chosen (masked_fill 0.0): {e.tolist()}")
 
 
 def bf16_rank_bytes(cfg, first, last, n_shards):
