@@ -115,17 +115,17 @@ static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool wh
 // out_h = sum over sets of P_{h, set} . v_{set, h / rep}, over each query
 // block's key span (P is 0 outside it)
 static void mix(const struct attn *a, int h0, int h1, const float *att, int nt) {
-    int T = a->T, D = a->D, S = a->n_sets, rep = a->H / a->KV, ST = S * T;
+    int T = a->T, D = a->Dv ? a->Dv : a->D, S = a->n_sets, rep = a->H / a->KV, ST = S * T;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(dynamic, 1)
     for (int h = h0; h < h1; h++)
         for (int s = 0; s < S; s++)
             for (int i0 = 0; i0 < T; i0 += QB) {
                 const struct attn_keys *ks = &a->set[s];
-                int i1 = i0 + QB < T ? i0 + QB : T, k0, k1;
+                int i1 = i0 + QB < T ? i0 + QB : T, k0, k1, ldv = a->ldv ? a->ldv : ks->ld;
                 span(ks, T, i0, i1, &k0, &k1);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, i1 - i0, D, k1 - k0, 1.0f,
                             att + ((int64_t)(h - h0) * T + i0) * ST + s * T + k0, ST,
-                            ks->v + (int64_t)k0 * ks->ld + (h / rep) * D, ks->ld, s ? 1.0f : 0.0f,
+                            ks->v + (int64_t)k0 * ldv + (h / rep) * D, ldv, s ? 1.0f : 0.0f,
                             a->out + (int64_t)i0 * a->ldo + h * D, a->ldo);
             }
 }

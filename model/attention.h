@@ -31,6 +31,9 @@ struct attn_keys {
 
 struct attn {
     int T, H, KV, D;
+    int Dv;        // a value head's width when it differs from D (0: D; MLA's d_v): v head g at
+                   // column g*Dv, out head h at column h*Dv
+    int ldv;       // the values' row stride when it differs from the keys' (0: each set's ld)
     float scale;   // multiplies q . k (1/sqrt(D) as a rule)
     float softcap; // > 0: scores become softcap * tanh(scores / softcap) before the mask (Gemma 2)
     int n_sets;    // S: 1 or 2

@@ -34,6 +34,9 @@ enum cat_need {
     CAT_DENSE = 1 << 7,     // a dense MLP
     CAT_MOE = 1 << 8,       // a mixture of experts
     CAT_SHARED = 1 << 9,    // a shared expert beside the routed ones (Laguna)
+    CAT_MLA = 1 << 20,      // multi-head latent attention (DeepSeek-V3, model/mla.h)
+    CAT_Q_LORA = 1 << 21,   // ... with a q latent (q_lora_rank not null)
+    CAT_SIGMOID = 1 << 22,  // a sigmoid router with a choice bias and groups (DeepSeek-V3)
 };
 
 #define CAT_BSH "batch,seq,hidden_size"
@@ -55,10 +58,20 @@ enum cat_need {
       "The residual stream entering the block")                                                    \
     X(ATTENTION_NORM_OUTPUT, "attention_norm_output", TAP_F32, CAT_BSH, CAT_PRE_NORM,              \
       "The normed stream entering the attention")                                                  \
+    X(Q_LATENT, "attention_q_latent", TAP_F32, "batch,seq,q_lora_rank", CAT_MLA | CAT_Q_LORA,      \
+      "q_a_proj's output: the compressed query latent")                                            \
+    X(Q_LATENT_NORM, "attention_q_latent_norm", TAP_F32, "batch,seq,q_lora_rank",                  \
+      CAT_MLA | CAT_Q_LORA, "q_a_layernorm's output, what q_b_proj reads")                         \
+    X(KV_LATENT, "attention_kv_latent", TAP_F32, "batch,seq,kv_lora_rank", CAT_MLA,                \
+      "The compressed key/value latent: kv_a_proj_with_mqa's first kv_lora_rank columns")          \
+    X(KV_LATENT_NORM, "attention_kv_latent_norm", TAP_F32, "batch,seq,kv_lora_rank", CAT_MLA,      \
+      "kv_a_layernorm's output, what kv_b_proj reads")                                             \
     X(QUERIES_PRE_ROPE, "attention_queries_pre_rope", TAP_F32, CAT_BHQ, CAT_PRE_ROPE,              \
       "The queries before RoPE")                                                                   \
     X(KEYS_PRE_ROPE, "attention_keys_pre_rope", TAP_F32, CAT_BKQ, CAT_PRE_ROPE,                    \
       "The keys before RoPE")                                                                      \
+    X(ROPE_KEY, "attention_rope_key", TAP_F32, "batch,seq,qk_rope_head_dim", CAT_MLA,              \
+      "The one rotary key every head shares (kv_a_proj_with_mqa's last columns), after RoPE")      \
     X(QUERIES, "attention_queries", TAP_F32, CAT_BHQ, CAT_BLOCK, "The queries entering attention") \
     X(KEYS, "attention_keys", TAP_F32, CAT_BKQ, CAT_BLOCK, "The keys entering attention")          \
     X(VALUES, "attention_values", TAP_F32, CAT_BKS, CAT_BLOCK, "The values entering attention")    \
@@ -89,6 +102,15 @@ enum cat_need {
       "The shared expert's output")                                                                \
     X(ROUTER_LOGITS, "router_logits", TAP_F32, "batch,seq,num_experts", CAT_MOE,                   \
       "The router's logits, one per expert, before the scoring")                                   \
+    X(ROUTER_SCORES, "router_scores", TAP_F32, "batch,seq,num_experts", CAT_MOE | CAT_SIGMOID,     \
+      "sigmoid(router_logits): the scores the chosen experts are weighted by")                     \
+    X(ROUTER_CHOICE_SCORES, "router_choice_scores", TAP_F32, "batch,seq,num_experts",              \
+      CAT_MOE | CAT_SIGMOID,                                                                       \
+      "router_scores + e_score_correction_bias: what the experts are chosen by (not weighted)")    \
+    X(ROUTER_GROUP_SCORES, "router_group_scores", TAP_F32, "batch,seq,n_group",                    \
+      CAT_MOE | CAT_SIGMOID,                                                                       \
+      "Each expert group's score, the sum of its two best choice scores; the topk_group best "     \
+      "groups are the ones the experts are chosen from")                                           \
     X(EXPERT_INDICES, "expert_indices", TAP_I64, "batch,seq,top_k", CAT_MOE,                       \
       "The expert each routing slot sends the token to")                                           \
     X(EXPERT_WEIGHTS, "expert_weights", TAP_F32, "batch,seq,top_k", CAT_MOE,                       \
@@ -127,6 +149,7 @@ enum cat_texts {
     CAT_TEXT_LNB_PARALLEL = 1 << 2, // ... with a parallel residual (GPT-NeoX)
     CAT_TEXT_LNB_ROTARY = 1 << 3,   // ... with rotary positions (GPT-NeoX)
     CAT_TEXT_LAGUNA = 1 << 4,       // Laguna: the table's (nnterp) texts but its layer_output
+    CAT_TEXT_DSV3 = 1 << 20,        // DeepSeek-V3 (after DEC's): MLA's heads, its router
 };
 
 #define CAT_BHS "batch,num_heads,seq,head_dim"
@@ -184,6 +207,28 @@ enum cat_texts {
       "The queries entering attention, after RoPE on the first rotary_pct of each head")           \
     Y(LNB_ROTARY, KEYS, CAT_BKS,                                                                   \
       "The keys entering attention, after RoPE on the first rotary_pct of each head")              \
+    Y(DSV3, QUERIES_PRE_ROPE, NULL,                                                                \
+      "Each head's query [nope | rope] before RoPE (q_b_proj's or q_proj's output)")               \
+    Y(DSV3, KEYS_PRE_ROPE, NULL,                                                                   \
+      "Each head's key [k_nope from kv_b_proj | the shared rotary key] before RoPE")               \
+    Y(DSV3, QUERIES, NULL,                                                                         \
+      "The queries entering attention: the rope part after RoPE (de-interleaved first with "       \
+      "rope_interleave, as transformers leaves it)")                                               \
+    Y(DSV3, KEYS, NULL,                                                                            \
+      "The keys entering attention: k_nope, then the shared rotary key after RoPE")                \
+    Y(DSV3, VALUES, NULL, "Each head's value from kv_b_proj (v_head_dim wide)")                    \
+    Y(DSV3, SCORES, NULL,                                                                          \
+      "q.k times qk_head_dim^-0.5 (times YaRN's mscale(factor, mscale_all_dim)^2), -inf where "    \
+      "masked")                                                                                    \
+    Y(DSV3, ROUTER_LOGITS, NULL, "The router's logits (mlp.gate), before the sigmoid")             \
+    Y(DSV3, EXPERT_INDICES, NULL,                                                                  \
+      "The top-k experts by router_choice_scores within the chosen groups, largest first")         \
+    Y(DSV3, EXPERT_WEIGHTS, NULL,                                                                  \
+      "Their router_scores, renormalised (norm_topk_prob), times routed_scaling_factor")           \
+    Y(DSV3, SHARED_EXPERT_OUTPUT, NULL, "mlp.shared_experts' output, added to routed_output")      \
+    Y(DSV3, ROUTED_OUTPUT, NULL, "The sum over slots of the weighted expert outputs")              \
+    Y(DSV3, MLP_OUTPUT, NULL,                                                                      \
+      "The MLP's output: a dense MLP's, or routed_output + shared_expert_output")                  \
     Y(LAGUNA, LAYER_OUTPUT, NULL,                                                                  \
       "The residual stream leaving the block, a tensor even when the block returns a tuple")
 

@@ -9,6 +9,7 @@
 #include "model/catalogue.h"
 #include "model/config.h" // defines: cfg_get, cfg_kind (quantization_config)
 #include "model/family.h"
+#include "model/mla.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -16,9 +17,27 @@
 #include <stdlib.h>
 #include <string.h>
 
+// DeepSeek-V3's layer i (tests/ref/param_count.py deepseek_layer): its norms, MLA, a dense MLP or
+// the router (e_score_correction_bias is a buffer, not counted) and the shared experts
+static int64_t dsv3_layer_params(const struct dec_config *c, int i, bool experts) {
+    int64_t D = c->hidden, E = c->n_expert, Is = (int64_t)c->route.n_shared * c->expert_ffn;
+    if (experts) return c->moe[i] ? 3 * E * D * c->expert_ffn : 0;
+    int64_t n = 2 * D + mla_params(c);
+    if (c->moe[i]) return n + D * E + 3 * D * Is;
+    return n + 3 * D * c->ffn;
+}
+
+void dec_mtp_params(const struct dec_config *c, int64_t *unique, int64_t *stored) {
+    int64_t D = c->hidden, E = c->n_expert, Is = (int64_t)c->route.n_shared * c->expert_ffn;
+    int64_t layer = 2 * D + mla_params(c) + D * E + 3 * D * Is + 3 * E * D * c->expert_ffn;
+    *unique = c->n_mtp * (2 * D + 2 * D * D + layer + D);
+    *stored = *unique + c->n_mtp * 2 * (int64_t)c->vocab * D;
+}
+
 int64_t dec_layer_params(const struct dec_config *c, int i, bool experts) {
     int64_t D = c->hidden, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, I = c->ffn;
     int64_t E = c->n_expert;
+    if (c->mla.on) return dsv3_layer_params(c, i, experts);
     if (experts) return c->moe[i] ? 3 * E * D * c->expert_ffn : 0;
     int64_t n = D * H * hd + 2 * D * KV * hd + H * hd * D;
     n += (H * hd + 2 * KV * hd) * c->blk.qkv_bias + D * c->blk.o_bias + dec_block_norm_params(c);
@@ -47,6 +66,9 @@ double dec_block_flops(const struct dec_config *c, int i, int T) {
     if (i >= c->n_layer) return 2.0 * T * c->hidden * (double)c->vocab;
     double active = (double)dec_layer_params(c, i, false);
     if (c->moe[i]) active += 3.0 * c->hidden * c->expert_ffn * c->top_k;
+    if (c->mla.on) // q.k over d_nope + d_rope, P.v over d_v
+        return 2.0 * T * active +
+               2.0 * c->n_head * (double)T * T * (c->mla.d_nope + c->mla.d_rope + c->mla.d_v);
     return 2.0 * T * active + 4.0 * c->n_head * c->head_dim * (double)T * T;
 }
 
@@ -60,12 +82,17 @@ static unsigned block_options(const void *u, int l) {
     unsigned has = CAT_PRE_ROPE | (c->moe[l] ? CAT_MOE : CAT_DENSE);
     if (c->blk.norm_at & DEC_NORM_PRE) has |= CAT_PRE_NORM;
     if (c->blk.norm_at & DEC_NORM_POST) has |= CAT_POST_NORM;
+    if (c->mla.on) has |= CAT_MLA | (c->mla.q_lora ? CAT_Q_LORA : 0u);
+    if (c->moe[l] && c->route.sigmoid_group) has |= CAT_SIGMOID;
+    if (c->moe[l] && c->route.n_shared > 0) has |= CAT_SHARED;
     return has;
 }
 
 static int walk(const struct dec_config *c, int *id, struct tap_desc *out) {
-    struct cat_family f = {
-        .n_layer = c->n_layer, .texts = CAT_TEXT_DEC, .block = block_options, .u = c};
+    struct cat_family f = {.n_layer = c->n_layer,
+                           .texts = CAT_TEXT_DEC | (c->mla.on ? CAT_TEXT_DSV3 : 0u),
+                           .block = block_options,
+                           .u = c};
     return cat_walk(&f, id, out);
 }
 
@@ -77,9 +104,26 @@ void dec_catalogue(const struct decoder *m, struct tap_desc *out) {
     walk(&m->cfg, NULL, out);
 }
 
+// MLA's axes (model/mla.h): a query / key head is d_nope + d_rope, a value head d_v
+static int64_t dsv3_axis_size(const struct dec_config *c, const char *axis) {
+    static const char *const names[] = {"qk_head_dim",  "head_dim",         "q_lora_rank",
+                                        "kv_lora_rank", "qk_rope_head_dim", "n_group"};
+    const int v[] = {c->mla.d_nope + c->mla.d_rope,
+                     c->mla.d_v,
+                     c->mla.q_lora,
+                     c->mla.kv_lora,
+                     c->mla.d_rope,
+                     c->route.n_group};
+    for (size_t i = 0; c->mla.on && i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(axis, names[i])) return v[i];
+    return -1;
+}
+
 int64_t dec_axis_size(const struct decoder *m, int block, const char *axis) {
     const struct dec_config *c = &m->cfg;
     (void)block;
+    int64_t mla = dsv3_axis_size(c, axis);
+    if (mla >= 0) return mla;
     static const char *const names[] = {"num_heads",   "num_kv_heads", "head_dim",
                                         "qk_head_dim", "hidden_size",  "intermediate_size",
                                         "num_experts", "top_k",        "vocab_size"};
@@ -312,6 +356,38 @@ static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
     fp8_experts(m, i, w0, s0);
 }
 
+// DeepSeek-V3's attention (MLA) of layer i, and a mixture block's routing bias and shared experts
+static void mla_tensors(struct model_tensor *t, int *n, struct decoder *m,
+                        const struct model_dims *dims, int i, struct dec_block_w *w) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_mla *a = &c->mla;
+    const struct dec_names *nm = c->names;
+    int64_t D = c->hidden, H = c->n_head, dqk = a->d_nope + a->d_rope, ql = a->q_lora;
+    if (ql) {
+        mat(t, n, m, dims, &w->q_a, ql, D, i, nm->q_a);
+        vec(t, n, c, &w->q_a_norm, ql, i, nm->q_a_norm, ".weight");
+        mat(t, n, m, dims, &w->q_b, H * dqk, ql, i, nm->q_b);
+    } else {
+        mat(t, n, m, dims, &w->wq, H * dqk, D, i, nm->q);
+    }
+    mat(t, n, m, dims, &w->kv_a, a->kv_lora + a->d_rope, D, i, nm->kv_a);
+    vec(t, n, c, &w->kv_a_norm, a->kv_lora, i, nm->kv_a_norm, ".weight");
+    mat(t, n, m, dims, &w->kv_b, H * (a->d_nope + a->d_v), a->kv_lora, i, nm->kv_b);
+    mat(t, n, m, dims, &w->wo, D, H * a->d_v, i, nm->o);
+}
+
+static void dsv3_moe_tensors(struct model_tensor *t, int *n, struct decoder *m,
+                             const struct model_dims *dims, int i, struct dec_block_w *w) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_names *nm = c->names;
+    int64_t D = c->hidden, Is = (int64_t)c->route.n_shared * c->expert_ffn;
+    if (c->route.sigmoid_group) vec(t, n, c, &w->e_bias, c->n_expert, i, nm->router_bias, "");
+    if (c->route.n_shared <= 0) return;
+    mat(t, n, m, dims, &w->sg, Is, D, i, nm->sgate);
+    mat(t, n, m, dims, &w->su, Is, D, i, nm->sup);
+    mat(t, n, m, dims, &w->sd, D, Is, i, nm->sdown);
+}
+
 static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
                           const struct model_dims *dims, int i, struct dec_block_w *w) {
     const struct dec_config *c = &m->cfg;
@@ -331,14 +407,17 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
         FV(&w->post_attn_norm, D, nm->post_attn_norm);
         FV(&w->post_mlp_norm, D, nm->post_mlp_norm);
     }
-    if (b->fused_qkv) { // one matrix; the forward uses its row blocks (model/decoder_forward.c)
+    if (c->mla.on) {
+        mla_tensors(t, n, m, dims, i, w);
+    } else if (b->fused_qkv) { // one matrix; the forward uses its row blocks (decoder_forward.c)
         MAT(&w->qkv, HD + 2 * KVD, D, nm->qkv);
+        MAT(&w->wo, D, HD, nm->o);
     } else {
         MAT(&w->wq, HD, D, nm->q);
         MAT(&w->wk, KVD, D, nm->k);
         MAT(&w->wv, KVD, D, nm->v);
+        MAT(&w->wo, D, HD, nm->o);
     }
-    MAT(&w->wo, D, HD, nm->o);
     if (b->qkv_bias) {
         BIAS(&w->bq, HD, nm->q);
         BIAS(&w->bk, KVD, nm->k);
@@ -351,6 +430,7 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
     }
     if (c->moe[i]) {
         expert_tensors(t, n, m, dims, i, w);
+        dsv3_moe_tensors(t, n, m, dims, i, w);
         return;
     }
     if (b->fused_gate_up) {

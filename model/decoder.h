@@ -30,7 +30,8 @@ enum dec_rope_type {
     DEC_ROPE_LINEAR,
     DEC_ROPE_DYNAMIC,
     DEC_ROPE_LLAMA3,
-    DEC_ROPE_LONGROPE
+    DEC_ROPE_LONGROPE, // _compute_longrope_parameters (Phi-3)
+    DEC_ROPE_YARN,     // _compute_yarn_parameters (DeepSeek-V3): dec_rope_yarn_inv_freq
 };
 
 // modeling_rope_utils.py's parameters of one layer type
@@ -43,6 +44,13 @@ struct dec_rope {
     // long_factor (longer ones), cos and sin times the attention factor
     const double *ext_short, *ext_long; // (n_rot / 2) each; borrowed from dec_config's longrope
     double attn;                        // attention_factor
+    // yarn: beta_fast / beta_slow (absent or 0: 32 / 1), truncate (default true), the factor cos
+    // and sin are multiplied by (attention_factor, else mscale / mscale_all_dim's ratio);
+    // original_max_pos (absent: max_position_embeddings) is the length the correction range is
+    // found for
+    double beta_fast, beta_slow, attention;
+    bool truncate;
+    bool yarn_ok; // the family computes YaRN (dec_config rope_yarn); else "yarn" is refused
 };
 
 // ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
@@ -82,6 +90,27 @@ struct dec_block {
     float final_cap;       // soft-cap of the logits (Gemma 2; 0: none)
 };
 
+// ---- DeepSeek-V3's options (model/mla.h; tests/ref/deepseek_v3_ref.py)
+// multi-head latent attention (DeepseekV3Attention): on replaces q/k/v by q_a -> q_a_layernorm ->
+// q_b (q_proj when q_lora is 0), kv_a_proj_with_mqa -> the kv latent (kv_lora) + one rotary key
+// (d_rope) shared by every head, kv_a_layernorm, kv_b_proj -> per-head k_nope (d_nope) and v (d_v);
+// head_dim is d_rope (the RoPE tables' width), a query/key head is d_nope + d_rope, a value d_v
+struct dec_mla {
+    bool on;
+    int q_lora, kv_lora, d_nope, d_rope, d_v;
+    bool interleave; // rope_interleave: RoPE pairs (2j, 2j+1), de-interleaved first
+};
+// DeepseekV3TopkRouter + DeepseekV3MoE: sigmoid scores; e_score_correction_bias added for the
+// choice only; the top topk_group of n_group groups (a group's score: its two best biased scores);
+// the weights are the chosen scores (renormalised with norm_topk), times scale; n_shared shared
+// experts (one gated MLP of n_shared x expert_ffn) added to the routed sum; layers below
+// first_dense are dense
+struct dec_route {
+    bool sigmoid_group;
+    int n_group, topk_group, n_shared, first_dense;
+    float scale; // routed_scaling_factor
+};
+
 // ---- a family's tensor names (as llama.cpp's LLM_TENSOR_NAMES): leaves of the checkpoint's
 // names, to which ".weight" / ".bias" are added; the block's under "{layers}.{i}.". NULL: the
 // family has no such tensor (a description that needs it must not be paired with the table).
@@ -94,6 +123,10 @@ struct dec_names {
     const char *router, *experts;                // "mlp.gate", "mlp.experts" (+ ".{e}.")
     const char *egate, *eup, *edown; // an expert's: "gate_proj", ... (Mixtral "w1", ...)
     const char *qkv, *gate_up;       // fused: "self_attn.qkv_proj", "mlp.gate_up_proj" (Phi-3)
+    // DeepSeek-V3: MLA's ("self_attn.q_a_proj", ...), the routing bias (the full leaf,
+    // "mlp.gate.e_score_correction_bias"), the shared experts' ("mlp.shared_experts.gate_proj")
+    const char *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *kv_b;
+    const char *router_bias, *sgate, *sup, *sdown;
 };
 
 // FP8 block-scaled weights (quantization_config.quant_method "fp8": transformers' fine-grained
@@ -123,6 +156,10 @@ struct dec_config {
     struct dec_rope rope_full, rope_sliding;
     double *longrope;   // (2, n_rot / 2) longrope's short_factor then long_factor; owned (or NULL)
     struct dec_fp8 fp8; // FP8 weights (off: none)
+    struct dec_mla mla; // DeepSeek-V3 (off: the q/k/v projections)
+    struct dec_route route; // DeepSeek-V3 (off: the softmax router)
+    int n_mtp;      // num_nextn_predict_layers: in the release, not loaded (transformers does not)
+    bool rope_yarn; // set by a reader before dec_read_rope: rope_scaling "yarn" is computed
 };
 
 // quantization_config (absent or null: none) into c->fp8: quant_method "fp8" with fmt "e4m3",
@@ -142,11 +179,19 @@ int64_t dec_layer_params(const struct dec_config *c, int i, bool experts);
 // the RMSNorm weights of a block: its pre and post norms, the q/k norms
 int64_t dec_block_norm_params(const struct dec_config *c);
 int64_t dec_params(const struct dec_config *c);
+// DeepSeek-V3's multi-token-prediction layers (not loaded): their own parameters (enorm, hnorm,
+// eh_proj, a mixture block, a norm; tests/ref/param_count.py mtp_unique) into *unique, with the
+// copies of the embedding and the head the release stores with them into *stored.
+void dec_mtp_params(const struct dec_config *c, int64_t *unique, int64_t *stored);
 
 // inv_freq (n_rot / 2 entries, double; head_dim is n_rot) of a layer type for a prompt of T
 // tokens (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call
 // whose longest position is T - 1; longrope takes long_factor past original_max_pos).
 void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int T, double *inv);
+// YaRN's inv_freq (head_dim / 2) as modeling_rope_utils._compute_yarn_parameters, in double
+void dec_rope_yarn_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, double *inv);
+// yarn_get_mscale (modeling_deepseek_v3.py, modeling_rope_utils.get_mscale)
+double dec_rope_yarn_mscale(double scale, double mscale);
 
 // ---- weights: a matrix stored BF16 is borrowed from the mapping as it is (h; each matmul widens
 // a panel of rows, model/ops.h op_matmul_bf16), any other float dtype is a float32 view (f; F16
@@ -162,6 +207,11 @@ struct dec_mat {
     int bn, bk;
 };
 
+// out (M, N) = in (M, K) . w^T for a matrix stored any of the ways above: FP8 and BF16 a panel
+// of rows at a time into `panel` (op_bf16_panel_floats(K, N) floats; model/decmat.c)
+void dec_matmul(float *out, const float *in, const struct dec_mat *w, int64_t M, int64_t K,
+                int64_t N, float *panel);
+
 struct dec_block_w {
     const float *attn_norm, *mlp_norm, *post_attn_norm, *post_mlp_norm; // (D) as norm_at says
     const float *q_norm, *k_norm;   // (hd) per head, or (H hd) and (KV hd) over the projection
@@ -172,6 +222,12 @@ struct dec_block_w {
     struct dec_mat router;          // mixture: (E, D)
     struct dec_mat *eg, *eu, *ed;   // (E) experts: (Ie, D) x2, (D, Ie)
     struct dec_mat qkv, gate_up;    // fused: ((H + 2 KV) hd, D), (2 I, D); wq ... up unused
+    // DeepSeek-V3 (dec_config mla / route); wo is o_proj (D, H d_v)
+    struct dec_mat q_a, q_b, kv_a,
+        kv_b; // (ql, D) (H (dn+dr), ql or D) (kvl + dr, D) (H (dn+dv), kvl)
+    const float *q_a_norm, *kv_a_norm; // (ql) (kvl)
+    const float *e_bias;               // (E) e_score_correction_bias
+    struct dec_mat sg, su, sd;         // shared experts: (Is, D) x2, (D, Is)
 };
 
 struct decoder {

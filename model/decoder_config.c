@@ -57,6 +57,63 @@ int dec_read_act(const struct config *cf, struct dec_config *c, const char *key,
     return block_cfg_act(cf->path, key, s, &c->blk.act, err);
 }
 
+double dec_rope_yarn_mscale(double scale, double mscale) {
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+// YaRN's keys of the scaling dict sc (_compute_yarn_parameters): factor (required),
+// attention_factor, mscale, mscale_all_dim, beta_fast, beta_slow (`or 32` / `or 1`: 0 and null are
+// the defaults), original_max_position_embeddings (else max_position_embeddings), truncate
+static int dec_rope_yarn_read(const struct config *cf, const struct cfg_value *sc,
+                              const char *where, struct dec_rope *r, struct ah_error *err) {
+    double a = NAN, ms = 0.0, msa = 0.0, l0 = 0.0, bf = 0.0, bs = 0.0;
+    int rc;
+    r->type = DEC_ROPE_YARN;
+    if ((rc = cfg_opt_num(cf, sc, where, "factor", NAN, &r->factor, err)) < 0 ||
+        (rc = cfg_opt_num(cf, sc, where, "attention_factor", NAN, &a, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "mscale", CFG_NONNEG, true, &ms, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "mscale_all_dim", CFG_NONNEG, true, &msa, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "beta_fast", CFG_NONNEG, true, &bf, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "beta_slow", CFG_NONNEG, true, &bs, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "original_max_position_embeddings", CFG_COUNT, true, &l0,
+                         err)) < 0)
+        return rc;
+    if (isnan(r->factor))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
+    const struct cfg_value *tr = cfg_get(cf, sc, "truncate");
+    r->truncate = !cfg_is_false(cf, tr);
+    if (tr && !cfg_is_true(cf, tr) && !cfg_is_false(cf, tr))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s.truncate\": expected true or false", cf->path,
+                       where);
+    r->beta_fast = bf != 0.0 ? bf : 32.0;
+    r->beta_slow = bs != 0.0 ? bs : 1.0;
+    r->original_max_pos = (int)l0;
+    if (isnan(a))
+        a = ms != 0.0 && msa != 0.0
+                ? dec_rope_yarn_mscale(r->factor, ms) / dec_rope_yarn_mscale(r->factor, msa)
+                : dec_rope_yarn_mscale(r->factor, 1.0);
+    r->attention = a;
+    return 0;
+}
+
+void dec_rope_yarn_inv_freq(const struct dec_rope *r, int hd, int max_pos, double *inv) {
+    const double pi = 3.141592653589793;
+    double base = r->theta, L0 = r->original_max_pos > 0 ? r->original_max_pos : max_pos;
+    // find_correction_dim of beta_fast and beta_slow, floored / ceiled unless truncate is false
+    double lo = hd * log(L0 / (r->beta_fast * 2.0 * pi)) / (2.0 * log(base));
+    double hi = hd * log(L0 / (r->beta_slow * 2.0 * pi)) / (2.0 * log(base));
+    if (r->truncate) lo = floor(lo), hi = ceil(hi);
+    lo = lo > 0.0 ? lo : 0.0;
+    hi = hi < hd - 1 ? hi : hd - 1;
+    if (lo == hi) hi += 0.001; // linear_ramp_factor: prevent singularity
+    for (int j = 0; j < hd / 2; j++) {
+        double ramp = (j - lo) / (hi - lo), pos = pow(base, 2.0 * j / hd);
+        ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;
+        double extra = 1.0 - ramp; // inv_freq_extrapolation_factor
+        inv[j] = 1.0 / (r->factor * pos) * (1.0 - extra) + 1.0 / pos * extra;
+    }
+}
+
 // The scaling dict sc (at `where`) of one layer type: rope_type (or the older "type") linear,
 // dynamic or llama3 with their keys (modeling_rope_utils.py); another type is refused by name.
 static int rope_scaling(const struct config *cf, const struct cfg_value *sc, const char *where,
@@ -70,6 +127,8 @@ static int rope_scaling(const struct config *cf, const struct cfg_value *sc, con
     int k = 0, rc;
     while (k < 4 && !(tn && !strcmp(tn, names[k])))
         k++;
+    if (k == 4 && r->yarn_ok && tn && !strcmp(tn, "yarn"))
+        return dec_rope_yarn_read(cf, sc, where, r, err);
     if (k == 4)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s.rope_type\": \"%s\" is not supported (expected \"default\", "
@@ -110,6 +169,7 @@ int dec_read_rope(const struct config *cf, struct dec_config *c, bool sliding, d
     int rc;
     memset(r, 0, sizeof *r);
     r->factor = 1.0;
+    r->yarn_ok = c->rope_yarn;
     if (cfg_kind(cf, rp) == CFG_OBJECT && cfg_get(cf, rp, "rope_theta")) {
         sc = rp;
         rc = cfg_opt_num(cf, rp, where, "rope_theta", theta, &r->theta, err);
@@ -270,6 +330,10 @@ void dec_config_free(struct dec_config *c) {
 
 void dec_rope_inv_freq(const struct dec_rope *r, int hd, int max_pos, int T, double *inv) {
     double base = r->theta;
+    if (r->type == DEC_ROPE_YARN) {
+        dec_rope_yarn_inv_freq(r, hd, max_pos, inv);
+        return;
+    }
     if (r->type == DEC_ROPE_DYNAMIC && T > max_pos) // _compute_dynamic_ntk_parameters
         base *= pow(r->factor * T / max_pos - (r->factor - 1.0), (double)hd / (hd - 2));
     for (int j = 0; j < hd / 2; j++) {

@@ -102,8 +102,9 @@ static int64_t layer_vectors(const struct dec_config *c, int i) {
     const struct dec_block *b = &c->blk;
     int64_t D = c->hidden, HD = (int64_t)c->n_head * c->head_dim;
     int64_t KVD = (int64_t)c->n_kv_head * c->head_dim, I = c->moe[i] ? 0 : c->ffn;
+    int64_t mla = c->mla.on ? c->mla.q_lora + c->mla.kv_lora : 0; // q_a / kv_a layernorms
     return dec_block_norm_params(c) + (HD + 2 * KVD) * b->qkv_bias + D * b->o_bias +
-           (b->mlp_bias && I ? 2 * I + D : 0);
+           (b->mlp_bias && I ? 2 * I + D : 0) + mla;
 }
 
 // BF16 matrices stay BF16 (mapped), any other dtype is held as float32; vectors float32. With
@@ -126,7 +127,10 @@ int64_t dec_fam_stage_bytes(const void *fm, int b0, int b1, bool head, int shard
     if (m->any_fp8)
         *kind = "FP8 block-scaled matrices mapped (1 byte a weight + float32 scales), the others "
                 "16-bit, vectors float32";
-    return w * (n - vec + c->hidden * (int64_t)head - q8) + q8 + 4 * s8 + 4 * vec;
+    int64_t buffers = 0; // DeepSeek-V3's e_score_correction_bias (a buffer: not a parameter)
+    for (int i = b0; c->route.sigmoid_group && i < b1; i++)
+        buffers += c->moe[i] ? 4 * E : 0;
+    return w * (n - vec + c->hidden * (int64_t)head - q8) + q8 + 4 * s8 + 4 * vec + buffers;
 }
 
 // The parameters a token computes with in a mixture model: all but the routed experts it is not
@@ -172,6 +176,22 @@ void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int
         group3(a, sizeof a, active_params(c));
         snprintf(line + used, n - used, "; %s parameters active a token (top %d of %d experts)", a,
                  c->top_k, c->n_expert);
+    }
+    if (c->mla.on && strlen(line) < n) { // DeepSeek-V3: the heads above are the RoPE width
+        size_t k0 = strlen(line);
+        snprintf(line + k0, n - k0,
+                 "; multi-head latent attention: q_lora_rank %d, kv_lora_rank %d, query/key heads "
+                 "of %d + %d (rope), values of %d",
+                 c->mla.q_lora, c->mla.kv_lora, c->mla.d_nope, c->mla.d_rope, c->mla.d_v);
+    }
+    if (c->n_mtp && (size_t)strlen(line) < n) { // DeepSeek-V3: what the release holds beside
+        int64_t u, st;
+        dec_mtp_params(c, &u, &st);
+        size_t k0 = strlen(line);
+        snprintf(line + k0, n - k0,
+                 "; + %d multi-token-prediction layer(s), not loaded (as transformers): %lld "
+                 "parameters, %lld as stored with their embedding and head copies",
+                 c->n_mtp, (long long)u, (long long)st);
     }
     *params = dec_params(c);
     *bytes = *params * c->bytes_per_param;

@@ -7,7 +7,7 @@
 #include "model/attention.h"
 #include "model/catalogue.h"
 #include "model/decoder.h"
-#include "model/fp8.h" // defines: fp8_matmul
+#include "model/mla.h"
 #include "model/moe.h"
 #include "model/ops.h"
 
@@ -40,6 +40,12 @@ struct dec_state {
     int *order, *start;  // (N k) slots grouped by expert; (2 E + 1) offsets and cursors
     const struct expert_shard *shard;
     void *arena;
+    // DeepSeek-V3: MLA's buffers (model/mla.h); the sigmoid router's scores, choice scores (N, E)
+    // and group scores (N, n_group); the shared experts' gate and up (N, Is) and output (N, D)
+    float *mla_base;
+    struct mla_buf mla;
+    float *sc, *ch, *gsc;
+    float *sg, *su, *sh;
 };
 
 float *dec_state_stream(struct dec_state *s) {
@@ -54,7 +60,10 @@ static void rope_table(float *cos_t, float *sin_t, const struct dec_config *c,
                        const struct dec_rope *r, int T, int seq_len, double *inv) {
     int n_rot = c->blk.n_rot ? c->blk.n_rot : c->head_dim, h2 = n_rot / 2;
     dec_rope_inv_freq(r, n_rot, c->max_pos, seq_len, inv);
-    double A = r->type == DEC_ROPE_LONGROPE ? r->attn : 1.0; // x * 1.0 is x: others unchanged
+    // longrope's and YaRN's attention factor (x * 1.0 is x: the others unchanged)
+    double A = r->type == DEC_ROPE_LONGROPE ? r->attn
+               : r->type == DEC_ROPE_YARN   ? r->attention
+                                            : 1.0;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < h2; j++) {
             cos_t[(int64_t)t * h2 + j] = (float)(cos(t * inv[j]) * A);
@@ -71,6 +80,10 @@ static int64_t panel_floats(const struct dec_config *c) {
         n = dims[i] > n ? dims[i] : n;
     }
     n = c->n_expert > n ? c->n_expert : n;
+    mla_panel_dims(c, &k, &n);
+    int64_t Is = (int64_t)c->route.n_shared * c->expert_ffn; // DeepSeek-V3's shared experts
+    k = Is > k ? Is : k;
+    n = Is > n ? Is : n;
     return op_bf16_panel_floats((int)k, (int)n);
 }
 
@@ -112,8 +125,16 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->ones, 2 * T},
         {(void **)&s->order, N * k},
         {(void **)&s->start, 2 * E + 1},
+        {(void **)&s->mla_base, mla_floats(c, N, T)},
+        {(void **)&s->sc, c->route.sigmoid_group ? N * E : 0},
+        {(void **)&s->ch, c->route.sigmoid_group ? N * E : 0},
+        {(void **)&s->gsc, c->route.sigmoid_group ? N * c->route.n_group : 0},
+        {(void **)&s->sg, N * c->route.n_shared * Ie},
+        {(void **)&s->su, N * c->route.n_shared * Ie},
+        {(void **)&s->sh, c->route.n_shared > 0 ? N * D : 0},
     };
     if (!(s->arena = arena_alloc_ones(f, sizeof f / sizeof f[0], &s->ones, T))) return -AH_ENOMEM;
+    if (c->mla.on) mla_carve(&s->mla, s->mla_base, c, N, T);
     rope_table(s->cos_f, s->sin_f, c, &c->rope_full, max_T, 1, s->inv);
     rope_table(s->cos_s, s->sin_s, c, &c->rope_sliding, max_T, 1, s->inv);
     s->max_T = max_T;
@@ -138,20 +159,9 @@ static void norm(const struct dec_config *c, float *out, const float *in, const 
         op_rmsnorm(out, in, w, (int)rows, C, (float)c->eps);
 }
 
-// out (M, N) = in (M, K) . w^T: a float32 view, or BF16 or FP8 a panel at a time
-static void mat(float *out, const float *in, const struct dec_mat *w, int64_t M, int64_t K,
-                int64_t N, float *panel) {
-    if (w->q8)
-        fp8_matmul(out, in, w->q8, w->s8, (int)M, (int)K, (int)N, w->bn, w->bk, panel);
-    else if (w->h)
-        op_matmul_bf16(out, in, w->h, (int)M, (int)K, (int)N, panel);
-    else
-        op_matmul(out, in, w->f, (int)M, (int)K, (int)N);
-}
-
 static void mm(struct dec_state *s, float *out, const float *in, const struct dec_mat *w, int64_t M,
                int64_t K, int64_t N) {
-    mat(out, in, w, M, K, N, s->panel);
+    dec_matmul(out, in, w, M, K, N, s->panel);
 }
 
 // out (M, N) = in (M, K) . w^T (+ bias)
@@ -218,6 +228,11 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, hd = c->head_dim, H = c->n_head, KV = c->n_kv_head;
     int64_t HD = H * hd, KVD = KV * hd, rot = c->blk.n_rot ? c->blk.n_rot : hd;
+    if (c->mla.on) { // DeepSeek-V3 (model/mla.h): one RoPE table, no dynamic NTK
+        mla_attention(m, l, bt, tp, &s->mla, s->xn, s->a, s->cos_f, s->sin_f, s->panel, s->att,
+                      s->n_att);
+        return;
+    }
     struct dec_mat wq, wk, wv;
     qkv_mats(c, w, &wq, &wk, &wv);
     linear(s, s->q, s->xn, &wq, w->bq, N, D, HD);
@@ -299,6 +314,40 @@ static void route(const struct dec_config *c, float *p, int64_t *idx, float *w) 
         w[j] /= tot;
 }
 
+// DeepSeek-V3's router (model/moe.h moe_route_group), a token a thread: scores, choice scores,
+// group scores, the experts and their weights
+static void group_route(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                        const struct tap *tp, int l) {
+    const struct dec_config *c = &m->cfg;
+    int64_t N = bt->n_tokens, E = c->n_expert, k = c->top_k, G = c->route.n_group;
+    struct moe_group_route r = {
+        (int)E,           (int)k,         (int)G,          c->route.topk_group,
+        c->blk.norm_topk, c->route.scale, m->blk[l].e_bias};
+#pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
+    for (int64_t t = 0; t < N; t++)
+        moe_route_group(&r, s->z + t * E, s->sc + t * E, s->ch + t * E, s->gsc + t * G,
+                        s->idx + t * k, s->w + t * k);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_SCORES), bt, s->sc, (int)E);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_CHOICE_SCORES), bt, s->ch, (int)E);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_GROUP_SCORES), bt, s->gsc, (int)G);
+}
+
+// DeepSeek-V3's shared experts: one gated MLP (n_shared x expert_ffn wide) on every token, added
+// to the routed sum (DeepseekV3MoE.forward)
+static void shared_experts(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                           const struct tap *tp, int l) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_block_w *w = &m->blk[l];
+    int64_t N = bt->n_tokens, D = c->hidden, Is = (int64_t)c->route.n_shared * c->expert_ffn;
+    mm(s, s->sg, s->xn, &w->sg, N, D, Is);
+    mm(s, s->su, s->xn, &w->su, N, D, Is);
+    op_act(s->sg, N * Is, c->blk.act);
+    op_mul(s->su, s->sg, N * Is, 1);
+    mm(s, s->sh, s->su, &w->sd, N, Is, D);
+    tap_emit_rows(tp, CAT_ID(m, l, CAT_SHARED_EXPERT_OUTPUT), bt, s->sh, (int)D);
+    op_add(s->m, s->m, s->sh, N * D);
+}
+
 struct dec_expert_call {
     const struct decoder *m;
     const struct dec_block_w *w;
@@ -310,11 +359,11 @@ static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, flo
     const struct dec_expert_call *x = u;
     const struct dec_config *c = &x->m->cfg;
     int64_t D = c->hidden, Ie = c->expert_ffn;
-    mat(ge, xe, &x->w->eg[e], n, D, Ie, panel);
-    mat(ue, xe, &x->w->eu[e], n, D, Ie, panel);
+    dec_matmul(ge, xe, &x->w->eg[e], n, D, Ie, panel);
+    dec_matmul(ue, xe, &x->w->eu[e], n, D, Ie, panel);
     for (int64_t i = 0; i < n * Ie; i++)
         ue[i] *= op_act1(c->blk.act, ge[i]);
-    mat(ye, ue, &x->w->ed[e], n, Ie, D, panel);
+    dec_matmul(ye, ue, &x->w->ed[e], n, Ie, D, panel);
 }
 
 static void moe_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
@@ -324,9 +373,13 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k;
     mm(s, s->z, s->xn, &w->router, N, D, E);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_LOGITS), bt, s->z, (int)E);
+    if (c->route.sigmoid_group) {
+        group_route(m, s, bt, tp, l);
+    } else {
 #pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
-    for (int64_t t = 0; t < N; t++)
-        route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
+        for (int64_t t = 0; t < N; t++)
+            route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
+    }
     int id_i = CAT_ID(m, l, CAT_EXPERT_INDICES), id_o = CAT_ID(m, l, CAT_EXPERT_OUTPUTS);
     tap_emit_rows_i64(tp, id_i, bt, s->idx, (int)k);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
@@ -340,6 +393,7 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);
     memcpy(s->m, s->routed, (size_t)(N * D) * sizeof(float));
+    if (c->route.n_shared > 0) shared_experts(m, s, bt, tp, l);
 }
 
 // ----------------------------------------------------------------------------

@@ -22,6 +22,7 @@
     X(olmo2_family)       \
     X(phi3_family)        \
     X(olmoe_family)       \
+    X(deepseek_v3_family) \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;

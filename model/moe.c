@@ -4,6 +4,7 @@
 #include "model/ah.h"
 #include "model/ops.h"
 
+#include <math.h>
 #include <string.h>
 
 void moe_group(const struct moe_experts *x) {
@@ -97,4 +98,57 @@ void moe_sum_slots(float *routed, const float *eo, const int64_t *idx, int64_t N
                 routed[t * D + d] += eo[(t * k + j) * D + d];
         }
     }
+}
+
+// ----------------------------------------------------------------------------
+// DeepSeek-V3's group-limited sigmoid router (moe.h)
+
+// the best entry of x (n) not yet taken (taken[i] true), the lower index on ties
+static int best_free(const float *x, int n, const bool *taken) {
+    int best = -1;
+    for (int i = 0; i < n; i++)
+        if (!taken[i] && (best < 0 || x[i] > x[best])) best = i;
+    return best;
+}
+
+void moe_route_group(const struct moe_group_route *r, const float *z, float *score, float *choice,
+                     float *gs, int64_t *idx, float *w) {
+    int E = r->E, G = r->n_group, per = E / G;
+    bool gtaken[1024], etaken[4096], gsel[1024];
+    float masked[4096];
+    AH_ASSERT(G <= 1024 && E <= 4096 && per >= 2 && r->topk_group <= G);
+    for (int e = 0; e < E; e++) {
+        score[e] = (float)(1.0 / (1.0 + exp(-(double)z[e])));
+        choice[e] = score[e] + r->bias[e];
+    }
+    for (int g = 0; g < G; g++) { // the sum of the group's two best choices
+        const float *x = choice + g * per;
+        int a = 0, b = 1;
+        if (x[b] > x[a]) a = 1, b = 0;
+        for (int i = 2; i < per; i++)
+            if (x[i] > x[a])
+                b = a, a = i;
+            else if (x[i] > x[b])
+                b = i;
+        gs[g] = x[a] + x[b];
+        gtaken[g] = gsel[g] = false;
+    }
+    for (int j = 0; j < r->topk_group; j++) {
+        int g = best_free(gs, G, gtaken);
+        gtaken[g] = gsel[g] = true;
+    }
+    for (int e = 0; e < E; e++) { // masked_fill(~score_mask, 0.0): what the top k is taken of
+        etaken[e] = false;
+        masked[e] = gsel[e / per] ? choice[e] : 0.0f;
+    }
+    float tot = 0.0f;
+    for (int j = 0; j < r->k; j++) {
+        int e = best_free(masked, E, etaken);
+        etaken[e] = true;
+        idx[j] = e;
+        w[j] = score[e];
+        tot += w[j];
+    }
+    for (int j = 0; j < r->k; j++)
+        w[j] = (r->norm ? w[j] / (tot + 1e-20f) : w[j]) * r->scale;
 }

@@ -4,6 +4,7 @@
 #ifndef AH_MOE_H
 #define AH_MOE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 // Expert shards (every family with experts): a rank runs experts [e0, e1) of
@@ -66,5 +67,21 @@ void moe_sum_slots(float *routed, const float *eo, const int64_t *idx, int64_t N
                    int64_t D);
 // Floats of one thread's panel: the larger of an (Ie x D) and a (D x Ie) BF16 panel.
 int64_t moe_panel_floats(int64_t D, int64_t Ie);
+
+// DeepSeek-V3's router on one token (DeepseekV3TopkRouter.forward / get_topk_indices):
+// score = sigmoid(z); choice = score + bias (the bias steers the choice only); a group's score is
+// the sum of its two best choices; the topk_group best groups keep their choices, the others' are
+// 0.0 (masked_fill with 0, not -inf); the k best of those are the experts (largest first, the
+// lower index first on ties, groups alike); their weights are their scores, divided by their sum
+// + 1e-20 when norm, times scale. Outputs score and choice (E; choice before the mask), gs
+// (n_group) the groups' scores, idx and w (k). At most 1024 groups and 4096 experts.
+struct moe_group_route {
+    int E, k, n_group, topk_group;
+    bool norm;
+    float scale;
+    const float *bias; // (E) e_score_correction_bias
+};
+void moe_route_group(const struct moe_group_route *r, const float *z, float *score, float *choice,
+                     float *gs, int64_t *idx, float *w);
 
 #endif

@@ -315,6 +315,8 @@ class DeepseekV3Ref:
         self.norm_topk = g("norm_topk_prob", True)
         self.rsf = g("routed_scaling_factor", 2.5)
         self.interleave = g("rope_interleave", True)
+        if g("attention_bias", False):
+            raise ValueError("config.json key 'attention_bias': true is not implemented")
         if g("hidden_act", "silu") != "silu":
             raise ValueError(f"config.json key 'hidden_act': {g('hidden_act')!r} not implemented")
         if g("scoring_func", "sigmoid") != "sigmoid" or g("topk_method", "noaux_tc") != "noaux_tc":
@@ -398,6 +400,7 @@ class DeepseekV3Ref:
         o("attention_keys_pre_rope", np.concatenate([k_pass, np.broadcast_to(k_rot, (H, T, self.d_rope))], -1))
         q_rot = apply_rope(q_rot, cos, sin, self.interleave)
         k_rot = apply_rope(k_rot, cos, sin, self.interleave)
+        o("attention_rope_key", k_rot[0])  # the one rotary key of every head, after RoPE
         q = np.concatenate([q_pass, q_rot], -1)
         k = np.concatenate([k_pass, np.broadcast_to(k_rot, (H, T, self.d_rope))], -1)
         o("attention_queries", q)
@@ -444,8 +447,8 @@ class DeepseekV3Ref:
         z, s, gs, gmask, idx, wt = self.route(x, p)
         o("router_logits", z)
         o("router_scores", s)
+        o("router_choice_scores", s + self.w[p + "mlp.gate.e_score_correction_bias"][None, :])
         o("router_group_scores", gs)
-        o("router_group_mask", gmask.astype(np.int64))
         o("expert_indices", idx.astype(np.int64))
         o("expert_weights", wt)
         y = np.zeros((T, self.k, self.D))
