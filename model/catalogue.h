@@ -34,6 +34,7 @@ enum cat_need {
     CAT_DENSE = 1 << 7,     // a dense MLP
     CAT_MOE = 1 << 8,       // a mixture of experts
     CAT_SHARED = 1 << 9,    // a shared expert beside the routed ones (Laguna)
+    CAT_SINKS = 1 << 10,    // attention sinks: a learned logit per head in the softmax (gpt-oss)
 };
 
 #define CAT_BSH "batch,seq,hidden_size"
@@ -66,6 +67,13 @@ enum cat_need {
       "The attention scores entering the softmax, masked")                                         \
     X(PROBABILITIES, "attention_probabilities", TAP_F32, CAT_ATT, CAT_BLOCK,                       \
       "The attention pattern the values are mixed with")                                           \
+    X(ATTENTION_SINKS, "attention_sinks", TAP_F32, "batch,num_heads", CAT_SINKS,                   \
+      "Each head's learned sink logit (a parameter, the same for every prompt): one more column "  \
+      "of every row's softmax, dropped after it")                                                  \
+    X(SINK_PROBABILITIES, "attention_sink_probabilities", TAP_F32, "batch,num_heads,query",        \
+      CAT_SINKS,                                                                                   \
+      "The share of each query row's softmax the sink takes: 1 minus the row's sum of "            \
+      "attention_probabilities")                                                                   \
     X(HEAD_OUTPUTS, "attention_head_outputs", TAP_F32, "batch,seq,num_heads,head_dim", CAT_BLOCK,  \
       "The per-head outputs before the output projection")                                         \
     X(ATTENTION_PREMIX, "attention_premix", TAP_F32, "batch,seq,num_heads,head_dim", CAT_GATE,     \

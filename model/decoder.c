@@ -15,11 +15,13 @@
 
 int64_t dec_layer_params(const struct dec_config *c, int i, bool experts) {
     int64_t D = c->hidden, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, I = c->ffn;
-    int64_t E = c->n_expert;
-    if (experts) return c->moe[i] ? 3 * E * D * c->expert_ffn : 0;
+    int64_t E = c->n_expert, Ie = c->expert_ffn;
+    if (experts)
+        return c->moe[i] ? 3 * E * D * Ie + (c->blk.expert_bias ? E * (2 * Ie + D) : 0) : 0;
     int64_t n = D * H * hd + 2 * D * KV * hd + H * hd * D;
     n += (H * hd + 2 * KV * hd) * c->blk.qkv_bias + D * c->blk.o_bias + dec_block_norm_params(c);
-    if (c->moe[i]) return n + D * E; // the router
+    n += c->blk.sinks ? H : 0;
+    if (c->moe[i]) return n + D * E + (c->blk.router_bias ? E : 0); // the router
     return n + 3 * D * I + (c->blk.mlp_bias ? 2 * I + D : 0);
 }
 
@@ -57,6 +59,7 @@ static unsigned block_options(const void *u, int l) {
     unsigned has = CAT_PRE_ROPE | (c->moe[l] ? CAT_MOE : CAT_DENSE);
     if (c->blk.norm_at & DEC_NORM_PRE) has |= CAT_PRE_NORM;
     if (c->blk.norm_at & DEC_NORM_POST) has |= CAT_POST_NORM;
+    if (c->blk.sinks) has |= CAT_SINKS;
     return has;
 }
 
@@ -137,6 +140,37 @@ static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
     }
 }
 
+// gpt-oss's mixture block: the router (+ bias) and the experts' fused tensors as published,
+// MXFP4 blocks + scales (kept as stored; model/mxfp4.h) and float32 biases
+static void expert_tensors_mxfp4(struct model_tensor *t, int *n, struct decoder *m,
+                                 const struct model_dims *dims, int i, struct dec_block_w *w) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_names *nm = c->names;
+    int64_t D = c->hidden, Ie = c->expert_ffn, E = c->n_expert;
+    char leaf[96], name[160];
+    mat(t, n, m, dims, &w->router, E, D, i, nm->router);
+    if (c->blk.router_bias) vec(t, n, c, &w->brouter, E, i, nm->router, ".bias");
+    const int64_t gu_b[4] = {E, 2 * Ie, D / 32, 16}, dn_b[4] = {E, D, Ie / 32, 16};
+    struct {
+        const char *leaf;
+        struct mxfp4_mat *q;
+        const int64_t *shape;
+    } f[2] = {{nm->gate_up, &w->gu_q4, gu_b}, {nm->edown, &w->down_q4, dn_b}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(leaf, sizeof leaf, "%s.%s_blocks", nm->experts, f[k].leaf);
+        model_tensor_add_u8(t, n, &f[k].q->blocks, 4, f[k].shape,
+                            tname(name, sizeof name, c, i, leaf, ""));
+        snprintf(leaf, sizeof leaf, "%s.%s_scales", nm->experts, f[k].leaf);
+        model_tensor_add_u8(t, n, &f[k].q->scales, 3, f[k].shape,
+                            tname(name, sizeof name, c, i, leaf, ""));
+        snprintf(leaf, sizeof leaf, "%s.%s_bias", nm->experts, f[k].leaf);
+        if (c->blk.expert_bias)
+            model_tensor_add(t, n, NULL, k ? &w->bed : &w->bgu, E, k ? D : 2 * Ie, NULL, 0,
+                             tname(name, sizeof name, c, i, leaf, ""));
+    }
+    m->any_mxfp4 = true;
+}
+
 static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
                           const struct model_dims *dims, int i, struct dec_block_w *w) {
     const struct dec_config *c = &m->cfg;
@@ -169,6 +203,11 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
     if (b->qk_norm != DEC_QK_NONE) {
         FV(&w->q_norm, proj ? HD : hd, nm->q_norm);
         FV(&w->k_norm, proj ? KVD : hd, nm->k_norm);
+    }
+    if (b->sinks) vec(t, n, c, &w->sinks, c->n_head, i, nm->sinks, "");
+    if (c->moe[i] && b->experts_interleaved) {
+        expert_tensors_mxfp4(t, n, m, dims, i, w);
+        return;
     }
     if (c->moe[i]) {
         expert_tensors(t, n, m, dims, i, w);
@@ -222,6 +261,7 @@ int dec_init(struct decoder *m, struct dec_config *c, const struct model_dims *d
             w->ed = w->eu + c->n_expert;
         }
     m->any_bf16 = c->bf16; // config only (plan, bench): as torch_dtype says
+    m->any_mxfp4 = c->blk.experts_interleaved;
     if (!list) return 0;
     m->any_bf16 = false; // with the files: as they are
     int n = all_tensors(m, dims, NULL);

@@ -15,6 +15,7 @@
 
 #include "model/batch.h"
 #include "model/blocks.h"
+#include "model/mxfp4.h"
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -24,7 +25,13 @@ struct config;
 struct ah_error;
 struct expert_shard;
 
-enum dec_rope_type { DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC, DEC_ROPE_LLAMA3 };
+enum dec_rope_type {
+    DEC_ROPE_DEFAULT,
+    DEC_ROPE_LINEAR,
+    DEC_ROPE_DYNAMIC,
+    DEC_ROPE_LLAMA3,
+    DEC_ROPE_YARN // _compute_yarn_parameters (gpt-oss; DeepSeek's mscale too)
+};
 
 // modeling_rope_utils.py's parameters of one layer type
 struct dec_rope {
@@ -32,6 +39,11 @@ struct dec_rope {
     double theta, factor; // rope_theta; linear / dynamic / llama3 factor
     double low, high;     // llama3 low_freq_factor, high_freq_factor
     int original_max_pos; // llama3 original_max_position_embeddings
+    // yarn (original_max_pos too): beta_fast, beta_slow (0: transformers' 32 and 1), the
+    // correction range rounded outward unless truncate is false, and the attention factor cos and
+    // sin are multiplied by (attention_factor, else from mscale / mscale_all_dim: dec_yarn_factor)
+    double beta_fast, beta_slow, attn_factor;
+    bool truncate;
 };
 
 // ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
@@ -62,6 +74,15 @@ struct dec_block {
     float embed_scale;     // the embedding times this (Gemma: sqrt(D) rounded to float32; else 1)
     bool embed_tap_scaled; // token_embeddings after the scale (Gemma 3), else before (Gemma 2)
     float final_cap;       // soft-cap of the logits (Gemma 2; 0: none)
+    // gpt-oss (GptOssForCausalLM)
+    bool sinks;         // a learned logit per head in each attention softmax ("sinks")
+    bool router_bias;   // the router is a Linear with a bias
+    bool topk_softmax;  // top-k on the router logits, then a softmax over the k
+    bool expert_bias;   // the experts' projections have biases
+    bool swiglu_clamp;  // experts: (clamp(up) + 1) * g * sigmoid(alpha g), g = min(gate, limit)
+    float swiglu_alpha; // 1.702
+    float swiglu_limit; // swiglu_limit
+    bool experts_interleaved; // experts' gate_up_proj: gate rows 0, 2, 4..., up rows 1, 3, 5...
 };
 
 // ---- a family's tensor names (as llama.cpp's LLM_TENSOR_NAMES): leaves of the checkpoint's
@@ -75,6 +96,10 @@ struct dec_names {
     const char *gate, *up, *down;                // the dense MLP: "mlp.gate_proj", ...
     const char *router, *experts;                // "mlp.gate", "mlp.experts" (+ ".{e}.")
     const char *egate, *eup, *edown; // an expert's: "gate_proj", ... (Mixtral "w1", ...)
+    // gpt-oss: the sinks' tensor ("self_attn.sinks"); the experts' fused tensors under
+    // {experts}: gate_up ("gate_up_proj") and edown ("down_proj"), each as "_blocks" + "_scales"
+    // (MXFP4) and "_bias"
+    const char *sinks, *gate_up;
 };
 
 struct dec_config {
@@ -105,6 +130,13 @@ int64_t dec_params(const struct dec_config *c);
 // (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call whose
 // longest position is T - 1).
 void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int T, double *inv);
+// YaRN (modeling_rope_utils.py _compute_yarn_parameters), for every family that has it: inv_freq
+// (dim / 2) of base theta with r's factor, original_max_pos, beta_fast / beta_slow, truncate;
+// and the attention factor of factor, mscale and mscale_all_dim (0: absent) as transformers
+// computes it when attention_factor is absent: get_mscale(factor, mscale) / get_mscale(factor,
+// mscale_all_dim) if both are set, else get_mscale(factor).
+void dec_yarn_inv_freq(const struct dec_rope *r, int dim, double *inv);
+double dec_yarn_factor(double factor, double mscale, double mscale_all_dim);
 
 // ---- weights: a matrix stored BF16 is borrowed from the mapping as it is (h; each matmul widens
 // a panel of rows, model/ops.h op_matmul_bf16), any other float dtype is a float32 view (f; F16
@@ -112,6 +144,7 @@ void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int 
 struct dec_mat {
     const float *f;
     const uint16_t *h;
+    struct mxfp4_mat q4; // MXFP4 as published (gpt-oss's experts; model/mxfp4.h), if q4.blocks
 };
 
 struct dec_block_w {
@@ -123,6 +156,11 @@ struct dec_block_w {
     const float *bg, *bu, *bd;      // mlp_bias: (I) x2, (D)
     struct dec_mat router;          // mixture: (E, D)
     struct dec_mat *eg, *eu, *ed;   // (E) experts: (Ie, D) x2, (D, Ie)
+    // gpt-oss
+    const float *sinks;              // sinks: (H) a logit per head
+    const float *brouter;            // router_bias: (E)
+    const float *bgu, *bed;          // expert_bias: (E, 2 Ie) gate/up interleaved, (E, D)
+    struct mxfp4_mat gu_q4, down_q4; // MXFP4 experts: (E, 2 Ie, D / 32, 16), (E, D, Ie / 32, 16)
 };
 
 struct decoder {
@@ -133,6 +171,7 @@ struct decoder {
     struct dec_mat *experts;    // (3 E n_moe) owned
     int *id;                    // ((L + 2) x CAT_N) catalogue ids (model/catalogue.h), -1 if absent
     bool any_bf16;              // some matrix is borrowed BF16 (the state needs a panel)
+    bool any_mxfp4;             // some matrix is MXFP4 (the state needs a panel)
 };
 
 // Takes c (zeroed after), returns the tensors to bind in *list (NULL: config only); is_bf16 (may

@@ -57,6 +57,69 @@ int dec_read_act(const struct config *cf, struct dec_config *c, const char *key,
     return block_cfg_act(cf->path, key, s, &c->blk.act, err);
 }
 
+// transformers' get_mscale (_compute_yarn_parameters)
+static double yarn_mscale(double scale, double mscale) {
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+double dec_yarn_factor(double factor, double mscale, double mscale_all_dim) {
+    if (mscale != 0.0 && mscale_all_dim != 0.0)
+        return yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all_dim);
+    return yarn_mscale(factor, 1.0);
+}
+
+void dec_yarn_inv_freq(const struct dec_rope *r, int dim, double *inv) {
+    double base = r->theta, L0 = r->original_max_pos, pi = 3.141592653589793;
+    double bf = r->beta_fast != 0.0 ? r->beta_fast : 32.0; // `or 32`
+    double bs = r->beta_slow != 0.0 ? r->beta_slow : 1.0;  // `or 1`
+    // find_correction_dim, find_correction_range
+    double low = dim * log(L0 / (bf * 2.0 * pi)) / (2.0 * log(base));
+    double high = dim * log(L0 / (bs * 2.0 * pi)) / (2.0 * log(base));
+    if (r->truncate) low = floor(low), high = ceil(high);
+    low = low > 0.0 ? low : 0.0;
+    high = high < dim - 1 ? high : dim - 1;
+    if (low == high) high += 0.001; // linear_ramp_factor: prevent singularity
+    for (int j = 0; j < dim / 2; j++) {
+        double ramp = (j - low) / (high - low), pos = pow(base, 2.0 * j / dim);
+        ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;
+        double extra = 1.0 - ramp; // inv_freq_extrapolation_factor
+        inv[j] = 1.0 / (r->factor * pos) * (1.0 - extra) + 1.0 / pos * extra;
+    }
+}
+
+// YaRN's keys of the dict sc (at `where`), as _compute_yarn_parameters reads them: factor (read
+// by the caller), original_max_position_embeddings (required), beta_fast / beta_slow (`or`
+// their defaults), attention_factor else mscale / mscale_all_dim, truncate (default true).
+static int yarn_keys(const struct config *cf, const struct cfg_value *sc, const char *where,
+                     struct dec_rope *r, struct ah_error *err) {
+    double l0 = NAN, ms = 0.0, msa = 0.0;
+    int rc, no_a;
+    r->beta_fast = r->beta_slow = 0.0;
+    r->attn_factor = NAN;
+    if ((rc = cfg_num_in(cf, sc, where, "original_max_position_embeddings", CFG_COUNT, true, &l0,
+                         err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "beta_fast", CFG_NONNEG, true, &r->beta_fast, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "beta_slow", CFG_NONNEG, true, &r->beta_slow, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "mscale", CFG_NONNEG, true, &ms, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "mscale_all_dim", CFG_NONNEG, true, &msa, err)) < 0 ||
+        (no_a = rc = cfg_num_in(cf, sc, where, "attention_factor", CFG_POSITIVE, true,
+                                &r->attn_factor, err)) < 0)
+        return rc;
+    if (isnan(l0))
+        return ah_fail(err, AH_EINVAL,
+                       "%s: \"%s.original_max_position_embeddings\": missing (yarn "
+                       "needs it)",
+                       cf->path, where);
+    r->original_max_pos = (int)l0;
+    if (no_a) r->attn_factor = dec_yarn_factor(r->factor, ms, msa);
+    const struct cfg_value *t = cfg_get(cf, sc, "truncate");
+    r->truncate = !cfg_is_false(cf, t);
+    if (t && !cfg_is_true(cf, t) && !cfg_is_false(cf, t))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s.truncate\": expected true or false", cf->path,
+                       where);
+    return 0;
+}
+
 // The scaling dict sc (at `where`) of one layer type: rope_type (or the older "type") linear,
 // dynamic or llama3 with their keys (modeling_rope_utils.py); another type is refused by name.
 static int rope_scaling(const struct config *cf, const struct cfg_value *sc, const char *where,
@@ -64,21 +127,22 @@ static int rope_scaling(const struct config *cf, const struct cfg_value *sc, con
     const struct cfg_value *t = cfg_get(cf, sc, "rope_type");
     if (!t) t = cfg_get(cf, sc, "type");
     const char *tn = t ? cfg_string(cf, t) : "default";
-    static const char *const names[] = {"default", "linear", "dynamic", "llama3"};
+    static const char *const names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
     static const enum dec_rope_type types[] = {DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC,
-                                               DEC_ROPE_LLAMA3};
+                                               DEC_ROPE_LLAMA3, DEC_ROPE_YARN};
     int k = 0, rc;
-    while (k < 4 && !(tn && !strcmp(tn, names[k])))
+    while (k < 5 && !(tn && !strcmp(tn, names[k])))
         k++;
-    if (k == 4)
+    if (k == 5)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s.rope_type\": \"%s\" is not supported (expected \"default\", "
-                       "\"linear\", \"dynamic\" or \"llama3\")",
+                       "\"linear\", \"dynamic\", \"llama3\" or \"yarn\")",
                        cf->path, where, tn ? tn : "(not a string)");
     if ((r->type = types[k]) == DEC_ROPE_DEFAULT) return 0;
     if ((rc = cfg_opt_num(cf, sc, where, "factor", NAN, &r->factor, err)) < 0) return rc;
     if (isnan(r->factor))
         return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
+    if (r->type == DEC_ROPE_YARN) return yarn_keys(cf, sc, where, r, err);
     if (r->type != DEC_ROPE_LLAMA3) return 0;
     double l0;
     if ((rc = cfg_opt_num(cf, sc, where, "low_freq_factor", NAN, &r->low, err)) < 0 ||
@@ -267,6 +331,10 @@ void dec_config_free(struct dec_config *c) {
 }
 
 void dec_rope_inv_freq(const struct dec_rope *r, int hd, int max_pos, int T, double *inv) {
+    if (r->type == DEC_ROPE_YARN) {
+        dec_yarn_inv_freq(r, hd, inv);
+        return;
+    }
     double base = r->theta;
     if (r->type == DEC_ROPE_DYNAMIC && T > max_pos) // _compute_dynamic_ntk_parameters
         base *= pow(r->factor * T / max_pos - (r->factor - 1.0), (double)hd / (hd - 2));

@@ -8,6 +8,7 @@
 #include "model/catalogue.h"
 #include "model/decoder.h"
 #include "model/moe.h"
+#include "model/mxfp4.h"
 #include "model/ops.h"
 
 #include <math.h>
@@ -37,6 +38,7 @@ struct dec_state {
     double *inv;                                          // (h2)
     int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
     int *order, *start;  // (N k) slots grouped by expert; (2 E + 1) offsets and cursors
+    float *sink_p;       // sinks: (H, T) a prompt's sink shares
     const struct expert_shard *shard;
     void *arena;
 };
@@ -50,11 +52,12 @@ float *dec_state_stream(struct dec_state *s) {
 static void rope_table(float *cos_t, float *sin_t, const struct dec_config *c,
                        const struct dec_rope *r, int T, int seq_len, double *inv) {
     int h2 = c->head_dim / 2;
+    double A = r->type == DEC_ROPE_YARN ? r->attn_factor : 1.0; // YaRN's attention factor
     dec_rope_inv_freq(r, c->head_dim, c->max_pos, seq_len, inv);
     for (int t = 0; t < T; t++)
         for (int j = 0; j < h2; j++) {
-            cos_t[(int64_t)t * h2 + j] = (float)cos(t * inv[j]);
-            sin_t[(int64_t)t * h2 + j] = (float)sin(t * inv[j]);
+            cos_t[(int64_t)t * h2 + j] = (float)(cos(t * inv[j]) * A);
+            sin_t[(int64_t)t * h2 + j] = (float)(sin(t * inv[j]) * A);
         }
 }
 
@@ -67,7 +70,7 @@ static int64_t panel_floats(const struct dec_config *c) {
         n = dims[i] > n ? dims[i] : n;
     }
     n = c->n_expert > n ? c->n_expert : n;
-    return op_bf16_panel_floats((int)k, (int)n);
+    return op_bf16_panel_floats((int)k, (int)n); // >= mxfp4_panel_floats of the same sizes
 }
 
 int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, int64_t max_tokens,
@@ -94,8 +97,9 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->att, s->n_att = attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
-        {(void **)&s->panel, m->any_bf16 ? panel_floats(c) : 0},
-        {(void **)&s->xpanels, E > 0 && m->any_bf16 ? s->n_xpanels * moe_panel_floats(D, Ie) : 0},
+        {(void **)&s->panel, m->any_bf16 || m->any_mxfp4 ? panel_floats(c) : 0},
+        {(void **)&s->xpanels,
+         E > 0 && (m->any_bf16 || m->any_mxfp4) ? s->n_xpanels * moe_panel_floats(D, Ie) : 0},
         {(void **)&s->cos_f, T * h2},
         {(void **)&s->sin_f, T * h2},
         {(void **)&s->cos_s, T * h2},
@@ -107,6 +111,7 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->ones, 2 * T},
         {(void **)&s->order, N * k},
         {(void **)&s->start, 2 * E + 1},
+        {(void **)&s->sink_p, c->blk.sinks ? c->n_head * T : 0},
     };
     if (!(s->arena = arena_alloc_ones(f, sizeof f / sizeof f[0], &s->ones, T))) return -AH_ENOMEM;
     rope_table(s->cos_f, s->sin_f, c, &c->rope_full, max_T, 1, s->inv);
@@ -136,7 +141,9 @@ static void norm(const struct dec_config *c, float *out, const float *in, const 
 // out (M, N) = in (M, K) . w^T: a float32 view, or BF16 a panel at a time
 static void mat(float *out, const float *in, const struct dec_mat *w, int64_t M, int64_t K,
                 int64_t N, float *panel) {
-    if (w->h)
+    if (w->q4.blocks)
+        mxfp4_matmul(out, in, &w->q4, (int)M, (int)K, (int)N, panel);
+    else if (w->h)
         op_matmul_bf16(out, in, w->h, (int)M, (int)K, (int)N, panel);
     else
         op_matmul(out, in, w->f, (int)M, (int)K, (int)N);
@@ -168,6 +175,25 @@ static void tables(const struct decoder *m, struct dec_state *s, int l, int T, c
 
 // ----------------------------------------------------------------------------
 // attention
+
+// gpt-oss's sinks: the block's logits, and where the sink shares go if a tap wants them
+static void sink_options(const struct decoder *m, struct dec_state *s, const struct tap *tp, int l,
+                         struct attn *a) {
+    if (!m->cfg.blk.sinks) return;
+    a->sinks = m->blk[l].sinks;
+    a->sink_p = tap_wants(tp, CAT_ID(m, l, CAT_SINK_PROBABILITIES)) ? s->sink_p : NULL;
+}
+
+// the sink logits (1, H) and prompt b's sink shares (1, H, T)
+static void sink_emit(const struct decoder *m, struct dec_state *s, const struct tap *tp, int l,
+                      int b, int T) {
+    if (!m->cfg.blk.sinks) return;
+    int H = m->cfg.n_head;
+    struct tview v = {m->blk[l].sinks, TAP_F32, 2, {1, H}};
+    tap_emit(tp, CAT_ID(m, l, CAT_ATTENTION_SINKS), b, &v);
+    struct tview p = {s->sink_p, TAP_F32, 3, {1, H, T}};
+    tap_emit(tp, CAT_ID(m, l, CAT_SINK_PROBABILITIES), b, &p);
+}
 
 static void attention_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                             const struct tap *tp, int l) {
@@ -210,6 +236,7 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
                          .out = s->o + o * HD,
                          .ldo = (int)HD,
                          .att_floats = s->n_att};
+        sink_options(m, s, tp, l, &a);
         a.set[0] = (struct attn_keys){s->k + o * KVD, s->v + o * KVD, (int)KVD,
                                       c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL, c->window};
         // attention_scores: soft-capped, -inf where masked (tests/ref/hf/NAMES.md)
@@ -217,6 +244,7 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
                                CAT_ID(m, l, CAT_PROBABILITIES)};
         AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
         attn_forward(&a, &at, s->att);
+        sink_emit(m, s, tp, l, b, a.T);
     }
     tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
     linear(s, s->a, s->o, &w->wo, w->bo, N, HD, D);
@@ -253,6 +281,27 @@ static void route(const struct dec_config *c, float *p, int64_t *idx, float *w) 
         w[j] /= tot;
 }
 
+// gpt-oss (GptOssTopKRouter): the k largest logits (ties: lower index), a softmax over them
+// (double sums); the logits stay as they are
+static void route_topk_softmax(const struct dec_config *c, const float *z, int64_t *idx, float *w) {
+    int E = c->n_expert, k = c->top_k;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int q = 0; q < j; q++)
+                taken |= idx[q] == e;
+            if (!taken && (best < 0 || z[e] > z[best])) best = e;
+        }
+        idx[j] = best;
+    }
+    double mx = z[idx[0]], sum = 0.0; // the largest comes first
+    for (int j = 0; j < k; j++)
+        sum += exp((double)z[idx[j]] - mx);
+    for (int j = 0; j < k; j++)
+        w[j] = (float)(exp((double)z[idx[j]] - mx) / sum);
+}
+
 struct dec_expert_call {
     const struct decoder *m;
     const struct dec_block_w *w;
@@ -271,24 +320,58 @@ static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, flo
     mat(ye, ue, &x->w->ed[e], n, Ie, D, panel);
 }
 
+// gpt-oss's expert e (GptOssExperts): gate and up rows interleaved in gate_up_proj (each a
+// matrix view of every other row) plus their interleaved biases, the clamped SwiGLU, the down
+// projection plus its bias
+static void expert_ffn_clamped(const void *u, int64_t e, int64_t n, const float *xe, float *ge,
+                               float *ue, float *ye, float *panel) {
+    const struct dec_expert_call *x = u;
+    const struct dec_config *c = &x->m->cfg;
+    const struct dec_block_w *w = x->w;
+    int64_t D = c->hidden, Ie = c->expert_ffn, G = D / 32, Gi = Ie / 32;
+    // expert e's rows of gate_up_proj: gate the even ones, up the odd ones
+    const uint8_t *gb = w->gu_q4.blocks + e * 2 * Ie * G * 16,
+                  *gs = w->gu_q4.scales + e * 2 * Ie * G;
+    struct dec_mat gate = {.q4 = {gb, gs, 2}}, up = {.q4 = {gb + G * 16, gs + G, 2}};
+    struct dec_mat down = {
+        .q4 = {w->down_q4.blocks + e * D * Gi * 16, w->down_q4.scales + e * D * Gi, 1}};
+    mat(ge, xe, &gate, n, D, Ie, panel);
+    mat(ue, xe, &up, n, D, Ie, panel);
+    if (c->blk.expert_bias) {
+        const float *b = w->bgu + e * 2 * Ie; // (2 Ie): gate at even, up at odd columns
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < Ie; j++) {
+                ge[r * Ie + j] += b[2 * j];
+                ue[r * Ie + j] += b[2 * j + 1];
+            }
+    }
+    op_swiglu_clamp(ue, ge, n * Ie, c->blk.swiglu_alpha, c->blk.swiglu_limit);
+    mat(ye, ue, &down, n, Ie, D, panel);
+    if (c->blk.expert_bias) op_add_bias(ye, w->bed + e * D, n, D);
+}
+
 static void moe_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                       const struct tap *tp, int l) {
     const struct dec_config *c = &m->cfg;
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k;
-    mm(s, s->z, s->xn, &w->router, N, D, E);
+    linear(s, s->z, s->xn, &w->router, c->blk.router_bias ? w->brouter : NULL, N, D, E);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_LOGITS), bt, s->z, (int)E);
 #pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
     for (int64_t t = 0; t < N; t++)
-        route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
+        if (c->blk.topk_softmax)
+            route_topk_softmax(c, s->z + t * E, s->idx + t * k, s->w + t * k);
+        else
+            route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
     int id_i = CAT_ID(m, l, CAT_EXPERT_INDICES), id_o = CAT_ID(m, l, CAT_EXPERT_OUTPUTS);
     tap_emit_rows_i64(tp, id_i, bt, s->idx, (int)k);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
     struct dec_expert_call call = {m, w};
-    struct moe_experts x = MOE_EXPERTS(s, N, k, D, c->expert_ffn, E,
-                                       m->any_bf16 ? s->xpanels : NULL, expert_ffn, &call);
+    struct moe_experts x =
+        MOE_EXPERTS(s, N, k, D, c->expert_ffn, E, m->any_bf16 || m->any_mxfp4 ? s->xpanels : NULL,
+                    c->blk.swiglu_clamp ? expert_ffn_clamped : expert_ffn, &call);
     moe_forward(&x, s->shard, s->routed, keep ? s->eo : NULL);
     tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);

@@ -20,6 +20,7 @@
     X(gemma2_family)      \
     X(gemma3_family)      \
     X(olmo2_family)       \
+    X(gpt_oss_family)     \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;
