@@ -35,6 +35,7 @@ enum cat_need {
     CAT_MOE = 1 << 8,       // a mixture of experts
     CAT_SHARED = 1 << 9,    // a shared expert beside the routed ones (Laguna)
     CAT_SINKS = 1 << 10,    // attention sinks: a learned logit per head in the softmax (gpt-oss)
+    CAT_CLAMPED = 1 << 11,  // experts with the clamped SwiGLU, their gate and up shown (gpt-oss)
 };
 
 #define CAT_BSH "batch,seq,hidden_size"
@@ -101,6 +102,13 @@ enum cat_need {
       "The expert each routing slot sends the token to")                                           \
     X(EXPERT_WEIGHTS, "expert_weights", TAP_F32, "batch,seq,top_k", CAT_MOE,                       \
       "The weight each selected expert's output is scaled by")                                     \
+    X(EXPERT_GATE, "expert_gate", TAP_F32, "batch,seq,top_k,intermediate_size", CAT_CLAMPED,       \
+      "Each routing slot's expert gate projection (+ bias), before the clamp")                     \
+    X(EXPERT_UP, "expert_up", TAP_F32, "batch,seq,top_k,intermediate_size", CAT_CLAMPED,           \
+      "Each routing slot's expert up projection (+ bias), before the clamp")                       \
+    X(EXPERT_NEURONS, "expert_neurons", TAP_F32, "batch,seq,top_k,intermediate_size", CAT_CLAMPED, \
+      "What each slot's expert down projection receives: (clamp(up) + 1) * g * sigmoid(alpha g), " \
+      "g = min(gate, limit)")                                                                      \
     X(EXPERT_OUTPUTS, "expert_outputs", TAP_F32, "batch,seq,top_k,hidden_size", CAT_MOE,           \
       "Each routing slot's weighted expert output")                                                \
     X(ROUTED_OUTPUT, "routed_output", TAP_F32, CAT_BSH, CAT_MOE,                                   \

@@ -60,6 +60,7 @@ static unsigned block_options(const void *u, int l) {
     if (c->blk.norm_at & DEC_NORM_PRE) has |= CAT_PRE_NORM;
     if (c->blk.norm_at & DEC_NORM_POST) has |= CAT_POST_NORM;
     if (c->blk.sinks) has |= CAT_SINKS;
+    if (c->moe[l] && c->blk.swiglu_clamp) has |= CAT_CLAMPED;
     return has;
 }
 

@@ -39,6 +39,8 @@ struct dec_state {
     int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
     int *order, *start;  // (N k) slots grouped by expert; (2 E + 1) offsets and cursors
     float *sink_p;       // sinks: (H, T) a prompt's sink shares
+    float *sgate, *sup,
+        *sneu; // clamped experts: (N, k, Ie) each slot's gate, up, neurons if wanted
     const struct expert_shard *shard;
     void *arena;
 };
@@ -71,6 +73,11 @@ static int64_t panel_floats(const struct dec_config *c) {
     }
     n = c->n_expert > n ? c->n_expert : n;
     return op_bf16_panel_floats((int)k, (int)n); // >= mxfp4_panel_floats of the same sizes
+}
+
+// whether a tap may want a clamped expert's per-slot value `kind` of some block
+static bool slots_kept(const struct decoder *m, const uint8_t *want, enum cat_kind kind) {
+    return m->cfg.blk.swiglu_clamp && cat_wants_kind(m->id, m->cfg.n_layer, want, kind);
 }
 
 int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, int64_t max_tokens,
@@ -112,6 +119,9 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->order, N * k},
         {(void **)&s->start, 2 * E + 1},
         {(void **)&s->sink_p, c->blk.sinks ? c->n_head * T : 0},
+        {(void **)&s->sgate, slots_kept(m, want, CAT_EXPERT_GATE) ? N * k * Ie : 0},
+        {(void **)&s->sup, slots_kept(m, want, CAT_EXPERT_UP) ? N * k * Ie : 0},
+        {(void **)&s->sneu, slots_kept(m, want, CAT_EXPERT_NEURONS) ? N * k * Ie : 0},
     };
     if (!(s->arena = arena_alloc_ones(f, sizeof f / sizeof f[0], &s->ones, T))) return -AH_ENOMEM;
     rope_table(s->cos_f, s->sin_f, c, &c->rope_full, max_T, 1, s->inv);
@@ -305,7 +315,17 @@ static void route_topk_softmax(const struct dec_config *c, const float *z, int64
 struct dec_expert_call {
     const struct decoder *m;
     const struct dec_block_w *w;
+    const int *order, *start;  // the slots grouped by expert (moe.h)
+    float *sgate, *sup, *sneu; // (N, k, Ie) each slot's gate, up, neurons, or NULL: not wanted
 };
+
+// rows [0, n) of expert e's buffer v (n, Ie) into their slots' rows of out (N k, Ie)
+static void to_slots(const struct dec_expert_call *x, float *out, int64_t e, int64_t n,
+                     const float *v, int64_t Ie) {
+    for (int64_t r = 0; out && r < n; r++)
+        memcpy(out + (int64_t)x->order[x->start[e] + r] * Ie, v + r * Ie,
+               (size_t)Ie * sizeof(float));
+}
 
 // expert e's gated MLP on its n rows (moe.h): one thread each, on that thread's panel
 static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, float *ge, float *ue,
@@ -345,9 +365,54 @@ static void expert_ffn_clamped(const void *u, int64_t e, int64_t n, const float 
                 ue[r * Ie + j] += b[2 * j + 1];
             }
     }
+    to_slots(x, x->sgate, e, n, ge, Ie);
+    to_slots(x, x->sup, e, n, ue, Ie);
     op_swiglu_clamp(ue, ge, n * Ie, c->blk.swiglu_alpha, c->blk.swiglu_limit);
+    to_slots(x, x->sneu, e, n, ue, Ie);
     mat(ye, ue, &down, n, Ie, D, panel);
     if (c->blk.expert_bias) op_add_bias(ye, w->bed + e * D, n, D);
+}
+
+// the per-slot buffers of the clamped experts' values a tap wants
+static void slot_buffers(const struct decoder *m, struct dec_state *s, const struct tap *tp, int l,
+                         struct dec_expert_call *call) {
+    if (!m->cfg.blk.swiglu_clamp) return;
+    call->sgate = tap_wants(tp, CAT_ID(m, l, CAT_EXPERT_GATE)) ? s->sgate : NULL;
+    call->sup = tap_wants(tp, CAT_ID(m, l, CAT_EXPERT_UP)) ? s->sup : NULL;
+    call->sneu = tap_wants(tp, CAT_ID(m, l, CAT_EXPERT_NEURONS)) ? s->sneu : NULL;
+    AH_ASSERT((!call->sgate || s->sgate) && (!call->sup || s->sup) && (!call->sneu || s->sneu));
+}
+
+// With expert shards, the slots of the other shards' experts: this rank runs those experts
+// itself, tap-only work on a rank whose taps want the values (no collective: the other ranks may
+// want nothing), in the calls moe_run makes (an expert's rows in slot order, one thread's panel,
+// OpenBLAS on one thread when moe_run would run it so), so the bits are one rank's. It reads
+// those experts' mapped weights, which a shard otherwise never touches.
+static void remote_slots(const struct decoder *m, struct dec_state *s,
+                         const struct dec_expert_call *call) {
+    const struct dec_config *c = &m->cfg;
+    int64_t D = c->hidden, k = c->top_k;
+    int nt = op_threads() < s->n_xpanels ? op_threads() : s->n_xpanels;
+    int blas = op_blas_serial(nt);
+    for (int64_t e = 0; e < c->n_expert; e++) {
+        int64_t r0 = s->start[e], n = s->start[e + 1] - r0;
+        if (n == 0 || (e >= s->shard->e0 && e < s->shard->e1)) continue;
+        for (int64_t r = 0; r < n; r++)
+            memcpy(s->xe + r * D, s->xn + (s->order[r0 + r] / k) * D, (size_t)D * sizeof(float));
+        expert_ffn_clamped(call, e, n, s->xe, s->ge, s->ue, s->ye, s->xpanels);
+    }
+    op_blas_restore(nt, blas);
+}
+
+// the slots' gate, up and neurons (1, T, k, Ie)
+static void slot_emit(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                      const struct tap *tp, int l, const struct dec_expert_call *call) {
+    const struct dec_config *c = &m->cfg;
+    float *buf[3] = {call->sgate, call->sup, call->sneu};
+    const enum cat_kind kind[3] = {CAT_EXPERT_GATE, CAT_EXPERT_UP, CAT_EXPERT_NEURONS};
+    if (s->shard && (buf[0] || buf[1] || buf[2])) remote_slots(m, s, call);
+    for (int i = 0; i < 3; i++)
+        tap_emit_token_heads(tp, CAT_ID(m, l, kind[i]), bt, buf[i], c->top_k, c->expert_ffn);
 }
 
 static void moe_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
@@ -368,11 +433,13 @@ static void moe_block(const struct decoder *m, struct dec_state *s, const struct
     tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
-    struct dec_expert_call call = {m, w};
+    struct dec_expert_call call = {m, w, s->order, s->start, NULL, NULL, NULL};
+    slot_buffers(m, s, tp, l, &call);
     struct moe_experts x =
         MOE_EXPERTS(s, N, k, D, c->expert_ffn, E, m->any_bf16 || m->any_mxfp4 ? s->xpanels : NULL,
                     c->blk.swiglu_clamp ? expert_ffn_clamped : expert_ffn, &call);
     moe_forward(&x, s->shard, s->routed, keep ? s->eo : NULL);
+    slot_emit(m, s, bt, tp, l, &call);
     tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);
     memcpy(s->m, s->routed, (size_t)(N * D) * sizeof(float));

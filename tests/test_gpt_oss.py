@@ -4,13 +4,15 @@ and integrations/mxfp4.py), on the init-model presets gpt-oss-20b (2 layers: sli
 experts, top 2) and gpt-oss-120b (4 layers, 8 experts, top 4), written with the experts in MXFP4 as
 published (U8 blocks (E, R, G, 16) + scales (E, R, G)) and the rest BF16; the reference dequantizes
 the same files. `harvest run` with every value over prompts of 1 to 17 tokens batched (the window
-of 4 keys slides); every stored value within 1e-4 of the reference relative to the tensor's scale
-(-inf exactly where attention is blocked), and the catalogue is the reference's names but the
-per-slot expert_gate / expert_up / expert_neurons (not harvest values yet). Identities:
+of 4 keys slides), and the 20b weights with swiglu_limit 0.3 / swiglu_alpha 1.3 so that the
+clamps cut (gates above, ups beyond the limit both ways); every stored value within 1e-4 of the reference relative to the tensor's scale
+(-inf exactly where attention is blocked), and the catalogue is exactly the reference's names
+(with the per-slot expert_gate / expert_up before the clamps and expert_neurons). Identities:
 layer_mid == layer_input + attention_output and layer_output == layer_mid + mlp_output bit for bit,
 mlp_output == routed_output, attention_sinks == the checkpoint's sinks, each attention row's
 probabilities plus its sink share sum to 1, the expert weights sum to 1 and are softmax(top-k
-router_logits), expert_indices are the top-k of the logits. Mutations the test must catch (each
+router_logits), expert_indices are the top-k of the logits, expert_neurons == the clamped SwiGLU
+of expert_gate and expert_up. Mutations the test must catch (each
 differs from harvest's last layer_output on every prompt): the reference with the sinks ignored,
 and the reference decoding the MXFP4 nibbles swapped. Bad input, exit 1 naming the file and the
 key or tensor: quantization_config absent or another quant_method, a scales tensor of the wrong
@@ -21,6 +23,7 @@ holds are param_count.rank_bytes' plus its vectors widened to float32. (np > 1:
 tests/test_gpt_oss_mpi.py.)"""
 import json
 import os
+import shutil
 import struct
 import sys
 
@@ -36,7 +39,6 @@ from deepseek_v3_ref import read_checkpoint  # noqa: E402
 RTOL = 1e-4
 LENGTHS = [5, 1, 17, 2, 9, 3]
 SEQ = {"seq", "query", "key"}
-NOT_YET = {"expert_gate", "expert_up", "expert_neurons"}  # the reference's per-slot values
 harvest, work = args()
 
 
@@ -70,6 +72,11 @@ def identities(f, i, T, cfg, raw, name):
         idx, wt = A(p + "expert_indices")[:T], A(p + "expert_weights")[:T].astype(np.float64)
         top = np.argsort(-z, axis=-1, kind="stable")[:, :k]
         check(np.array_equal(idx, top), f"{name} {p}expert_indices == top-k of router_logits")
+        g, u = (A(p + n)[:T].astype(np.float64) for n in ("expert_gate", "expert_up"))
+        lim, al = cfg.get("swiglu_limit", 7.0), cfg.get("swiglu_alpha", 1.702)
+        gc, uc = np.minimum(g, lim), np.clip(u, -lim, lim)
+        close((uc + 1) * gc / (1 + np.exp(-al * gc)), A(p + "expert_neurons")[:T],
+              f"{name} {p}expert_neurons == clamped SwiGLU(expert_gate, expert_up)")
         zk = np.take_along_axis(z, top, -1)
         close(wt, np.exp(zk - zk.max(-1, keepdims=True)) / np.exp(zk - zk.max(-1, keepdims=True)).sum(-1, keepdims=True),
               f"{name} {p}expert_weights == softmax over the top-k logits")
@@ -98,7 +105,7 @@ def golden(name, model):
             T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
             ids = list(f["tokens/input_ids"][o:o + T])
             want = ref.forward(ids)
-            mine = {n for n in want if n.split(".")[-1] not in NOT_YET}
+            mine = set(want)
             check(sorted(mine) == sorted(set(names) - {"attention_mask"}),
                   f"{name}: catalogue == the reference's names: {sorted(set(names) ^ mine)}")
             for n in sorted(mine):
@@ -169,6 +176,16 @@ check(b.dtype == np.uint8 and b.shape == (E, 2 * I, D // 32, 16) and
       "init-model writes the experts as published: U8 blocks (E, R, G, 16) and scales (E, R, G)")
 golden("20b", m20)
 golden("120b", m120)
+# the clamps at work: the 20b preset's weights with swiglu_limit 0.3 and swiglu_alpha 1.3
+lim = f"{work}/gpt-oss-20b-limit"
+shutil.copytree(m20, lim)
+c = json.load(open(f"{lim}/config.json"))
+json.dump(dict(c, swiglu_limit=0.3, swiglu_alpha=1.3), open(f"{lim}/config.json", "w"))
+golden("20b-limit", lim)
+with h5py.File(f"{work}/run-20b-limit/out.h5", "r") as f:
+    g, u = f["activations/layers.0.expert_gate"][:], f["activations/layers.0.expert_up"][:]
+    check(np.nanmax(g) > 0.3 and np.nanmin(u) < -0.3 and np.nanmax(u) > 0.3,
+          "20b-limit: gates above and ups beyond the limit on both sides (the clamps matter)")
 
 # ---- bad input ----
 BL, SC = "model.layers.1.mlp.experts.down_proj_blocks", "model.layers.1.mlp.experts.down_proj_scales"
