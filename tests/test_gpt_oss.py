@@ -5,7 +5,8 @@ experts, top 2) and gpt-oss-120b (4 layers, 8 experts, top 4), written with the 
 published (U8 blocks (E, R, G, 16) + scales (E, R, G)) and the rest BF16; the reference dequantizes
 the same files. `harvest run` with every value over prompts of 1 to 17 tokens batched (the window
 of 4 keys slides), and the 20b weights with swiglu_limit 0.3 / swiglu_alpha 1.3 so that the
-clamps cut (gates above, ups beyond the limit both ways); every stored value within 1e-4 of the reference relative to the tensor's scale
+clamps cut (gates above, ups beyond the limit both ways), and with two other YaRN settings
+(truncate with mscale / mscale_all_dim; a given attention_factor); every stored value within 1e-4 of the reference relative to the tensor's scale
 (-inf exactly where attention is blocked), and the catalogue is exactly the reference's names
 (with the per-slot expert_gate / expert_up before the clamps and expert_neurons). Identities:
 layer_mid == layer_input + attention_output and layer_output == layer_mid + mlp_output bit for bit,
@@ -182,6 +183,16 @@ shutil.copytree(m20, lim)
 c = json.load(open(f"{lim}/config.json"))
 json.dump(dict(c, swiglu_limit=0.3, swiglu_alpha=1.3), open(f"{lim}/config.json", "w"))
 golden("20b-limit", lim)
+# YaRN's other branches (the shared dec_yarn_inv_freq / dec_yarn_factor): truncate, beta_fast 8,
+# a short original context, the attention factor from mscale / mscale_all_dim; then given
+for label, rs in (("yarn-mscale", {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                   "beta_fast": 8, "mscale": 1.0, "mscale_all_dim": 0.5}),
+                  ("yarn-afactor", {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8,
+                                    "attention_factor": 1.3, "truncate": False})):
+    dst = f"{work}/gpt-oss-20b-{label}"
+    shutil.copytree(m20, dst)
+    json.dump(dict(c, rope_scaling=rs), open(f"{dst}/config.json", "w"))
+    golden(label, dst)
 with h5py.File(f"{work}/run-20b-limit/out.h5", "r") as f:
     g, u = f["activations/layers.0.expert_gate"][:], f["activations/layers.0.expert_up"][:]
     check(np.nanmax(g) > 0.3 and np.nanmin(u) < -0.3 and np.nanmax(u) > 0.3,
