@@ -17,7 +17,9 @@ of expert_gate and expert_up. Mutations the test must catch (each
 differs from harvest's last layer_output on every prompt): the reference with the sinks ignored,
 and the reference decoding the MXFP4 nibbles swapped. Bad input, exit 1 naming the file and the
 key or tensor: quantization_config absent or another quant_method, a scales tensor of the wrong
-shape, blocks without their scales. `harvest plan` of the release configs: the parameters
+shape, blocks without their scales, scales not U8. Aliases: the generic ones, the experts' module
+path (model.layers.{i}.mlp.experts == routed_output) and the router's refused naming what harvest
+keeps. `harvest plan` of the release configs: the parameters
 (20,914,757,184 and 116,829,156,672: the model card's 20.9 B and 116.8 B) and the bytes as
 published (MXFP4 experts) equal tests/ref/param_count.py's, and the bytes a rank of 2 expert shards
 holds are param_count.rank_bytes' plus its vectors widened to float32. (np > 1:
@@ -197,6 +199,27 @@ with h5py.File(f"{work}/run-20b-limit/out.h5", "r") as f:
     g, u = f["activations/layers.0.expert_gate"][:], f["activations/layers.0.expert_up"][:]
     check(np.nanmax(g) > 0.3 and np.nanmin(u) < -0.3 and np.nanmax(u) > 0.3,
           "20b-limit: gates above and ups beyond the limit on both sides (the clamps matter)")
+
+# ---- aliases: the generic ones, and gpt-oss's module paths ----
+al = {g["alias"]: g["canonical_name"] for g in
+      json.loads(run(harvest, "activations", m20, "--aliases", "--json").stdout)}
+check(al.get("model.layers.1.mlp.experts") == "layers.1.routed_output" and
+      al.get("blocks.0.hook_attn_out") == "layers.0.attention_output" and
+      al.get("blocks.1.attn.hook_pattern") == "layers.1.attention_probabilities",
+      f"--aliases: {sorted((a, c) for a, c in al.items() if '.1.' in a)}")
+job = write_job(f"{work}/router.json", model=m20, data=f"{work}/run-20b/prompts.jsonl",
+                activations=["model.layers.0.mlp.router"], output={"path": f"{work}/router.h5"})
+p = run(harvest, "run", job, "--quiet")
+check(p.returncode == 1 and "model.layers.0.mlp.router" in p.stderr and "router_logits" in p.stderr,
+      f"the router's module path refused naming what harvest has: exit {p.returncode}: {p.stderr[-300:]}")
+job = write_job(f"{work}/experts.json", model=m20, data=f"{work}/run-20b/prompts.jsonl",
+                activations=["model.layers.1.mlp.experts"], output={"path": f"{work}/experts.h5"},
+                batch_size=3)  # the batches of run-20b: the same bits
+p = run(harvest, "run", job, "--quiet")
+if check(p.returncode == 0, f"a run by the experts' module path: exit {p.returncode}: {p.stderr[-300:]}"):
+    with h5py.File(f"{work}/experts.h5", "r") as f, h5py.File(f"{work}/run-20b/out.h5", "r") as g:
+        check(np.array_equal(f["activations/model.layers.1.mlp.experts"][:], g["activations/layers.1.routed_output"][:],
+                             equal_nan=True), "model.layers.1.mlp.experts (the dataset under the alias) == layers.1.routed_output")
 
 # ---- bad input ----
 BL, SC = "model.layers.1.mlp.experts.down_proj_blocks", "model.layers.1.mlp.experts.down_proj_scales"

@@ -120,6 +120,17 @@ static const struct dec_names gpt_oss_names = {
     .edown = "down_proj",
 };
 
+// gpt-oss's own aliases (model/aliases.h): Hugging Face module paths of its MLP (nnsight). The
+// experts' module returns the weighted sum over the slots; the router returns the top-k softmax
+// scattered into zeros and the indices, which harvest keeps as the logits, indices and weights.
+static const struct alias_row gpt_oss_aliases[] = {
+    {.alias = "model.layers.{i}.mlp.experts", .canonical = "layers.{i}.routed_output"},
+    {.alias = "model.layers.{i}.mlp.router",
+     .why = "GptOssTopKRouter returns (router_scores: the top-k softmax scattered into zeros, "
+            "router_indices), which harvest keeps as layers.{i}.router_logits, "
+            "layers.{i}.expert_indices and layers.{i}.expert_weights"},
+    {0}};
+
 // init-model presets: the release config.json's keys (tests/ref/configs/gpt-oss-20b.json,
 // gpt-oss-120b.json) with the dimensions shrunk: hidden and expert width 64 (two MXFP4 groups),
 // 4 heads of 16 over 2 key/value heads, a window of 4 keys so that short prompts slide, vocab 96.
@@ -148,4 +159,4 @@ static const struct model_preset gpt_oss_presets[] = {
 };
 
 DEC_FAMILY(gpt_oss_family, "gpt_oss", "GptOssForCausalLM", "gpt_oss", read_gpt_oss, &gpt_oss_names,
-           gpt_oss_presets, NULL)
+           gpt_oss_presets, gpt_oss_aliases)
