@@ -115,6 +115,7 @@ struct dec_config {
     bool *sliding;       // (L) sliding-window layer; owned
     bool *moe;           // (L) mixture-of-experts layer; owned
     struct dec_rope rope_full, rope_sliding;
+    bool rope_yarn; // the family reads rope_type "yarn" (gpt-oss; set before dec_read_rope)
 };
 
 void dec_config_free(struct dec_config *c); // safe on a zeroed struct

@@ -88,11 +88,12 @@ void dec_yarn_inv_freq(const struct dec_rope *r, int dim, double *inv) {
 }
 
 // YaRN's keys of the dict sc (at `where`), as _compute_yarn_parameters reads them: factor (read
-// by the caller), original_max_position_embeddings (required), beta_fast / beta_slow (`or`
-// their defaults), attention_factor else mscale / mscale_all_dim, truncate (default true).
+// by the caller), original_max_position_embeddings (absent: max_position_embeddings, as
+// model/families/laguna_config.c reads it), beta_fast / beta_slow (`or` their defaults),
+// attention_factor else mscale / mscale_all_dim, truncate (default true).
 static int yarn_keys(const struct config *cf, const struct cfg_value *sc, const char *where,
-                     struct dec_rope *r, struct ah_error *err) {
-    double l0 = NAN, ms = 0.0, msa = 0.0;
+                     int max_pos, struct dec_rope *r, struct ah_error *err) {
+    double l0 = max_pos, ms = 0.0, msa = 0.0;
     int rc, no_a;
     r->beta_fast = r->beta_slow = 0.0;
     r->attn_factor = NAN;
@@ -105,12 +106,7 @@ static int yarn_keys(const struct config *cf, const struct cfg_value *sc, const 
         (no_a = rc = cfg_num_in(cf, sc, where, "attention_factor", CFG_POSITIVE, true,
                                 &r->attn_factor, err)) < 0)
         return rc;
-    if (isnan(l0))
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"%s.original_max_position_embeddings\": missing (yarn "
-                       "needs it)",
-                       cf->path, where);
-    r->original_max_pos = (int)l0;
+    r->original_max_pos = (int)l0; // absent: max_position_embeddings (as Laguna's reader)
     if (no_a) r->attn_factor = dec_yarn_factor(r->factor, ms, msa);
     const struct cfg_value *t = cfg_get(cf, sc, "truncate");
     r->truncate = !cfg_is_false(cf, t);
@@ -123,26 +119,27 @@ static int yarn_keys(const struct config *cf, const struct cfg_value *sc, const 
 // The scaling dict sc (at `where`) of one layer type: rope_type (or the older "type") linear,
 // dynamic or llama3 with their keys (modeling_rope_utils.py); another type is refused by name.
 static int rope_scaling(const struct config *cf, const struct cfg_value *sc, const char *where,
-                        struct dec_rope *r, struct ah_error *err) {
+                        const struct dec_config *c, struct dec_rope *r, struct ah_error *err) {
     const struct cfg_value *t = cfg_get(cf, sc, "rope_type");
     if (!t) t = cfg_get(cf, sc, "type");
     const char *tn = t ? cfg_string(cf, t) : "default";
     static const char *const names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
     static const enum dec_rope_type types[] = {DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC,
                                                DEC_ROPE_LLAMA3, DEC_ROPE_YARN};
-    int k = 0, rc;
-    while (k < 5 && !(tn && !strcmp(tn, names[k])))
+    int k = 0, rc, n = c->rope_yarn ? 5 : 4; // yarn only where the family reads it
+    while (k < n && !(tn && !strcmp(tn, names[k])))
         k++;
-    if (k == 5)
+    if (k == n)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s.rope_type\": \"%s\" is not supported (expected \"default\", "
-                       "\"linear\", \"dynamic\", \"llama3\" or \"yarn\")",
-                       cf->path, where, tn ? tn : "(not a string)");
+                       "\"linear\", \"dynamic\"%s \"llama3\"%s)",
+                       cf->path, where, tn ? tn : "(not a string)", n == 5 ? "," : " or",
+                       n == 5 ? " or \"yarn\"" : "");
     if ((r->type = types[k]) == DEC_ROPE_DEFAULT) return 0;
     if ((rc = cfg_opt_num(cf, sc, where, "factor", NAN, &r->factor, err)) < 0) return rc;
     if (isnan(r->factor))
         return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
-    if (r->type == DEC_ROPE_YARN) return yarn_keys(cf, sc, where, r, err);
+    if (r->type == DEC_ROPE_YARN) return yarn_keys(cf, sc, where, c->max_pos, r, err);
     if (r->type != DEC_ROPE_LLAMA3) return 0;
     double l0;
     if ((rc = cfg_opt_num(cf, sc, where, "low_freq_factor", NAN, &r->low, err)) < 0 ||
@@ -187,7 +184,7 @@ int dec_read_rope(const struct config *cf, struct dec_config *c, bool sliding, d
     if (rc < 0 || cfg_kind(cf, sc) <= CFG_NULL) return rc;
     if (cfg_kind(cf, sc) != CFG_OBJECT)
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an object or null", cf->path, where);
-    return rope_scaling(cf, sc, where, r, err);
+    return rope_scaling(cf, sc, where, c, r, err);
 }
 
 // decoder.py effective_window: Qwen keeps sliding_window only with use_sliding_window

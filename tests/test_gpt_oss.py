@@ -17,7 +17,8 @@ of expert_gate and expert_up. Mutations the test must catch (each
 differs from harvest's last layer_output on every prompt): the reference with the sinks ignored,
 and the reference decoding the MXFP4 nibbles swapped. Bad input, exit 1 naming the file and the
 key or tensor: quantization_config absent or another quant_method, a scales tensor of the wrong
-shape, blocks without their scales, scales not U8. Aliases: the generic ones, the experts' module
+shape, blocks without their scales, scales not U8; YaRN keys out of range (truncate not a bool,
+a negative beta_fast, no factor) and another rope_type. Aliases: the generic ones, the experts' module
 path (model.layers.{i}.mlp.experts == routed_output) and the router's refused naming what harvest
 keeps. `harvest plan` of the release configs: the parameters
 (20,914,757,184 and 116,829,156,672: the model card's 20.9 B and 116.8 B) and the bytes as
@@ -233,6 +234,17 @@ refused("blocks without scales", bad_checkpoint("noscales", m20, edit_t=lambda t
         ["model.safetensors", SC, "missing"])
 refused("scales stored F32", bad_checkpoint("scalef32", m20, edit_t=lambda t: t.update(
     {SC: ("F32", t[SC][1].astype(np.float32))})), [SC, "dtype F32, expected U8"])
+
+for label, edit, needles in (
+        ("truncate not a bool", lambda r: r.update(truncate="no"), ["rope_scaling.truncate"]),
+        ("beta_fast negative", lambda r: r.update(beta_fast=-1), ["rope_scaling.beta_fast"]),
+        ("rope_type longrope", lambda r: r.update(rope_type="longrope"), ["rope_scaling.rope_type", "longrope"]),
+        ("yarn without factor", lambda r: r.pop("factor"), ["rope_scaling.factor"])):
+    c = json.load(open(f"{m20}/config.json"))
+    edit(c["rope_scaling"])
+    path = f"{work}/rope-{label.replace(' ', '_')}.json"
+    json.dump(c, open(path, "w"))
+    refused(label, run(harvest, "plan", path), [os.path.basename(path)] + needles)
 
 # ---- plan of the releases: the parameters, the bytes as published, the bytes a rank holds ----
 here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref", "configs")

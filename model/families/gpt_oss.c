@@ -98,6 +98,7 @@ static int read_gpt_oss(const struct config *cf, struct dec_config *c, struct ah
     if (!cfg_str(cf, "torch_dtype") && !cfg_str(cf, "dtype")) // the releases' non-expert tensors
         c->bf16 = true, c->bytes_per_param = 2;
     (void)ab;
+    c->rope_yarn = true;
     if ((rc = read_rope(cf, c, err)) < 0) return rc;
     return dec_read_layers(cf, c, DEC_SLIDING_ALTERNATE, DEC_MOE_ALL, err);
 }
