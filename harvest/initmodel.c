@@ -48,7 +48,7 @@ static uint64_t name_hash(const char *s) {
 struct wspec {
     const char *name;
     int ndim;
-    int64_t shape[2];
+    int64_t shape[4]; // up to 4 dims: U8 (MXFP4 blocks and scales)
     enum st_dtype dt;
     int q8, bn, bk;
     const char *wname;
@@ -74,7 +74,22 @@ static float fill_next(struct filler *g) {
 }
 
 static int64_t wspec_count(const struct wspec *t) {
-    return t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++)
+        n *= t->shape[i];
+    return n;
+}
+
+// MXFP4 bytes (U8, model/mxfp4.h) of tensor t: "_blocks" uniform random codes, "_scales" the
+// power of two that makes the values about N(0, 1/K), K = the row's G * 32 values (shape[2]),
+// one step either way at random, so that the scales matter. Uniform FP4 codes have mean square
+// 8.5625 (integrations/mxfp4.py FP4_VALUES).
+static void fill_mxfp4(uint8_t *out, const struct wspec *t, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull ^ name_hash(t->name);
+    bool scales = strstr(t->name, "_scales") != NULL;
+    int e = (int)lround(-log2(sqrt(8.5625 * (double)t->shape[2] * 32.0)));
+    for (int64_t i = 0; i < wspec_count(t); i++)
+        out[i] = scales ? (uint8_t)(127 + e + (int)(splitmix(&s) % 3) - 1) : (uint8_t)splitmix(&s);
 }
 
 // an FP8 tensor of t (q8 1 or 2): its BF16 weight made (float32 values rounded to bf16),
@@ -103,6 +118,10 @@ static void *fill(const struct wspec *t, uint64_t seed) {
     void *buf = malloc((size_t)n * st_dtype_size(t->dt) + 1);
     float *f = buf;
     uint16_t *h = buf;
+    if (buf && t->dt == ST_U8) {
+        fill_mxfp4(buf, t, seed);
+        return buf;
+    }
     for (int64_t i = 0; buf && i < n; i++) {
         float v = fill_next(&g);
         if (t->dt == ST_F32)
@@ -144,7 +163,11 @@ static int write_shard(const char *path, const struct wspec *list, int b, int e,
         void *data = fill(&list[i], seed);
         if (!data) rc = ah_fail(err, AH_ENOMEM, "init-model: no memory for %s", list[i].name);
         w[i - b] = (struct st_wtensor){
-            list[i].name, list[i].dt, list[i].ndim, {list[i].shape[0], list[i].shape[1]}, data};
+            list[i].name,
+            list[i].dt,
+            list[i].ndim,
+            {list[i].shape[0], list[i].shape[1], list[i].shape[2], list[i].shape[3]},
+            data};
     }
     if (rc == 0) rc = st_write(path, w, e - b, err);
     for (int i = 0; i < e - b; i++)
@@ -303,8 +326,10 @@ static int tensor_specs(const char *dir, const struct model_family *f, enum st_d
         bool f32 = f->init_f32 && strstr(t->name, f->init_f32);
         (*ws)[i] = (struct wspec){.name = t->name,
                                   .ndim = t->ndim,
-                                  .shape = {t->shape[0], t->shape[1]},
-                                  .dt = f32 ? ST_F32 : dt};
+                                  .shape = {t->shape[0], t->shape[1], t->shape[2], t->shape[3]},
+                                  .dt = t->u8 ? ST_U8
+                                        : f32 ? ST_F32
+                                              : dt}; // U8: MXFP4 as published
         fp8_spec(*ws, i, t, bn, bk);
     }
     return n;

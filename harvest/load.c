@@ -32,7 +32,8 @@ static int open_family(struct model *m, bool weights, struct ah_error *err) {
     int n = m->fam->open(&m->fm, &cf, weights ? &dims : NULL, weights ? &lt : NULL, err);
     rc = n < 0 ? n : 0;
     for (int i = 0; weights && i < n && rc == 0; i++)
-        rc = lt[i].fp8 ? md_tensor_fp8(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].fp8, err)
+        rc = lt[i].fp8  ? md_tensor_fp8(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].fp8, err)
+             : lt[i].u8 ? md_tensor_u8(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].u8, err)
              : lt[i].bf16
                  ? md_tensor_bf16(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].bf16, err)
                  : md_tensor_f32(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].dst, err);

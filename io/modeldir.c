@@ -363,6 +363,19 @@ int md_tensor_fp8(struct modeldir *md, const char *name, int ndim, const int64_t
     return 0;
 }
 
+int md_tensor_u8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                 const uint8_t **out, struct ah_error *err) {
+    const struct st_tensor *t;
+    const char *file;
+    int rc = locate(md, name, ndim, shape, &t, &file, err);
+    if (rc < 0) return rc;
+    if (t->dtype != ST_U8)
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected U8", file, name,
+                       st_dtype_name(t->dtype));
+    *out = t->data;
+    return 0;
+}
+
 int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const float **out, struct ah_error *err) {
     const struct st_tensor *t;

@@ -61,5 +61,9 @@ int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_
 // dtype, or a NaN byte, is an error naming the file and the tensor.
 int md_tensor_fp8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const uint8_t **out, struct ah_error *err);
+// The same for a U8 tensor (MXFP4 blocks and scales) kept as it is, borrowed from the mapping.
+// Another dtype is an error naming the file, the tensor and its dtype.
+int md_tensor_u8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                 const uint8_t **out, struct ah_error *err);
 
 #endif

@@ -112,6 +112,56 @@ static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool wh
     }
 }
 
+// softmax of one row over the allowed entries [lo[s], hi[s]) and the sink logit: the row's
+// probabilities (the sink's column dropped); returns the sink's share
+static float sink_row(float *row, const int *lo, const int *hi, int S, float sink) {
+    float mx = sink, sum = 0.0f;
+    for (int s = 0; s < S; s++)
+        for (int j = lo[s]; j < hi[s]; j++)
+            mx = row[j] > mx ? row[j] : mx;
+    for (int s = 0; s < S; s++)
+        for (int j = lo[s]; j < hi[s]; j++)
+            sum += row[j] = expf(row[j] - mx);
+    float es = expf(sink - mx), inv = 1.0f / (sum + es);
+    for (int s = 0; s < S; s++)
+        for (int j = lo[s]; j < hi[s]; j++)
+            row[j] *= inv;
+    return es * inv;
+}
+
+// softmax_rows with the sinks: rows of heads from h0 on; blocked keys become 0 (all of them if
+// `whole`, else those in the query block's key spans), each row's sink share into a->sink_p
+static void sink_rows(const struct attn *a, float *att, int h0, int64_t rows, bool whole, int nt) {
+    int T = a->T, ST = a->n_sets * T;
+#pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        int i = (int)(r % T), h = h0 + (int)(r / T), i0 = i / QB * QB;
+        int i1 = i0 + QB < T ? i0 + QB : T, lo[2] = {0, 0}, hi[2] = {0, 0}, k0 = 0, k1 = ST;
+        float *row = att + r * ST;
+        for (int s = 0; s < a->n_sets; s++) {
+            attn_range(&a->set[s], T, i, &lo[s], &hi[s]);
+            lo[s] += s * T, hi[s] += s * T;
+        }
+        float share = sink_row(row, lo, hi, a->n_sets, a->sinks[h]);
+        if (a->sink_p) a->sink_p[(int64_t)h * T + i] = share;
+        for (int s = 0; s < a->n_sets; s++) {
+            if (!whole) span(&a->set[s], T, i0, i1, &k0, &k1);
+            int b0 = whole ? s * T : s * T + k0, b1 = whole ? (s + 1) * T : s * T + k1;
+            memset(row + b0, 0, (size_t)(lo[s] - b0) * sizeof(float));
+            memset(row + hi[s], 0, (size_t)(b1 - hi[s]) * sizeof(float));
+        }
+    }
+}
+
+// the softmax of rows of heads from h0 on: with the sinks if the attention has them
+static void softmax_heads(const struct attn *a, float *att, int h0, int64_t rows, bool whole,
+                          int nt) {
+    if (a->sinks)
+        sink_rows(a, att, h0, rows, whole, nt);
+    else
+        softmax_rows(a, att, rows, whole, nt);
+}
+
 // out_h = sum over sets of P_{h, set} . v_{set, h / rep}, over each query
 // block's key span (P is 0 outside it)
 static void mix(const struct attn *a, int h0, int h1, const float *att, int nt) {
@@ -141,7 +191,7 @@ static void all_heads(const struct attn *a, const struct attn_taps *taps, float 
         mask_rows(a, att, (int64_t)H * T, nt);
         tap_emit(tp, taps->masked, taps->b, &v);
     }
-    softmax_rows(a, att, (int64_t)H * T, tap_wants(tp, taps->probs), nt);
+    softmax_heads(a, att, 0, (int64_t)H * T, tap_wants(tp, taps->probs), nt);
     tap_emit(tp, taps->probs, taps->b, &v);
     mix(a, 0, H, att, nt);
 }
@@ -165,7 +215,7 @@ void attn_forward(const struct attn *a, const struct attn_taps *taps, float *att
     for (int h = 0; h < a->H; h++) {
         float *mine = att + op_thread_id() * slice;
         scores(a, h, h + 1, false, mine, 1);
-        softmax_rows(a, mine, a->T, false, 1);
+        softmax_heads(a, mine, h, a->T, false, 1);
         mix(a, h, h + 1, mine, 1);
     }
     op_blas_restore(nt, blas);

@@ -43,6 +43,11 @@ struct attn {
     float *out; // (T, ldo) head outputs, head h at column h*D
     int ldo;
     int64_t att_floats; // the scores buffer's size (attn_scores_floats); 0: the least it can be
+    // attention sinks (gpt-oss's eager_attention_forward): a learned logit per head joins every
+    // row's softmax as one more column, which is then dropped, so a row's probabilities sum to
+    // 1 - its sink share. NULL: none.
+    const float *sinks; // (H) borrowed
+    float *sink_p;      // (H, T) each row's sink share, written when not NULL (with sinks only)
 };
 
 // Where the scores and probabilities go: catalogue ids of one prompt (-1: not in the catalogue).

@@ -25,6 +25,22 @@ void model_tensor_add(struct model_tensor *t, int *n, const uint16_t **bf16, con
     e->shape[1] = d1;
     e->bf16 = bf16;
     e->dst = dst;
+    e->u8 = NULL;
+}
+
+void model_tensor_add_u8(struct model_tensor *t, int *n, const uint8_t **dst, int ndim,
+                         const int64_t *shape, const char *name) {
+    if (!t) {
+        (*n)++;
+        return;
+    }
+    struct model_tensor *e = &t[(*n)++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->ndim = ndim;
+    for (int i = 0; i < ndim && i < 4; i++)
+        e->shape[i] = shape[i];
+    e->u8 = dst;
 }
 
 static int64_t allocated;

@@ -17,16 +17,21 @@ struct ah_error;
 struct model_tensor {
     char name[96];
     int ndim;
-    int64_t shape[2]; // (d0) or (d0, d1)
+    int64_t shape[4]; // (d0) or (d0, d1); up to 4 dims for u8
     const uint16_t **bf16;
     const float **dst;
     const uint8_t **fp8; // an FP8 (F8_E4M3) matrix borrowed from the mapping (set after the add)
+    const uint8_t **u8;  // raw bytes as stored (MXFP4 blocks and scales: dtype U8), if not NULL
 };
 
 // Appends "{prefix}.{layer}.{leaf}" (prefix set) or leaf alone to t[*n], shape (d0) if d1 == 0
 // else (d0, d1), and counts it; t NULL only counts.
 void model_tensor_add(struct model_tensor *t, int *n, const uint16_t **bf16, const float **dst,
                       int64_t d0, int64_t d1, const char *prefix, int layer, const char *leaf);
+
+// Appends a U8 tensor `name` of ndim (<= 4) dims kept as stored (MXFP4's blocks and scales).
+void model_tensor_add_u8(struct model_tensor *t, int *n, const uint8_t **dst, int ndim,
+                         const int64_t *shape, const char *name);
 
 // One 64-byte aligned allocation cut in order into pieces of n 4-byte elements each (rounded up
 // to 16, so every piece is 64-byte aligned); *p receives each piece. Returns the block (free()

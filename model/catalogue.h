@@ -34,6 +34,8 @@ enum cat_need {
     CAT_DENSE = 1 << 7,     // a dense MLP
     CAT_MOE = 1 << 8,       // a mixture of experts
     CAT_SHARED = 1 << 9,    // a shared expert beside the routed ones (Laguna)
+    CAT_SINKS = 1 << 10,    // attention sinks: a learned logit per head in the softmax (gpt-oss)
+    CAT_CLAMPED = 1 << 11,  // experts with the clamped SwiGLU, their gate and up shown (gpt-oss)
     CAT_MLA = 1 << 20,      // multi-head latent attention (DeepSeek-V3, model/mla.h)
     CAT_Q_LORA = 1 << 21,   // ... with a q latent (q_lora_rank not null)
     CAT_SIGMOID = 1 << 22,  // a sigmoid router with a choice bias and groups (DeepSeek-V3)
@@ -79,6 +81,13 @@ enum cat_need {
       "The attention scores entering the softmax, masked")                                         \
     X(PROBABILITIES, "attention_probabilities", TAP_F32, CAT_ATT, CAT_BLOCK,                       \
       "The attention pattern the values are mixed with")                                           \
+    X(ATTENTION_SINKS, "attention_sinks", TAP_F32, "batch,num_heads", CAT_SINKS,                   \
+      "Each head's learned sink logit (a parameter, the same for every prompt): one more column "  \
+      "of every row's softmax, dropped after it")                                                  \
+    X(SINK_PROBABILITIES, "attention_sink_probabilities", TAP_F32, "batch,num_heads,query",        \
+      CAT_SINKS,                                                                                   \
+      "The share of each query row's softmax the sink takes: 1 minus the row's sum of "            \
+      "attention_probabilities")                                                                   \
     X(HEAD_OUTPUTS, "attention_head_outputs", TAP_F32, "batch,seq,num_heads,head_dim", CAT_BLOCK,  \
       "The per-head outputs before the output projection")                                         \
     X(ATTENTION_PREMIX, "attention_premix", TAP_F32, "batch,seq,num_heads,head_dim", CAT_GATE,     \
@@ -115,6 +124,13 @@ enum cat_need {
       "The expert each routing slot sends the token to")                                           \
     X(EXPERT_WEIGHTS, "expert_weights", TAP_F32, "batch,seq,top_k", CAT_MOE,                       \
       "The weight each selected expert's output is scaled by")                                     \
+    X(EXPERT_GATE, "expert_gate", TAP_F32, "batch,seq,top_k,intermediate_size", CAT_CLAMPED,       \
+      "Each routing slot's expert gate projection (+ bias), before the clamp")                     \
+    X(EXPERT_UP, "expert_up", TAP_F32, "batch,seq,top_k,intermediate_size", CAT_CLAMPED,           \
+      "Each routing slot's expert up projection (+ bias), before the clamp")                       \
+    X(EXPERT_NEURONS, "expert_neurons", TAP_F32, "batch,seq,top_k,intermediate_size", CAT_CLAMPED, \
+      "What each slot's expert down projection receives: (clamp(up) + 1) * g * sigmoid(alpha g), " \
+      "g = min(gate, limit)")                                                                      \
     X(EXPERT_OUTPUTS, "expert_outputs", TAP_F32, "batch,seq,top_k,hidden_size", CAT_MOE,           \
       "Each routing slot's weighted expert output")                                                \
     X(ROUTED_OUTPUT, "routed_output", TAP_F32, CAT_BSH, CAT_MOE,                                   \

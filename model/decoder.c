@@ -36,12 +36,14 @@ void dec_mtp_params(const struct dec_config *c, int64_t *unique, int64_t *stored
 
 int64_t dec_layer_params(const struct dec_config *c, int i, bool experts) {
     int64_t D = c->hidden, H = c->n_head, KV = c->n_kv_head, hd = c->head_dim, I = c->ffn;
-    int64_t E = c->n_expert;
+    int64_t E = c->n_expert, Ie = c->expert_ffn;
     if (c->mla.on) return dsv3_layer_params(c, i, experts);
-    if (experts) return c->moe[i] ? 3 * E * D * c->expert_ffn : 0;
+    if (experts)
+        return c->moe[i] ? 3 * E * D * Ie + (c->blk.expert_bias ? E * (2 * Ie + D) : 0) : 0;
     int64_t n = D * H * hd + 2 * D * KV * hd + H * hd * D;
     n += (H * hd + 2 * KV * hd) * c->blk.qkv_bias + D * c->blk.o_bias + dec_block_norm_params(c);
-    if (c->moe[i]) return n + D * E; // the router
+    n += c->blk.sinks ? H : 0;
+    if (c->moe[i]) return n + D * E + (c->blk.router_bias ? E : 0); // the router
     return n + 3 * D * I + (c->blk.mlp_bias ? 2 * I + D : 0);
 }
 
@@ -85,6 +87,8 @@ static unsigned block_options(const void *u, int l) {
     if (c->mla.on) has |= CAT_MLA | (c->mla.q_lora ? CAT_Q_LORA : 0u);
     if (c->moe[l] && c->route.sigmoid_group) has |= CAT_SIGMOID;
     if (c->moe[l] && c->route.n_shared > 0) has |= CAT_SHARED;
+    if (c->blk.sinks) has |= CAT_SINKS;
+    if (c->moe[l] && c->blk.swiglu_clamp) has |= CAT_CLAMPED;
     return has;
 }
 
@@ -222,6 +226,10 @@ int dec_read_fp8(const struct config *cf, struct dec_config *c, struct ah_error 
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an object", cf->path, QC);
     if (cfg_kind(cf, cfg_get(cf, q, "quant_method")) <= CFG_NULL)
         return ah_fail(err, AH_EINVAL, "%s: \"%s.quant_method\": missing", cf->path, QC);
+    // MXFP4: gpt-oss's experts, which its reader binds (model/families/gpt_oss.c)
+    const struct cfg_value *qm = cfg_get(cf, q, "quant_method");
+    if (c->blk.experts_interleaved && cfg_string(cf, qm) && !strcmp(cfg_string(cf, qm), "mxfp4"))
+        return 0;
     if ((rc = qc_string(cf, q, "quant_method", NULL, methods, &s, err)) < 0 ||
         (rc = qc_string(cf, q, "fmt", "e4m3", fmts, &s, err)) < 0 ||
         (rc = qc_string(cf, q, "activation_scheme", "dynamic", schemes, &s, err)) < 0 ||
@@ -388,6 +396,37 @@ static void dsv3_moe_tensors(struct model_tensor *t, int *n, struct decoder *m,
     mat(t, n, m, dims, &w->sd, D, Is, i, nm->sdown);
 }
 
+// gpt-oss's mixture block: the router (+ bias) and the experts' fused tensors as published,
+// MXFP4 blocks + scales (kept as stored; model/mxfp4.h) and float32 biases
+static void expert_tensors_mxfp4(struct model_tensor *t, int *n, struct decoder *m,
+                                 const struct model_dims *dims, int i, struct dec_block_w *w) {
+    const struct dec_config *c = &m->cfg;
+    const struct dec_names *nm = c->names;
+    int64_t D = c->hidden, Ie = c->expert_ffn, E = c->n_expert;
+    char leaf[96], name[160];
+    mat(t, n, m, dims, &w->router, E, D, i, nm->router);
+    if (c->blk.router_bias) vec(t, n, c, &w->brouter, E, i, nm->router, ".bias");
+    const int64_t gu_b[4] = {E, 2 * Ie, D / 32, 16}, dn_b[4] = {E, D, Ie / 32, 16};
+    struct {
+        const char *leaf;
+        struct mxfp4_mat *q;
+        const int64_t *shape;
+    } f[2] = {{nm->egate_up, &w->gu_q4, gu_b}, {nm->edown, &w->down_q4, dn_b}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(leaf, sizeof leaf, "%s.%s_blocks", nm->experts, f[k].leaf);
+        model_tensor_add_u8(t, n, &f[k].q->blocks, 4, f[k].shape,
+                            tname(name, sizeof name, c, i, leaf, ""));
+        snprintf(leaf, sizeof leaf, "%s.%s_scales", nm->experts, f[k].leaf);
+        model_tensor_add_u8(t, n, &f[k].q->scales, 3, f[k].shape,
+                            tname(name, sizeof name, c, i, leaf, ""));
+        snprintf(leaf, sizeof leaf, "%s.%s_bias", nm->experts, f[k].leaf);
+        if (c->blk.expert_bias)
+            model_tensor_add(t, n, NULL, k ? &w->bed : &w->bgu, E, k ? D : 2 * Ie, NULL, 0,
+                             tname(name, sizeof name, c, i, leaf, ""));
+    }
+    m->any_mxfp4 = true;
+}
+
 static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
                           const struct model_dims *dims, int i, struct dec_block_w *w) {
     const struct dec_config *c = &m->cfg;
@@ -427,6 +466,11 @@ static void block_tensors(struct model_tensor *t, int *n, struct decoder *m,
     if (b->qk_norm != DEC_QK_NONE) {
         FV(&w->q_norm, proj ? HD : hd, nm->q_norm);
         FV(&w->k_norm, proj ? KVD : hd, nm->k_norm);
+    }
+    if (b->sinks) vec(t, n, c, &w->sinks, c->n_head, i, nm->sinks, "");
+    if (c->moe[i] && b->experts_interleaved) {
+        expert_tensors_mxfp4(t, n, m, dims, i, w);
+        return;
     }
     if (c->moe[i]) {
         expert_tensors(t, n, m, dims, i, w);
@@ -488,6 +532,7 @@ int dec_init(struct decoder *m, struct dec_config *c, const struct model_dims *d
     if (c->fp8.on && !(m->q8_w = calloc(4 * (size_t)(L + 1), sizeof *m->q8_w))) return -AH_ENOMEM;
     if (c->fp8.on) all_tensors(m, NULL, NULL); // counts the FP8 matrices (plan, bench)
     m->any_bf16 = c->bf16;                     // config only (plan, bench): as torch_dtype says
+    m->any_mxfp4 = c->blk.experts_interleaved;
     if (!list) return 0;
     m->any_bf16 = false; // with the files: as they are
     int n = all_tensors(m, dims, NULL);

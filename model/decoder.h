@@ -15,6 +15,7 @@
 
 #include "model/batch.h"
 #include "model/blocks.h"
+#include "model/mxfp4.h"
 #include "model/tap.h"
 
 #include <stdbool.h>
@@ -24,14 +25,13 @@ struct config;
 struct ah_error;
 struct expert_shard;
 
-// DEC_ROPE_LONGROPE: _compute_longrope_parameters (Phi-3)
 enum dec_rope_type {
     DEC_ROPE_DEFAULT,
     DEC_ROPE_LINEAR,
     DEC_ROPE_DYNAMIC,
     DEC_ROPE_LLAMA3,
     DEC_ROPE_LONGROPE, // _compute_longrope_parameters (Phi-3)
-    DEC_ROPE_YARN,     // _compute_yarn_parameters (DeepSeek-V3): dec_rope_yarn_inv_freq
+    DEC_ROPE_YARN      // _compute_yarn_parameters (gpt-oss, DeepSeek-V3): dec_yarn_inv_freq
 };
 
 // modeling_rope_utils.py's parameters of one layer type
@@ -40,17 +40,16 @@ struct dec_rope {
     double theta, factor; // rope_theta; linear / dynamic / llama3 factor
     double low, high;     // llama3 low_freq_factor, high_freq_factor
     int original_max_pos; // llama3 original_max_position_embeddings
+    // longrope and yarn: cos and sin times attn_factor (longrope's attention_factor; yarn's,
+    // else from mscale / mscale_all_dim: dec_yarn_factor)
+    double attn_factor;
     // longrope: inv_freq divided by short_factor (prompts up to original_max_pos tokens) or by
-    // long_factor (longer ones), cos and sin times the attention factor
+    // long_factor (longer ones)
     const double *ext_short, *ext_long; // (n_rot / 2) each; borrowed from dec_config's longrope
-    double attn;                        // attention_factor
-    // yarn: beta_fast / beta_slow (absent or 0: 32 / 1), truncate (default true), the factor cos
-    // and sin are multiplied by (attention_factor, else mscale / mscale_all_dim's ratio);
-    // original_max_pos (absent: max_position_embeddings) is the length the correction range is
-    // found for
-    double beta_fast, beta_slow, attention;
+    // yarn (original_max_pos too): beta_fast, beta_slow (0: transformers' 32 and 1), the
+    // correction range rounded outward unless truncate is false
+    double beta_fast, beta_slow;
     bool truncate;
-    bool yarn_ok; // the family computes YaRN (dec_config rope_yarn); else "yarn" is refused
 };
 
 // ---- the block description: what the forward pass reads (model/decoder_forward.c), in the
@@ -88,6 +87,15 @@ struct dec_block {
     float embed_scale;     // the embedding times this (Gemma: sqrt(D) rounded to float32; else 1)
     bool embed_tap_scaled; // token_embeddings after the scale (Gemma 3), else before (Gemma 2)
     float final_cap;       // soft-cap of the logits (Gemma 2; 0: none)
+    // gpt-oss (GptOssForCausalLM)
+    bool sinks;         // a learned logit per head in each attention softmax ("sinks")
+    bool router_bias;   // the router is a Linear with a bias
+    bool topk_softmax;  // top-k on the router logits, then a softmax over the k
+    bool expert_bias;   // the experts' projections have biases
+    bool swiglu_clamp;  // experts: (clamp(up) + 1) * g * sigmoid(alpha g), g = min(gate, limit)
+    float swiglu_alpha; // 1.702
+    float swiglu_limit; // swiglu_limit
+    bool experts_interleaved; // experts' gate_up_proj: gate rows 0, 2, 4..., up rows 1, 3, 5...
 };
 
 // ---- DeepSeek-V3's options (model/mla.h; tests/ref/deepseek_v3_ref.py)
@@ -127,6 +135,10 @@ struct dec_names {
     // "mlp.gate.e_score_correction_bias"), the shared experts' ("mlp.shared_experts.gate_proj")
     const char *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *kv_b;
     const char *router_bias, *sgate, *sup, *sdown;
+    // gpt-oss: the sinks' tensor ("self_attn.sinks"); the experts' fused tensors under
+    // {experts}: egate_up ("gate_up_proj") and edown ("down_proj"), each as "_blocks" + "_scales"
+    // (MXFP4) and "_bias"
+    const char *sinks, *egate_up;
 };
 
 // FP8 block-scaled weights (quantization_config.quant_method "fp8": transformers' fine-grained
@@ -188,10 +200,16 @@ void dec_mtp_params(const struct dec_config *c, int64_t *unique, int64_t *stored
 // tokens (dynamic NTK grows the base past max_position_embeddings, as transformers does for a call
 // whose longest position is T - 1; longrope takes long_factor past original_max_pos).
 void dec_rope_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, int T, double *inv);
-// YaRN's inv_freq (head_dim / 2) as modeling_rope_utils._compute_yarn_parameters, in double
-void dec_rope_yarn_inv_freq(const struct dec_rope *r, int head_dim, int max_pos, double *inv);
-// yarn_get_mscale (modeling_deepseek_v3.py, modeling_rope_utils.get_mscale)
-double dec_rope_yarn_mscale(double scale, double mscale);
+// YaRN (modeling_rope_utils.py _compute_yarn_parameters), for every family that has it: inv_freq
+// (dim / 2) of base theta with r's factor, original_max_pos, beta_fast / beta_slow, truncate;
+// and the attention factor of factor, mscale and mscale_all_dim (0: absent) as transformers
+// computes it when attention_factor is absent: get_mscale(factor, mscale) / get_mscale(factor,
+// mscale_all_dim) if both are set, else get_mscale(factor).
+void dec_yarn_inv_freq(const struct dec_rope *r, int dim, double *inv);
+double dec_yarn_factor(double factor, double mscale, double mscale_all_dim);
+// get_mscale (yarn_get_mscale of modeling_deepseek_v3.py): 0.1 mscale ln(scale) + 1, 1 at scale <=
+// 1
+double dec_yarn_mscale(double scale, double mscale);
 
 // ---- weights: a matrix stored BF16 is borrowed from the mapping as it is (h; each matmul widens
 // a panel of rows, model/ops.h op_matmul_bf16), any other float dtype is a float32 view (f; F16
@@ -205,6 +223,7 @@ struct dec_mat {
     const uint8_t *q8;
     const float *s8;
     int bn, bk;
+    struct mxfp4_mat q4; // MXFP4 as published (gpt-oss's experts; model/mxfp4.h), if q4.blocks
 };
 
 // out (M, N) = in (M, K) . w^T for a matrix stored any of the ways above: FP8 and BF16 a panel
@@ -228,6 +247,11 @@ struct dec_block_w {
     const float *q_a_norm, *kv_a_norm; // (ql) (kvl)
     const float *e_bias;               // (E) e_score_correction_bias
     struct dec_mat sg, su, sd;         // shared experts: (Is, D) x2, (D, Is)
+    // gpt-oss
+    const float *sinks;              // sinks: (H) a logit per head
+    const float *brouter;            // router_bias: (E)
+    const float *bgu, *bed;          // expert_bias: (E, 2 Ie) gate/up interleaved, (E, D)
+    struct mxfp4_mat gu_q4, down_q4; // MXFP4 experts: (E, 2 Ie, D / 32, 16), (E, D, Ie / 32, 16)
 };
 
 struct decoder {
@@ -243,6 +267,7 @@ struct decoder {
     // q8_w[n + j] scales outside the routed experts, q8_w[2n + j] and q8_w[3n + j] inside them
     // (n = L + 1); owned, NULL without FP8
     int64_t *q8_w;
+    bool any_mxfp4; // some matrix is MXFP4 (the state needs a panel)
 };
 
 // The FP8 weights and scales a stage running blocks [b0, b1) holds (model/decoder_family.c's

@@ -57,87 +57,88 @@ int dec_read_act(const struct config *cf, struct dec_config *c, const char *key,
     return block_cfg_act(cf->path, key, s, &c->blk.act, err);
 }
 
-double dec_rope_yarn_mscale(double scale, double mscale) {
+double dec_yarn_mscale(double scale, double mscale) {
     return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
 }
 
-// YaRN's keys of the scaling dict sc (_compute_yarn_parameters): factor (required),
-// attention_factor, mscale, mscale_all_dim, beta_fast, beta_slow (`or 32` / `or 1`: 0 and null are
-// the defaults), original_max_position_embeddings (else max_position_embeddings), truncate
-static int dec_rope_yarn_read(const struct config *cf, const struct cfg_value *sc,
-                              const char *where, struct dec_rope *r, struct ah_error *err) {
-    double a = NAN, ms = 0.0, msa = 0.0, l0 = 0.0, bf = 0.0, bs = 0.0;
-    int rc;
-    r->type = DEC_ROPE_YARN;
-    if ((rc = cfg_opt_num(cf, sc, where, "factor", NAN, &r->factor, err)) < 0 ||
-        (rc = cfg_opt_num(cf, sc, where, "attention_factor", NAN, &a, err)) < 0 ||
-        (rc = cfg_num_in(cf, sc, where, "mscale", CFG_NONNEG, true, &ms, err)) < 0 ||
-        (rc = cfg_num_in(cf, sc, where, "mscale_all_dim", CFG_NONNEG, true, &msa, err)) < 0 ||
-        (rc = cfg_num_in(cf, sc, where, "beta_fast", CFG_NONNEG, true, &bf, err)) < 0 ||
-        (rc = cfg_num_in(cf, sc, where, "beta_slow", CFG_NONNEG, true, &bs, err)) < 0 ||
-        (rc = cfg_num_in(cf, sc, where, "original_max_position_embeddings", CFG_COUNT, true, &l0,
-                         err)) < 0)
-        return rc;
-    if (isnan(r->factor))
-        return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
-    const struct cfg_value *tr = cfg_get(cf, sc, "truncate");
-    r->truncate = !cfg_is_false(cf, tr);
-    if (tr && !cfg_is_true(cf, tr) && !cfg_is_false(cf, tr))
-        return ah_fail(err, AH_EINVAL, "%s: \"%s.truncate\": expected true or false", cf->path,
-                       where);
-    r->beta_fast = bf != 0.0 ? bf : 32.0;
-    r->beta_slow = bs != 0.0 ? bs : 1.0;
-    r->original_max_pos = (int)l0;
-    if (isnan(a))
-        a = ms != 0.0 && msa != 0.0
-                ? dec_rope_yarn_mscale(r->factor, ms) / dec_rope_yarn_mscale(r->factor, msa)
-                : dec_rope_yarn_mscale(r->factor, 1.0);
-    r->attention = a;
-    return 0;
+double dec_yarn_factor(double factor, double mscale, double mscale_all_dim) {
+    if (mscale != 0.0 && mscale_all_dim != 0.0)
+        return dec_yarn_mscale(factor, mscale) / dec_yarn_mscale(factor, mscale_all_dim);
+    return dec_yarn_mscale(factor, 1.0);
 }
 
-void dec_rope_yarn_inv_freq(const struct dec_rope *r, int hd, int max_pos, double *inv) {
-    const double pi = 3.141592653589793;
-    double base = r->theta, L0 = r->original_max_pos > 0 ? r->original_max_pos : max_pos;
-    // find_correction_dim of beta_fast and beta_slow, floored / ceiled unless truncate is false
-    double lo = hd * log(L0 / (r->beta_fast * 2.0 * pi)) / (2.0 * log(base));
-    double hi = hd * log(L0 / (r->beta_slow * 2.0 * pi)) / (2.0 * log(base));
-    if (r->truncate) lo = floor(lo), hi = ceil(hi);
-    lo = lo > 0.0 ? lo : 0.0;
-    hi = hi < hd - 1 ? hi : hd - 1;
-    if (lo == hi) hi += 0.001; // linear_ramp_factor: prevent singularity
-    for (int j = 0; j < hd / 2; j++) {
-        double ramp = (j - lo) / (hi - lo), pos = pow(base, 2.0 * j / hd);
+void dec_yarn_inv_freq(const struct dec_rope *r, int dim, double *inv) {
+    double base = r->theta, L0 = r->original_max_pos, pi = 3.141592653589793;
+    double bf = r->beta_fast != 0.0 ? r->beta_fast : 32.0; // `or 32`
+    double bs = r->beta_slow != 0.0 ? r->beta_slow : 1.0;  // `or 1`
+    // find_correction_dim, find_correction_range
+    double low = dim * log(L0 / (bf * 2.0 * pi)) / (2.0 * log(base));
+    double high = dim * log(L0 / (bs * 2.0 * pi)) / (2.0 * log(base));
+    if (r->truncate) low = floor(low), high = ceil(high);
+    low = low > 0.0 ? low : 0.0;
+    high = high < dim - 1 ? high : dim - 1;
+    if (low == high) high += 0.001; // linear_ramp_factor: prevent singularity
+    for (int j = 0; j < dim / 2; j++) {
+        double ramp = (j - low) / (high - low), pos = pow(base, 2.0 * j / dim);
         ramp = ramp < 0.0 ? 0.0 : ramp > 1.0 ? 1.0 : ramp;
         double extra = 1.0 - ramp; // inv_freq_extrapolation_factor
         inv[j] = 1.0 / (r->factor * pos) * (1.0 - extra) + 1.0 / pos * extra;
     }
 }
 
+// YaRN's keys of the dict sc (at `where`), as _compute_yarn_parameters reads them: factor (read
+// by the caller), original_max_position_embeddings (absent: max_position_embeddings, as
+// model/families/laguna_config.c reads it), beta_fast / beta_slow (`or` their defaults),
+// attention_factor else mscale / mscale_all_dim, truncate (default true).
+static int yarn_keys(const struct config *cf, const struct cfg_value *sc, const char *where,
+                     int max_pos, struct dec_rope *r, struct ah_error *err) {
+    double l0 = max_pos, ms = 0.0, msa = 0.0;
+    int rc, no_a;
+    r->beta_fast = r->beta_slow = 0.0;
+    r->attn_factor = NAN;
+    if ((rc = cfg_num_in(cf, sc, where, "original_max_position_embeddings", CFG_COUNT, true, &l0,
+                         err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "beta_fast", CFG_NONNEG, true, &r->beta_fast, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "beta_slow", CFG_NONNEG, true, &r->beta_slow, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "mscale", CFG_NONNEG, true, &ms, err)) < 0 ||
+        (rc = cfg_num_in(cf, sc, where, "mscale_all_dim", CFG_NONNEG, true, &msa, err)) < 0 ||
+        (no_a = rc = cfg_num_in(cf, sc, where, "attention_factor", CFG_POSITIVE, true,
+                                &r->attn_factor, err)) < 0)
+        return rc;
+    r->original_max_pos = (int)l0; // absent: max_position_embeddings (as Laguna's reader)
+    if (no_a) r->attn_factor = dec_yarn_factor(r->factor, ms, msa);
+    const struct cfg_value *t = cfg_get(cf, sc, "truncate");
+    r->truncate = !cfg_is_false(cf, t);
+    if (t && !cfg_is_true(cf, t) && !cfg_is_false(cf, t))
+        return ah_fail(err, AH_EINVAL, "%s: \"%s.truncate\": expected true or false", cf->path,
+                       where);
+    return 0;
+}
+
 // The scaling dict sc (at `where`) of one layer type: rope_type (or the older "type") linear,
 // dynamic or llama3 with their keys (modeling_rope_utils.py); another type is refused by name.
 static int rope_scaling(const struct config *cf, const struct cfg_value *sc, const char *where,
-                        struct dec_rope *r, struct ah_error *err) {
+                        const struct dec_config *c, struct dec_rope *r, struct ah_error *err) {
     const struct cfg_value *t = cfg_get(cf, sc, "rope_type");
     if (!t) t = cfg_get(cf, sc, "type");
     const char *tn = t ? cfg_string(cf, t) : "default";
-    static const char *const names[] = {"default", "linear", "dynamic", "llama3"};
+    static const char *const names[] = {"default", "linear", "dynamic", "llama3", "yarn"};
     static const enum dec_rope_type types[] = {DEC_ROPE_DEFAULT, DEC_ROPE_LINEAR, DEC_ROPE_DYNAMIC,
-                                               DEC_ROPE_LLAMA3};
-    int k = 0, rc;
-    while (k < 4 && !(tn && !strcmp(tn, names[k])))
+                                               DEC_ROPE_LLAMA3, DEC_ROPE_YARN};
+    int k = 0, rc, n = c->rope_yarn ? 5 : 4; // yarn only where the family reads it
+    while (k < n && !(tn && !strcmp(tn, names[k])))
         k++;
-    if (k == 4 && r->yarn_ok && tn && !strcmp(tn, "yarn"))
-        return dec_rope_yarn_read(cf, sc, where, r, err);
-    if (k == 4)
+    if (k == n)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s.rope_type\": \"%s\" is not supported (expected \"default\", "
-                       "\"linear\", \"dynamic\" or \"llama3\")",
-                       cf->path, where, tn ? tn : "(not a string)");
+                       "\"linear\", \"dynamic\"%s \"llama3\"%s)",
+                       cf->path, where, tn ? tn : "(not a string)", n == 5 ? "," : " or",
+                       n == 5 ? " or \"yarn\"" : "");
     if ((r->type = types[k]) == DEC_ROPE_DEFAULT) return 0;
     if ((rc = cfg_opt_num(cf, sc, where, "factor", NAN, &r->factor, err)) < 0) return rc;
     if (isnan(r->factor))
         return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
+    if (r->type == DEC_ROPE_YARN) return yarn_keys(cf, sc, where, c->max_pos, r, err);
     if (r->type != DEC_ROPE_LLAMA3) return 0;
     double l0;
     if ((rc = cfg_opt_num(cf, sc, where, "low_freq_factor", NAN, &r->low, err)) < 0 ||
@@ -169,7 +170,6 @@ int dec_read_rope(const struct config *cf, struct dec_config *c, bool sliding, d
     int rc;
     memset(r, 0, sizeof *r);
     r->factor = 1.0;
-    r->yarn_ok = c->rope_yarn;
     if (cfg_kind(cf, rp) == CFG_OBJECT && cfg_get(cf, rp, "rope_theta")) {
         sc = rp;
         rc = cfg_opt_num(cf, rp, where, "rope_theta", theta, &r->theta, err);
@@ -183,7 +183,7 @@ int dec_read_rope(const struct config *cf, struct dec_config *c, bool sliding, d
     if (rc < 0 || cfg_kind(cf, sc) <= CFG_NULL) return rc;
     if (cfg_kind(cf, sc) != CFG_OBJECT)
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an object or null", cf->path, where);
-    return rope_scaling(cf, sc, where, r, err);
+    return rope_scaling(cf, sc, where, c, r, err);
 }
 
 // decoder.py effective_window: Qwen keeps sliding_window only with use_sliding_window
@@ -329,11 +329,11 @@ void dec_config_free(struct dec_config *c) {
 }
 
 void dec_rope_inv_freq(const struct dec_rope *r, int hd, int max_pos, int T, double *inv) {
-    double base = r->theta;
     if (r->type == DEC_ROPE_YARN) {
-        dec_rope_yarn_inv_freq(r, hd, max_pos, inv);
+        dec_yarn_inv_freq(r, hd, inv);
         return;
     }
+    double base = r->theta;
     if (r->type == DEC_ROPE_DYNAMIC && T > max_pos) // _compute_dynamic_ntk_parameters
         base *= pow(r->factor * T / max_pos - (r->factor - 1.0), (double)hd / (hd - 2));
     for (int j = 0; j < hd / 2; j++) {

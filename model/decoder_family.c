@@ -107,12 +107,42 @@ static int64_t layer_vectors(const struct dec_config *c, int i) {
            (b->mlp_bias && I ? 2 * I + D : 0) + mla;
 }
 
+// MXFP4 experts (gpt-oss) as stored: 16 bytes of codes and one scale byte a row's 32 values,
+// so 17/32 bytes a weight, of layer i's experts [0, mine)
+static int64_t mxfp4_expert_bytes(const struct dec_config *c, int i, int64_t mine) {
+    return c->moe[i] ? mine * 3 * (int64_t)c->hidden * c->expert_ffn / 32 * 17 : 0;
+}
+
+// a stage of an MXFP4 model: the experts as stored (their biases float32 vectors), the other
+// matrices BF16 (or float32 as dec_fam_stage_bytes says), vectors float32
+static int64_t mxfp4_stage_bytes(const struct decoder *m, int b0, int b1, bool head, int shard,
+                                 int n_shards, const char **kind) {
+    const struct dec_config *c = &m->cfg;
+    int64_t w = m->any_bf16 ? 2 : 4, vec = c->hidden * (int64_t)head, q4 = 0;
+    int64_t vd = (int64_t)c->vocab * c->hidden, n = 0, E = c->n_expert;
+    int64_t mine = E * (shard + 1) / n_shards - E * shard / n_shards;
+    for (int i = b0; i < b1; i++) {
+        n += dec_layer_params(c, i, false);
+        vec += layer_vectors(c, i) + c->n_head * c->blk.sinks + E * c->blk.router_bias;
+        q4 += mxfp4_expert_bytes(c, i, mine);
+        if (c->moe[i] && c->blk.expert_bias) vec += mine * (2 * c->expert_ffn + c->hidden);
+    }
+    n += (b0 == 0 ? vd : 0) + (head && !(c->blk.tied && b0 == 0) ? vd : 0);
+    int64_t evec = 0; // the expert biases are not among n's matrices
+    for (int i = b0; i < b1 && c->blk.expert_bias; i++)
+        evec += c->moe[i] ? mine * (2 * c->expert_ffn + c->hidden) : 0;
+    *kind = m->any_bf16 ? "MXFP4 experts and BF16 matrices mapped, vectors float32"
+                        : "MXFP4 experts mapped, matrices and vectors float32";
+    return w * (n - (vec - evec) + c->hidden * (int64_t)head) + 4 * vec + q4;
+}
+
 // BF16 matrices stay BF16 (mapped), any other dtype is held as float32; vectors float32. With
 // BF16 matrices every matrix is counted at 2 bytes (a checkpoint mixing dtypes: an estimate).
 int64_t dec_fam_stage_bytes(const void *fm, int b0, int b1, bool head, int shard, int n_shards,
                             const char **kind) {
     const struct decoder *m = fm;
     const struct dec_config *c = &m->cfg;
+    if (m->any_mxfp4) return mxfp4_stage_bytes(m, b0, b1, head, shard, n_shards, kind);
     int64_t w = m->any_bf16 ? 2 : 4, vec = c->hidden * (int64_t)head;
     int64_t vd = (int64_t)c->vocab * c->hidden, n = 0, E = c->n_expert;
     int64_t mine = E ? E * (shard + 1) / n_shards - E * shard / n_shards : 0;
@@ -204,4 +234,11 @@ void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int
         *stored = "FP8 block-scaled (1 byte a weight + float32 weight_scale_inv), the rest "
                   "torch_dtype";
     }
+    for (int i = 0; c->blk.experts_interleaved && i < L;
+         i++) // gpt-oss: the experts' matrices MXFP4 (quantization_config)
+        *bytes += mxfp4_expert_bytes(c, i, c->n_expert) -
+                  (c->moe[i] ? 3 * (int64_t)c->n_expert * c->hidden * c->expert_ffn : 0) *
+                      c->bytes_per_param;
+    if (c->blk.experts_interleaved)
+        *stored = "MXFP4 experts (quantization_config), the rest 16-bit";
 }

@@ -38,6 +38,9 @@ struct dec_state {
     double *inv;                                          // (h2)
     int64_t *idx, *ones; // (N, k) chosen experts; (T) the attention mask
     int *order, *start;  // (N k) slots grouped by expert; (2 E + 1) offsets and cursors
+    float *sink_p;       // sinks: (H, T) a prompt's sink shares
+    float *sgate, *sup,
+        *sneu; // clamped experts: (N, k, Ie) each slot's gate, up, neurons if wanted
     const struct expert_shard *shard;
     void *arena;
     // DeepSeek-V3: MLA's buffers (model/mla.h); the sigmoid router's scores, choice scores (N, E)
@@ -61,9 +64,8 @@ static void rope_table(float *cos_t, float *sin_t, const struct dec_config *c,
     int n_rot = c->blk.n_rot ? c->blk.n_rot : c->head_dim, h2 = n_rot / 2;
     dec_rope_inv_freq(r, n_rot, c->max_pos, seq_len, inv);
     // longrope's and YaRN's attention factor (x * 1.0 is x: the others unchanged)
-    double A = r->type == DEC_ROPE_LONGROPE ? r->attn
-               : r->type == DEC_ROPE_YARN   ? r->attention
-                                            : 1.0;
+    bool scaled = r->type == DEC_ROPE_LONGROPE || r->type == DEC_ROPE_YARN;
+    double A = scaled ? r->attn_factor : 1.0;
     for (int t = 0; t < T; t++)
         for (int j = 0; j < h2; j++) {
             cos_t[(int64_t)t * h2 + j] = (float)(cos(t * inv[j]) * A);
@@ -84,7 +86,12 @@ static int64_t panel_floats(const struct dec_config *c) {
     int64_t Is = (int64_t)c->route.n_shared * c->expert_ffn; // DeepSeek-V3's shared experts
     k = Is > k ? Is : k;
     n = Is > n ? Is : n;
-    return op_bf16_panel_floats((int)k, (int)n);
+    return op_bf16_panel_floats((int)k, (int)n); // >= mxfp4_panel_floats of the same sizes
+}
+
+// whether a tap may want a clamped expert's per-slot value `kind` of some block
+static bool slots_kept(const struct decoder *m, const uint8_t *want, enum cat_kind kind) {
+    return m->cfg.blk.swiglu_clamp && cat_wants_kind(m->id, m->cfg.n_layer, want, kind);
 }
 
 int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, int64_t max_tokens,
@@ -111,9 +118,10 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->att, s->n_att = attn_scores_floats(c->n_head, (int)T, 1, s->keep_scores)},
         {(void **)&s->logits, T * c->vocab + c->vocab},
         {(void **)&s->scratch, HD * T},
-        {(void **)&s->panel, m->any_bf16 || m->any_fp8 ? panel_floats(c) : 0},
-        {(void **)&s->xpanels,
-         E > 0 && (m->any_bf16 || m->any_fp8) ? s->n_xpanels * moe_panel_floats(D, Ie) : 0},
+        {(void **)&s->panel, m->any_bf16 || m->any_fp8 || m->any_mxfp4 ? panel_floats(c) : 0},
+        {(void **)&s->xpanels, E > 0 && (m->any_bf16 || m->any_fp8 || m->any_mxfp4)
+                                   ? s->n_xpanels * moe_panel_floats(D, Ie)
+                                   : 0},
         {(void **)&s->cos_f, T * h2},
         {(void **)&s->sin_f, T * h2},
         {(void **)&s->cos_s, T * h2},
@@ -132,6 +140,10 @@ int dec_state_init(struct dec_state **out, const struct decoder *m, int max_T, i
         {(void **)&s->sg, N * c->route.n_shared * Ie},
         {(void **)&s->su, N * c->route.n_shared * Ie},
         {(void **)&s->sh, c->route.n_shared > 0 ? N * D : 0},
+        {(void **)&s->sink_p, c->blk.sinks ? c->n_head * T : 0},
+        {(void **)&s->sgate, slots_kept(m, want, CAT_EXPERT_GATE) ? N * k * Ie : 0},
+        {(void **)&s->sup, slots_kept(m, want, CAT_EXPERT_UP) ? N * k * Ie : 0},
+        {(void **)&s->sneu, slots_kept(m, want, CAT_EXPERT_NEURONS) ? N * k * Ie : 0},
     };
     if (!(s->arena = arena_alloc_ones(f, sizeof f / sizeof f[0], &s->ones, T))) return -AH_ENOMEM;
     if (c->mla.on) mla_carve(&s->mla, s->mla_base, c, N, T);
@@ -222,6 +234,25 @@ static void clip_qkv(struct dec_state *s, float c, int64_t N, int64_t HD, int64_
             t[j][i] = t[j][i] > c ? c : t[j][i] < -c ? -c : t[j][i];
 }
 
+// gpt-oss's sinks: the block's logits, and where the sink shares go if a tap wants them
+static void sink_options(const struct decoder *m, struct dec_state *s, const struct tap *tp, int l,
+                         struct attn *a) {
+    if (!m->cfg.blk.sinks) return;
+    a->sinks = m->blk[l].sinks;
+    a->sink_p = tap_wants(tp, CAT_ID(m, l, CAT_SINK_PROBABILITIES)) ? s->sink_p : NULL;
+}
+
+// the sink logits (1, H) and prompt b's sink shares (1, H, T)
+static void sink_emit(const struct decoder *m, struct dec_state *s, const struct tap *tp, int l,
+                      int b, int T) {
+    if (!m->cfg.blk.sinks) return;
+    int H = m->cfg.n_head;
+    struct tview v = {m->blk[l].sinks, TAP_F32, 2, {1, H}};
+    tap_emit(tp, CAT_ID(m, l, CAT_ATTENTION_SINKS), b, &v);
+    struct tview p = {s->sink_p, TAP_F32, 3, {1, H, T}};
+    tap_emit(tp, CAT_ID(m, l, CAT_SINK_PROBABILITIES), b, &p);
+}
+
 static void attention_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                             const struct tap *tp, int l) {
     const struct dec_config *c = &m->cfg;
@@ -271,6 +302,7 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
                          .out = s->o + o * HD,
                          .ldo = (int)HD,
                          .att_floats = s->n_att};
+        sink_options(m, s, tp, l, &a);
         a.set[0] = (struct attn_keys){s->k + o * KVD, s->v + o * KVD, (int)KVD,
                                       c->sliding[l] ? ATTN_SLIDING : ATTN_CAUSAL, c->window};
         // attention_scores: soft-capped, -inf where masked (tests/ref/hf/NAMES.md)
@@ -278,6 +310,7 @@ static void attention_block(const struct decoder *m, struct dec_state *s, const 
                                CAT_ID(m, l, CAT_PROBABILITIES)};
         AH_ASSERT(!attn_taps_wanted(&at) || s->keep_scores);
         attn_forward(&a, &at, s->att);
+        sink_emit(m, s, tp, l, b, a.T);
     }
     tap_emit_token_heads(tp, CAT_ID(m, l, CAT_HEAD_OUTPUTS), bt, s->o, (int)H, (int)hd);
     linear(s, s->a, s->o, &w->wo, w->bo, N, HD, D);
@@ -348,10 +381,41 @@ static void shared_experts(const struct decoder *m, struct dec_state *s, const s
     op_add(s->m, s->m, s->sh, N * D);
 }
 
+// gpt-oss (GptOssTopKRouter): the k largest logits (ties: lower index), a softmax over them
+// (double sums); the logits stay as they are
+static void route_topk_softmax(const struct dec_config *c, const float *z, int64_t *idx, float *w) {
+    int E = c->n_expert, k = c->top_k;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int q = 0; q < j; q++)
+                taken |= idx[q] == e;
+            if (!taken && (best < 0 || z[e] > z[best])) best = e;
+        }
+        idx[j] = best;
+    }
+    double mx = z[idx[0]], sum = 0.0; // the largest comes first
+    for (int j = 0; j < k; j++)
+        sum += exp((double)z[idx[j]] - mx);
+    for (int j = 0; j < k; j++)
+        w[j] = (float)(exp((double)z[idx[j]] - mx) / sum);
+}
+
 struct dec_expert_call {
     const struct decoder *m;
     const struct dec_block_w *w;
+    const int *order, *start;  // the slots grouped by expert (moe.h)
+    float *sgate, *sup, *sneu; // (N, k, Ie) each slot's gate, up, neurons, or NULL: not wanted
 };
+
+// rows [0, n) of expert e's buffer v (n, Ie) into their slots' rows of out (N k, Ie)
+static void to_slots(const struct dec_expert_call *x, float *out, int64_t e, int64_t n,
+                     const float *v, int64_t Ie) {
+    for (int64_t r = 0; out && r < n; r++)
+        memcpy(out + (int64_t)x->order[x->start[e] + r] * Ie, v + r * Ie,
+               (size_t)Ie * sizeof(float));
+}
 
 // expert e's gated MLP on its n rows (moe.h): one thread each, on that thread's panel
 static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, float *ge, float *ue,
@@ -366,30 +430,110 @@ static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, flo
     dec_matmul(ye, ue, &x->w->ed[e], n, Ie, D, panel);
 }
 
+// gpt-oss's expert e (GptOssExperts): gate and up rows interleaved in gate_up_proj (each a
+// matrix view of every other row) plus their interleaved biases, the clamped SwiGLU, the down
+// projection plus its bias
+static void expert_ffn_clamped(const void *u, int64_t e, int64_t n, const float *xe, float *ge,
+                               float *ue, float *ye, float *panel) {
+    const struct dec_expert_call *x = u;
+    const struct dec_config *c = &x->m->cfg;
+    const struct dec_block_w *w = x->w;
+    int64_t D = c->hidden, Ie = c->expert_ffn, G = D / 32, Gi = Ie / 32;
+    // expert e's rows of gate_up_proj: gate the even ones, up the odd ones
+    const uint8_t *gb = w->gu_q4.blocks + e * 2 * Ie * G * 16,
+                  *gs = w->gu_q4.scales + e * 2 * Ie * G;
+    struct dec_mat gate = {.q4 = {gb, gs, 2}}, up = {.q4 = {gb + G * 16, gs + G, 2}};
+    struct dec_mat down = {
+        .q4 = {w->down_q4.blocks + e * D * Gi * 16, w->down_q4.scales + e * D * Gi, 1}};
+    dec_matmul(ge, xe, &gate, n, D, Ie, panel);
+    dec_matmul(ue, xe, &up, n, D, Ie, panel);
+    if (c->blk.expert_bias) {
+        const float *b = w->bgu + e * 2 * Ie; // (2 Ie): gate at even, up at odd columns
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t j = 0; j < Ie; j++) {
+                ge[r * Ie + j] += b[2 * j];
+                ue[r * Ie + j] += b[2 * j + 1];
+            }
+    }
+    to_slots(x, x->sgate, e, n, ge, Ie);
+    to_slots(x, x->sup, e, n, ue, Ie);
+    op_swiglu_clamp(ue, ge, n * Ie, c->blk.swiglu_alpha, c->blk.swiglu_limit);
+    to_slots(x, x->sneu, e, n, ue, Ie);
+    dec_matmul(ye, ue, &down, n, Ie, D, panel);
+    if (c->blk.expert_bias) op_add_bias(ye, w->bed + e * D, n, D);
+}
+
+// the per-slot buffers of the clamped experts' values a tap wants
+static void slot_buffers(const struct decoder *m, struct dec_state *s, const struct tap *tp, int l,
+                         struct dec_expert_call *call) {
+    if (!m->cfg.blk.swiglu_clamp) return;
+    call->sgate = tap_wants(tp, CAT_ID(m, l, CAT_EXPERT_GATE)) ? s->sgate : NULL;
+    call->sup = tap_wants(tp, CAT_ID(m, l, CAT_EXPERT_UP)) ? s->sup : NULL;
+    call->sneu = tap_wants(tp, CAT_ID(m, l, CAT_EXPERT_NEURONS)) ? s->sneu : NULL;
+    AH_ASSERT((!call->sgate || s->sgate) && (!call->sup || s->sup) && (!call->sneu || s->sneu));
+}
+
+// With expert shards, the slots of the other shards' experts: this rank runs those experts
+// itself, tap-only work on a rank whose taps want the values (no collective: the other ranks may
+// want nothing), in the calls moe_run makes (an expert's rows in slot order, one thread's panel,
+// OpenBLAS on one thread when moe_run would run it so), so the bits are one rank's. It reads
+// those experts' mapped weights, which a shard otherwise never touches.
+static void remote_slots(const struct decoder *m, struct dec_state *s,
+                         const struct dec_expert_call *call) {
+    const struct dec_config *c = &m->cfg;
+    int64_t D = c->hidden, k = c->top_k;
+    int nt = op_threads() < s->n_xpanels ? op_threads() : s->n_xpanels;
+    int blas = op_blas_serial(nt);
+    for (int64_t e = 0; e < c->n_expert; e++) {
+        int64_t r0 = s->start[e], n = s->start[e + 1] - r0;
+        if (n == 0 || (e >= s->shard->e0 && e < s->shard->e1)) continue;
+        for (int64_t r = 0; r < n; r++)
+            memcpy(s->xe + r * D, s->xn + (s->order[r0 + r] / k) * D, (size_t)D * sizeof(float));
+        expert_ffn_clamped(call, e, n, s->xe, s->ge, s->ue, s->ye, s->xpanels);
+    }
+    op_blas_restore(nt, blas);
+}
+
+// the slots' gate, up and neurons (1, T, k, Ie)
+static void slot_emit(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
+                      const struct tap *tp, int l, const struct dec_expert_call *call) {
+    const struct dec_config *c = &m->cfg;
+    float *buf[3] = {call->sgate, call->sup, call->sneu};
+    const enum cat_kind kind[3] = {CAT_EXPERT_GATE, CAT_EXPERT_UP, CAT_EXPERT_NEURONS};
+    if (s->shard && (buf[0] || buf[1] || buf[2])) remote_slots(m, s, call);
+    for (int i = 0; i < 3; i++)
+        tap_emit_token_heads(tp, CAT_ID(m, l, kind[i]), bt, buf[i], c->top_k, c->expert_ffn);
+}
+
 static void moe_block(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
                       const struct tap *tp, int l) {
     const struct dec_config *c = &m->cfg;
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, E = c->n_expert, k = c->top_k;
-    mm(s, s->z, s->xn, &w->router, N, D, E);
+    linear(s, s->z, s->xn, &w->router, c->blk.router_bias ? w->brouter : NULL, N, D, E);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTER_LOGITS), bt, s->z, (int)E);
     if (c->route.sigmoid_group) {
         group_route(m, s, bt, tp, l);
     } else {
 #pragma omp parallel for num_threads(op_threads()) if (N * E >= OP_PAR_MIN) schedule(static)
         for (int64_t t = 0; t < N; t++)
-            route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
+            if (c->blk.topk_softmax)
+                route_topk_softmax(c, s->z + t * E, s->idx + t * k, s->w + t * k);
+            else
+                route(c, s->z + t * E, s->idx + t * k, s->w + t * k);
     }
     int id_i = CAT_ID(m, l, CAT_EXPERT_INDICES), id_o = CAT_ID(m, l, CAT_EXPERT_OUTPUTS);
     tap_emit_rows_i64(tp, id_i, bt, s->idx, (int)k);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_EXPERT_WEIGHTS), bt, s->w, (int)k);
     bool keep = tap_wants(tp, id_o) || s->shard;
     AH_ASSERT(!keep || s->keep_experts);
-    struct dec_expert_call call = {m, w};
-    struct moe_experts x =
-        MOE_EXPERTS(s, N, k, D, c->expert_ffn, E, m->any_bf16 || m->any_fp8 ? s->xpanels : NULL,
-                    expert_ffn, &call);
+    struct dec_expert_call call = {m, w, s->order, s->start, NULL, NULL, NULL};
+    slot_buffers(m, s, tp, l, &call);
+    struct moe_experts x = MOE_EXPERTS(
+        s, N, k, D, c->expert_ffn, E, m->any_bf16 || m->any_fp8 || m->any_mxfp4 ? s->xpanels : NULL,
+        c->blk.swiglu_clamp ? expert_ffn_clamped : expert_ffn, &call);
     moe_forward(&x, s->shard, s->routed, keep ? s->eo : NULL);
+    slot_emit(m, s, bt, tp, l, &call);
     tap_emit_token_heads(tp, id_o, bt, s->eo, (int)k, (int)D); // (1, T, k, D) slots
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ROUTED_OUTPUT), bt, s->routed, (int)D);
     memcpy(s->m, s->routed, (size_t)(N * D) * sizeof(float));

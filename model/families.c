@@ -23,6 +23,7 @@
     X(phi3_family)        \
     X(olmoe_family)       \
     X(deepseek_v3_family) \
+    X(gpt_oss_family)     \
     /* one line a family, each ending in a backslash */
 
 #define X(f) extern const struct model_family f;

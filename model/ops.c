@@ -395,6 +395,23 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n) {
     }
 }
 
+void op_swiglu_clamp(float *up, const float *gate, int64_t n, float alpha, float limit) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i] > limit ? limit : gate[i]; // NaN stays NaN, as torch.clamp
+        float u = up[i] > limit ? limit : up[i] < -limit ? -limit : up[i];
+        up[i] = (u + 1.0f) * (g * act_sigmoid(g * alpha));
+    }
+}
+
+void op_swiglu_clamp_ref(float *up, const float *gate, int64_t n, float alpha, float limit) {
+    for (int64_t i = 0; i < n; i++) {
+        double l = limit, x = gate[i], y = up[i], g = x > l ? l : x;
+        double u = y > l ? l : y < -l ? -l : y;
+        up[i] = (float)((u + 1.0) * g / (1.0 + exp(-g * (double)alpha)));
+    }
+}
+
 void op_add(float *out, const float *a, const float *b, int64_t n) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)

@@ -102,6 +102,11 @@ void op_softmax_within(float *x, int a0, int a1, int b0, int b1);
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
 void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n);
 
+// gpt-oss's clamped SwiGLU (GptOssExperts): g = min(gate, limit), u = clamp(up, -limit, limit),
+// up[i] becomes (u + 1) * g * sigmoid(alpha g); gate is left as it is
+void op_swiglu_clamp(float *up, const float *gate, int64_t n, float alpha, float limit);
+void op_swiglu_clamp_ref(float *up, const float *gate, int64_t n, float alpha, float limit);
+
 // out[i] = a[i] + b[i]; out may equal a
 void op_add(float *out, const float *a, const float *b, int64_t n);
 // x[r, j] += b[j] for each of the rows rows of n (a Linear's bias)

@@ -1,7 +1,7 @@
 // test_attention.c - model/attention.h against a float64 attention written from the definitions:
 // masks (causal, sliding, full), GQA head sharing, two key sets under one softmax, the soft-cap,
 // and the tap views (-inf exactly where blocked, probabilities 0 there and summing to 1); heads
-// over two threads give the one-thread bits.
+// over two threads give the one-thread bits; attention sinks (gpt-oss).
 #include "model/attention.h"
 #include "model/ops.h"
 #include "tests/check.h"
@@ -41,8 +41,12 @@ static void attn_ref(const struct attn *a, float *out) {
                     p[s * T + j] = ok ? x : -(double)INFINITY;
                     mx = p[s * T + j] > mx ? p[s * T + j] : mx;
                 }
+            double sink = a->sinks ? (double)a->sinks[h] : -(double)INFINITY;
+            mx = sink > mx ? sink : mx;
             for (int j = 0; j < S * T; j++)
                 sum += p[j] = exp(p[j] - mx);
+            sum += exp(sink - mx); // the sink's column, dropped after the softmax (gpt-oss)
+            if (a->sink_p) a->sink_p[(int64_t)h * T + i] = (float)(exp(sink - mx) / sum);
             for (int d = 0; d < D; d++) {
                 double y = 0.0;
                 for (int s = 0; s < S; s++)
@@ -134,6 +138,68 @@ static void run(int T, int H, int KV, int S, enum attn_mask m0, enum attn_mask m
     op_set_threads(was);
 }
 
+// attention sinks (gpt-oss): a logit per head in every row's denominator, its column dropped.
+// Against the reference (outputs and sink shares); with the taps the probabilities plus the
+// share sum to 1 a row and the outputs are the same bits; 2 threads give the 1-thread bits; the
+// sinks change the outputs (a forward that ignored them would fail the first check).
+static void test_sinks(int T, int H, int KV, enum attn_mask m, int W) {
+    static float q[TMAX * HMAX * DMAX], k[TMAX * HMAX * DMAX], v[TMAX * HMAX * DMAX];
+    static float att[HMAX * TMAX * TMAX], out[TMAX * HMAX * DMAX], out2[TMAX * HMAX * DMAX];
+    static float want[TMAX * HMAX * DMAX], nosink[TMAX * HMAX * DMAX];
+    static float share[HMAX * TMAX], share2[HMAX * TMAX], share_ref[HMAX * TMAX];
+    float sinks[HMAX] = {0.3f, 5.0f, -2.0f, 1.0f}; // head 1's sink takes most of each row
+    unsigned seed = (unsigned)(T * 7 + H + W);
+    int D = DMAX;
+    for (int i = 0; i < TMAX * HMAX * DMAX; i++) {
+        q[i] = 2.0f * rnd(&seed);
+        k[i] = 2.0f * rnd(&seed);
+        v[i] = 2.0f * rnd(&seed);
+    }
+    struct attn a = {.T = T, .H = H, .KV = KV, .D = D, .scale = 0.35f, .n_sets = 1, .q = q};
+    a.ldq = a.ldo = H * D;
+    a.set[0] = (struct attn_keys){k, v, KV * D, m, W};
+    a.out = nosink;
+    attn_forward(&a, NULL, att);
+    a.sinks = sinks;
+    a.sink_p = share_ref;
+    attn_ref(&a, want);
+    a.out = out;
+    a.sink_p = share;
+    attn_forward(&a, NULL, att);
+    check_close("sink attention", out, want, (int64_t)T * H * D, 1e-5f, 1e-4f);
+    check_close("sink shares", share, share_ref, (int64_t)T * H, 1e-6f, 1e-5f);
+    double diff = 0.0;
+    for (int64_t i = 0; i < (int64_t)T * H * D; i++)
+        diff = fmax(diff, fabs((double)out[i] - (double)nosink[i]));
+    CHECK(diff > 1e-2); // the sinks matter
+
+    uint8_t all[3] = {1, 1, 1};
+    struct tap tp = {all, take, NULL, NULL, NULL};
+    struct attn_taps taps = {&tp, 0, 0, 1, 2};
+    a.out = out2;
+    a.sink_p = share2;
+    attn_forward(&a, &taps, att);
+    CHECK(!memcmp(out, out2, (size_t)T * H * D * sizeof(float)));
+    CHECK(!memcmp(share, share2, (size_t)T * H * sizeof(float)));
+    for (int64_t r = 0; r < (int64_t)H * T; r++) {
+        double sum = share2[r];
+        for (int c = 0; c < T; c++) {
+            float p = seen[2][r * T + c];
+            CHECK(attn_allowed(&a.set[0], T, (int)(r % T), c) ? p > 0.0f : p == 0.0f);
+            sum += (double)p;
+        }
+        CHECK(fabs(sum - 1.0) < 1e-5);
+    }
+    int was = op_threads();
+    op_set_threads(2);
+    a.att_floats = attn_scores_floats(H, T, 1, false);
+    a.sink_p = share2;
+    attn_forward(&a, NULL, att);
+    CHECK(!memcmp(out, out2, (size_t)T * H * D * sizeof(float)));
+    CHECK(!memcmp(share, share2, (size_t)T * H * sizeof(float)));
+    op_set_threads(was);
+}
+
 static void test_ranges(void) {
     struct attn_keys c = {.mask = ATTN_CAUSAL}, w = {.mask = ATTN_SLIDING, .window = 3};
     struct attn_keys f = {.mask = ATTN_FULL};
@@ -160,5 +226,8 @@ int main(void) {
     run(TMAX, 3, 3, 2, ATTN_CAUSAL, ATTN_SLIDING, 5, 0.0f);  // the spec model's global + local
     run(TMAX, 4, 2, 1, ATTN_SLIDING, ATTN_CAUSAL, 3, 0.5f);  // soft-capped (Gemma 2)
     run(1, 2, 1, 2, ATTN_CAUSAL, ATTN_SLIDING, 1, 0.0f);     // one token
+    test_sinks(TMAX, 4, 2, ATTN_CAUSAL, 0);                  // gpt-oss full layers
+    test_sinks(TMAX, 4, 1, ATTN_SLIDING, 16);                // ... and its sliding ones
+    test_sinks(1, 2, 2, ATTN_CAUSAL, 0);                     // one token
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

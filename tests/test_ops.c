@@ -317,6 +317,25 @@ static void test_softmax_ranges_matches_masked_naive(void) {
 }
 
 // n = 101 on one thread, n = 40001 split over op_threads(); op_add and op_add_bias likewise
+// gpt-oss's clamped SwiGLU against its double twin, values past the limit on both sides
+static void test_swiglu_clamp_match_naive(void) {
+    enum { n = 1001 };
+    static float g[n], a[n], b[n];
+    unsigned s = 99;
+    for (int i = 0; i < n; i++) {
+        s = s * 1103515245u + 12345u;
+        g[i] = (float)((int)(s >> 8) % 2000) / 100.0f - 10.0f; // [-10, 10): past limit 7
+        s = s * 1103515245u + 12345u;
+        a[i] = b[i] = (float)((int)(s >> 8) % 2000) / 100.0f - 10.0f;
+    }
+    op_swiglu_clamp(a, g, n, 1.702f, 7.0f);
+    op_swiglu_clamp_ref(b, g, n, 1.702f, 7.0f);
+    check_close("swiglu_clamp", a, b, n, 1e-5f, 1e-5f);
+    float x = 20.0f, y = -20.0f; // both clamped: (-7 + 1) * 7 * sigmoid(1.702 * 7)
+    op_swiglu_clamp(&y, &x, 1, 1.702f, 7.0f);
+    CHECK(fabs((double)y - (-6.0 * 7.0 / (1.0 + exp(-1.702 * 7.0)))) < 1e-4);
+}
+
 static void test_swiglu_add_match_naive(void) {
     static float g[40001], u[40001], a[40001], b[40001];
     for (int n = 101; n <= 40001; n += 39900) {
@@ -416,6 +435,7 @@ int main(void) {
     test_softmax_ranges_causal_rows();
     test_softmax_ranges_matches_masked_naive();
     test_swiglu_add_match_naive();
+    test_swiglu_clamp_match_naive();
     test_act_matches_naive();
     test_act_parse();
     test_elementwise_threads();

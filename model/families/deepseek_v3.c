@@ -100,7 +100,7 @@ static int read_scale(const struct config *cf, struct dec_config *c, struct ah_e
             return rc;
         if (msa != 0.0 && isnan(f))
             return ah_fail(err, AH_EINVAL, "%s: \"%s.factor\": missing", cf->path, where);
-        if (msa != 0.0) s *= dec_rope_yarn_mscale(f, msa) * dec_rope_yarn_mscale(f, msa);
+        if (msa != 0.0) s *= dec_yarn_mscale(f, msa) * dec_yarn_mscale(f, msa);
     }
     c->blk.scale = (float)s;
     return 0;

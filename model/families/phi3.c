@@ -66,7 +66,7 @@ static int longrope(const struct config *cf, const struct cfg_value *sc, const c
     r->original_max_pos = om;
     r->ext_short = c->longrope;
     r->ext_long = c->longrope + h2;
-    r->attn = A;
+    r->attn_factor = A;
     return 0;
 }
 
@@ -84,7 +84,7 @@ static int read_rope(const struct config *cf, struct dec_config *c, struct ah_er
     double prf = 1.0;
     int rc;
     memset(r, 0, sizeof *r);
-    r->factor = r->attn = 1.0;
+    r->factor = r->attn_factor = 1.0;
     if ((rc = cfg_opt_num(cf, in && cfg_get(cf, sc, "rope_theta") ? sc : NULL, where, "rope_theta",
                           10000.0, &r->theta, err)) < 0 ||
         (rc = cfg_num_in(cf, NULL, NULL, "partial_rotary_factor", CFG_FRACTION, true, &prf, err)) <

@@ -1,6 +1,10 @@
 """Float64 reference of gpt-oss (GptOssForCausalLM: openai/gpt-oss-20b, openai/gpt-oss-120b), written
 from transformers' own code -- not from the C:
 
+- src/transformers/models/gpt_oss/configuration_gpt_oss.py: the defaults (swiglu_alpha 1.702 and
+  swiglu_limit 7.0 as keys; rope_parameters yarn factor 32, beta 32 / 1, truncate false,
+  original_max_position_embeddings 4096 when the config has none; fixed this session, it read
+  alpha as a constant and fell back to default RoPE).
 - src/transformers/models/gpt_oss/modeling_gpt_oss.py: GptOssRMSNorm, GptOssExperts.forward
   (gate_up = x @ gate_up_proj + bias; gate = [..., ::2], up = [..., 1::2]; gate.clamp(max=limit),
   up.clamp(-limit, limit); glu = gate * sigmoid(gate * alpha); (up + 1) * glu @ down_proj + bias),
@@ -90,6 +94,11 @@ def dequantize_checkpoint(cfg, raw):
     return out
 
 
+# GptOssConfig.__post_init__: rope_parameters when the config gives neither it nor rope_scaling
+DEFAULT_ROPE = {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False,
+                "original_max_position_embeddings": 4096}
+
+
 def layer_types(cfg):
     """GptOssConfig: layer_types, default alternating sliding / full starting with sliding."""
     L = cfg["num_hidden_layers"]
@@ -122,11 +131,12 @@ class GptOssRef:
         self.eps = g("rms_norm_eps", 1e-5)
         self.k = g("num_experts_per_tok", g("experts_per_token", 4))
         self.E = g("num_local_experts", 128)  # GptOssConfig default
-        self.alpha, self.limit = 1.702, g("swiglu_limit", 7.0)
+        # configuration_gpt_oss.py: swiglu_alpha (1.702) and swiglu_limit (7.0) are config keys
+        self.alpha, self.limit = g("swiglu_alpha", 1.702), g("swiglu_limit", 7.0)
         self.window = g("sliding_window", 128)
         self.types = layer_types(cfg)
         self.bias = g("attention_bias", True)
-        rs = g("rope_scaling") or g("rope_parameters")
+        rs = g("rope_scaling") or g("rope_parameters") or DEFAULT_ROPE
         kind = (rs or {}).get("rope_type", (rs or {}).get("type", "default"))
         theta = (rs or {}).get("rope_theta", g("rope_theta", 150000.0))
         if kind == "yarn":
