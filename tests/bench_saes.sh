@@ -1,6 +1,6 @@
 #!/bin/sh
 # bench_saes.sh - the cost of encoding with an SAE at harvest time (a benchmark, not a test;
-# docs/saes.md, docs/benchmarks.md). Llama-3.2-1B's dimensions cut to 2 layers (d = 2048,
+# docs/saes.md, docs/benchmarks.md). Llama-3.2-1B's dimensions cut to LAYERS layers (d = 2048,
 # random weights) and a random TopK SAE of d_sae = 16 d (harvest init-sae, SAELens layout) on the
 # last block's output. One rank, one BLAS thread, the same prompts, side by side in one run:
 #   fwd   the forward alone, storing the site (job without "saes")
@@ -13,7 +13,10 @@
 # stored: the SAE's CSR latents (/saes_latents of the segments) against the dense activation.
 # Take the figures on a quiet machine.
 #
-#   tests/bench_saes.sh [HARVEST] [ROUNDS=3] [PROMPTS=16] [T=256] [EXPANSION=16] [K=64]
+#   tests/bench_saes.sh [HARVEST] [ROUNDS=3] [PROMPTS=16] [T=256] [EXPANSION=16] [K=64] [LAYERS=2]
+#
+# LAYERS 16 is the whole Llama-3.2-1B: the SAE's cost is fixed a token, the forward's grows with
+# the layers, so the cost as a share of the forward falls as the model deepens.
 set -eu
 H=$(realpath "${1:-build/harvest}")
 ROUNDS=${2:-3}
@@ -21,13 +24,14 @@ PROMPTS=${3:-16}
 T=${4:-256}
 EXP=${5:-16}
 K=${6:-64}
+LAYERS=${7:-2}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 W=${TMPDIR:-/tmp}/bench_saes.$$
 mkdir -p "$W"
 trap 'rm -rf "$W"' EXIT
 export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 "$H" init-model --family llama --config "$ROOT/tests/ref/hf-configs/Llama-3.2-1B.json" \
-    --layers 2 "$W/model" >/dev/null 2>&1
+    --layers "$LAYERS" "$W/model" >/dev/null 2>&1
 D=$(/usr/bin/python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['hidden_size'])" \
     "$W/model/config.json")
 "$H" init-sae --layout saelens --arch topk --k "$K" --d-in "$D" --d-sae $((EXP * D)) "$W/sae" \
@@ -56,7 +60,7 @@ if p.returncode != 0:
     print(f"(no eval side: this build refuses \"evaluate\": {p.stderr.strip()[-160:]})")
     del sides["eval"]
 d_sae = json.load(open(f"{w}/sae/cfg.json"))["d_sae"]
-print(f"harvest SAE bench: Llama-3.2-1B dims, 2 layers (d {cfg['hidden_size']}), TopK SAE d_sae "
+print(f"harvest SAE bench: Llama-3.2-1B dims, {cfg['num_hidden_layers']} layers (d {cfg['hidden_size']}), TopK SAE d_sae "
       f"{d_sae} k {k} on {site}; {n} prompts x {t} tokens, batch 8, token layout, 1 thread")
 best = {}
 for rd in range(1, rounds + 1):
