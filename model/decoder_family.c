@@ -184,6 +184,13 @@ static void group3(char *out, size_t n, int64_t v) {
     out[k] = '\0';
 }
 
+// DeepSeek-V3's routing biases (e_score_correction_bias: a buffer, not a parameter) as published:
+// float32 in the FP8 releases, torch_dtype otherwise
+static int64_t route_bias_bytes(const struct dec_config *c, int n_moe) {
+    if (!c->route.sigmoid_group) return 0;
+    return (int64_t)n_moe * c->n_expert * (c->fp8.on ? 4 : c->bytes_per_param);
+}
+
 void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int64_t *bytes,
                       const char **stored) {
     const struct dec_config *c = &((const struct decoder *)fm)->cfg;
@@ -224,7 +231,7 @@ void dec_fam_describe(const void *fm, char *line, size_t n, int64_t *params, int
                  c->n_mtp, (long long)u, (long long)st);
     }
     *params = dec_params(c);
-    *bytes = *params * c->bytes_per_param;
+    *bytes = *params * c->bytes_per_param + route_bias_bytes(c, n_moe);
     *stored = c->bytes_per_param == 4 ? "float32 (config.json's torch_dtype)"
                                       : "16-bit (config.json's torch_dtype)";
     int64_t q8 = 0, s8 = 0; // as published: FP8 1 byte a weight, weight_scale_inv float32
