@@ -14,7 +14,8 @@ moved before attention and MLP differs from harvest's values. Two pipeline stage
 the same bits as one rank. Then the aliases (hook_attn_out is
 the post-norm output; ln1.hook_normalized is refused naming the reason) and a sliding_window in
 config.json refused naming the key; `plan`'s parameter count at OLMo 2 7B's sizes as the modules
-count it (7,298,617,344)."""
+count it (7,298,617,344), and the same count from the release config.json itself
+(tests/ref/configs/OLMo-2-1124-7B.json, verbatim; the card's 7B, "OLMo 2 7B")."""
 import json
 import os
 import sys
@@ -177,6 +178,10 @@ V, D, I, L, HD = 100352, 4096, 11008, 32, 4096
 n = V * D + L * (4 * D * HD + 2 * HD + 2 * D + 3 * D * I) + D + V * D  # q/k/v/o, q/k norm, post norms, MLP
 p = run(harvest, "plan", f"{work}/big/config.json", check=0)
 check(f"parameters: {n:,}" in p.stdout, f"plan: {n:,} parameters expected: {p.stdout[:300]}")
+release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref", "configs", "OLMo-2-1124-7B.json")
+p = run(harvest, "plan", release, check=0)
+check(p.returncode == 0 and n == 7298617344 and f"parameters: {n:,}" in p.stdout,
+      f"plan of the release config (tests/ref/configs): {n:,} parameters expected: {p.stdout[:300]}")
 bad = f"{work}/bad"
 os.makedirs(bad)
 cfg = json.load(open(f"{preset}/config.json"))

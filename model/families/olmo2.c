@@ -70,15 +70,12 @@ static const struct alias_row olmo2_aliases[] = {
             "layers.{i}.mlp_post_norm_output"},
     {0}};
 
-// init-model preset: configuration_olmo2.py's keys with the dimensions shrunk. The release
-// config.json of allenai/OLMo-2-1124-7B was not found with the search tools, so this is not cut
-// from it: rope_theta 500000 and rms_norm_eps 1e-6 are the values third-party code gives for
-// the OLMo 2 releases; two key/value heads (the 7B has as many as query heads) so that k_norm's
-// width differs from q_norm's.
+// init-model preset: the release config.json, tests/ref/configs/OLMo-2-1124-7B.json, key for key
+// with the dimensions shrunk, bfloat16 (the release is float32) and two key/value heads (the 7B
+// has as many as query heads) so that k_norm's width differs from q_norm's.
 static const char pr_olmo2[] = "{\"architectures\": [\"Olmo2ForCausalLM\"], "
                                "\"attention_bias\": false, "
                                "\"attention_dropout\": 0.0, "
-                               "\"bos_token_id\": null, "
                                "\"eos_token_id\": 100257, "
                                "\"hidden_act\": \"silu\", "
                                "\"hidden_size\": 32, "
@@ -95,10 +92,10 @@ static const char pr_olmo2[] = "{\"architectures\": [\"Olmo2ForCausalLM\"], "
                                "\"rope_theta\": 500000, "
                                "\"tie_word_embeddings\": false, "
                                "\"torch_dtype\": \"bfloat16\", "
+                               "\"transformers_version\": \"4.47.0.dev0\", "
                                "\"use_cache\": true, "
                                "\"vocab_size\": 96, "
-                               "\"_tiny_from\": \"configuration_olmo2.py's keys (no release "
-                               "config of this family in tests/ref)\"}";
+                               "\"_tiny_from\": \"tests/ref/configs/OLMo-2-1124-7B.json\"}";
 
 static const struct model_preset olmo2_presets[] = {{"OLMo-2-1124-7B", pr_olmo2}};
 
