@@ -329,17 +329,9 @@ static void route(const struct dec_config *c, float *p, int64_t *idx, float *w) 
         sum += exp((double)p[e] - mx);
     for (int e = 0; e < E; e++)
         p[e] = (float)(exp((double)p[e] - mx) / sum);
-    for (int j = 0; j < k; j++) { // selection: k is small
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int q = 0; q < j; q++)
-                taken |= idx[q] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        idx[j] = best;
-        w[j] = p[best];
-    }
+    moe_topk(p, E, k, idx);
+    for (int j = 0; j < k; j++)
+        w[j] = p[idx[j]];
     float tot = 0.0f;
     for (int j = 0; c->blk.norm_topk && j < k; j++)
         tot += w[j];
@@ -385,16 +377,7 @@ static void shared_experts(const struct decoder *m, struct dec_state *s, const s
 // (double sums); the logits stay as they are
 static void route_topk_softmax(const struct dec_config *c, const float *z, int64_t *idx, float *w) {
     int E = c->n_expert, k = c->top_k;
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int q = 0; q < j; q++)
-                taken |= idx[q] == e;
-            if (!taken && (best < 0 || z[e] > z[best])) best = e;
-        }
-        idx[j] = best;
-    }
+    moe_topk(z, E, k, idx);
     double mx = z[idx[0]], sum = 0.0; // the largest comes first
     for (int j = 0; j < k; j++)
         sum += exp((double)z[idx[j]] - mx);

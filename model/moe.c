@@ -103,6 +103,19 @@ void moe_sum_slots(float *routed, const float *eo, const int64_t *idx, int64_t N
 // ----------------------------------------------------------------------------
 // DeepSeek-V3's group-limited sigmoid router (moe.h)
 
+void moe_topk(const float *x, int n, int k, int64_t *idx) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n; e++) {
+            bool taken = false;
+            for (int q = 0; q < j; q++)
+                taken |= idx[q] == e;
+            if (!taken && (best < 0 || x[e] > x[best])) best = e;
+        }
+        idx[j] = best;
+    }
+}
+
 // the best entry of x (n) not yet taken (taken[i] true), the lower index on ties
 static int best_free(const float *x, int n, const bool *taken) {
     int best = -1;

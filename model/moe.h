@@ -68,6 +68,10 @@ void moe_sum_slots(float *routed, const float *eo, const int64_t *idx, int64_t N
 // Floats of one thread's panel: the larger of an (Ie x D) and a (D x Ie) BF16 panel.
 int64_t moe_panel_floats(int64_t D, int64_t Ie);
 
+// idx (k) the k largest of x (n), largest first, the lower index on ties (k is small: a scan a
+// pick)
+void moe_topk(const float *x, int n, int k, int64_t *idx);
+
 // DeepSeek-V3's router on one token (DeepseekV3TopkRouter.forward / get_topk_indices):
 // score = sigmoid(z); choice = score + bias (the bias steers the choice only); a group's score is
 // the sum of its two best choices; the topk_group best groups keep their choices, the others' are
