@@ -98,73 +98,50 @@ static const struct alias_row gemma3_aliases[] = {DEC_ALIASES_POST_NORM, {0}};
 // init-model presets: tests/ref/hf/make_tiny.py's tiny_config, pasted as the config.json text
 // (every key of the release config in tests/ref/hf-configs that the preset is cut from,
 // dimensions shrunk; the release named in "_tiny_from")
-static const char pr_gemma2[] = "{\"_name_or_path\": \"tiny\", "
-                                "\"architectures\": [\"Gemma2ForCausalLM\"], "
-                                "\"attention_bias\": false, "
-                                "\"attention_dropout\": 0.0, "
-                                "\"attn_logit_softcapping\": 50.0, "
-                                "\"bos_token_id\": 2, "
-                                "\"cache_implementation\": \"hybrid\", "
-                                "\"eos_token_id\": [1, 107], "
-                                "\"final_logit_softcapping\": 30.0, "
-                                "\"head_dim\": 16, "
-                                "\"hidden_act\": \"gelu_pytorch_tanh\", "
-                                "\"hidden_activation\": \"gelu_pytorch_tanh\", "
-                                "\"hidden_size\": 32, "
-                                "\"initializer_range\": 0.02, "
-                                "\"intermediate_size\": 48, "
-                                "\"max_position_embeddings\": 64, "
-                                "\"model_type\": \"gemma2\", "
-                                "\"num_attention_heads\": 4, "
-                                "\"num_hidden_layers\": 3, "
-                                "\"num_key_value_heads\": 2, "
-                                "\"pad_token_id\": 0, "
-                                "\"query_pre_attn_scalar\": 24, "
-                                "\"rms_norm_eps\": 1e-06, "
-                                "\"rope_theta\": 10000.0, "
-                                "\"sliding_window\": 4, "
-                                "\"torch_dtype\": \"bfloat16\", "
-                                "\"transformers_version\": \"4.43.3\", "
-                                "\"use_cache\": true, "
-                                "\"vocab_size\": 96, "
-                                "\"_tiny_from\": \"gemma-2-2b-it.json\"}";
+// gemma-2-2b-it's keys before the family's own and _tiny_from: the soft-caps,
+// query_pre_attn_scalar and rope_theta are each family's
+#define GEMMA_TINY(arch, mtype, attn_cap, final_cap, qpas, theta) \
+    "{\"_name_or_path\": \"tiny\", "                              \
+    "\"architectures\": [\"" arch "\"], "                         \
+    "\"attention_bias\": false, "                                 \
+    "\"attention_dropout\": 0.0, "                                \
+    "\"attn_logit_softcapping\": " attn_cap ", "                  \
+    "\"bos_token_id\": 2, "                                       \
+    "\"cache_implementation\": \"hybrid\", "                      \
+    "\"eos_token_id\": [1, 107], "                                \
+    "\"final_logit_softcapping\": " final_cap ", "                \
+    "\"head_dim\": 16, "                                          \
+    "\"hidden_act\": \"gelu_pytorch_tanh\", "                     \
+    "\"hidden_activation\": \"gelu_pytorch_tanh\", "              \
+    "\"hidden_size\": 32, "                                       \
+    "\"initializer_range\": 0.02, "                               \
+    "\"intermediate_size\": 48, "                                 \
+    "\"max_position_embeddings\": 64, "                           \
+    "\"model_type\": \"" mtype "\", "                             \
+    "\"num_attention_heads\": 4, "                                \
+    "\"num_hidden_layers\": 3, "                                  \
+    "\"num_key_value_heads\": 2, "                                \
+    "\"pad_token_id\": 0, "                                       \
+    "\"query_pre_attn_scalar\": " qpas ", "                       \
+    "\"rms_norm_eps\": 1e-06, "                                   \
+    "\"rope_theta\": " theta ", "                                 \
+    "\"sliding_window\": 4, "                                     \
+    "\"torch_dtype\": \"bfloat16\", "                             \
+    "\"transformers_version\": \"4.43.3\", "                      \
+    "\"use_cache\": true, "                                       \
+    "\"vocab_size\": 96, "
+
+static const char pr_gemma2[] = GEMMA_TINY("Gemma2ForCausalLM", "gemma2", "50.0", "30.0", "24",
+                                           "10000.0") "\"_tiny_from\": \"gemma-2-2b-it.json\"}";
 
 static const char pr_gemma3[] =
-    "{\"_name_or_path\": \"tiny\", "
-    "\"architectures\": [\"Gemma3ForCausalLM\"], "
-    "\"attention_bias\": false, "
-    "\"attention_dropout\": 0.0, "
-    "\"attn_logit_softcapping\": null, "
-    "\"bos_token_id\": 2, "
-    "\"cache_implementation\": \"hybrid\", "
-    "\"eos_token_id\": [1, 107], "
-    "\"final_logit_softcapping\": null, "
-    "\"head_dim\": 16, "
-    "\"hidden_act\": \"gelu_pytorch_tanh\", "
-    "\"hidden_activation\": \"gelu_pytorch_tanh\", "
-    "\"hidden_size\": 32, "
-    "\"initializer_range\": 0.02, "
-    "\"intermediate_size\": 48, "
-    "\"max_position_embeddings\": 64, "
-    "\"model_type\": \"gemma3_text\", "
-    "\"num_attention_heads\": 4, "
-    "\"num_hidden_layers\": 3, "
-    "\"num_key_value_heads\": 2, "
-    "\"pad_token_id\": 0, "
-    "\"query_pre_attn_scalar\": 16, "
-    "\"rms_norm_eps\": 1e-06, "
-    "\"rope_theta\": 1000000.0, "
-    "\"sliding_window\": 4, "
-    "\"torch_dtype\": \"bfloat16\", "
-    "\"transformers_version\": \"4.43.3\", "
-    "\"use_cache\": true, "
-    "\"vocab_size\": 96, "
-    "\"rope_local_base_freq\": 10000.0, "
-    "\"sliding_window_pattern\": 2, "
-    "\"rope_scaling\": {\"factor\": 8.0, "
-    "\"rope_type\": \"linear\"}, "
-    "\"_tiny_from\": \"gemma-2-2b-it.json + Gemma3ForCausalLM's keys (no "
-    "release config of this family in tests/ref/hf-configs)\"}";
+    GEMMA_TINY("Gemma3ForCausalLM", "gemma3_text", "null", "null", "16",
+               "1000000.0") "\"rope_local_base_freq\": 10000.0, "
+                            "\"sliding_window_pattern\": 2, "
+                            "\"rope_scaling\": {\"factor\": 8.0, "
+                            "\"rope_type\": \"linear\"}, "
+                            "\"_tiny_from\": \"gemma-2-2b-it.json + Gemma3ForCausalLM's keys (no "
+                            "release config of this family in tests/ref/hf-configs)\"}";
 
 static const struct model_preset gemma2_presets[] = {{"gemma-2-2b", pr_gemma2}};
 static const struct model_preset gemma3_presets[] = {{"gemma-3", pr_gemma3}};

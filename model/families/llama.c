@@ -40,70 +40,44 @@ static const struct dec_names llama_names = {DEC_NAMES_LLAMA};
 
 // init-model presets: tests/ref/hf/make_tiny.py's tiny_config, pasted as the config.json text
 // (every key of the release config in tests/ref/hf-configs that the preset is cut from,
-// dimensions shrunk; the release named in "_tiny_from")
-static const char pr_llama[] = "{\"_name_or_path\": \"meta-llama/Llama-3.2-1B\", "
-                               "\"architectures\": [\"LlamaForCausalLM\"], "
-                               "\"attention_bias\": false, "
-                               "\"attention_dropout\": 0.0, "
-                               "\"bos_token_id\": 128000, "
-                               "\"eos_token_id\": 128001, "
-                               "\"head_dim\": 8, "
-                               "\"hidden_act\": \"silu\", "
-                               "\"hidden_size\": 32, "
-                               "\"initializer_range\": 0.02, "
-                               "\"intermediate_size\": 48, "
-                               "\"max_position_embeddings\": 64, "
-                               "\"mlp_bias\": false, "
-                               "\"model_type\": \"llama\", "
-                               "\"num_attention_heads\": 4, "
-                               "\"num_hidden_layers\": 2, "
-                               "\"num_key_value_heads\": 2, "
-                               "\"pretraining_tp\": 1, "
-                               "\"rms_norm_eps\": 1e-05, "
-                               "\"rope_scaling\": {\"factor\": 32.0, "
-                               "\"high_freq_factor\": 4.0, "
-                               "\"low_freq_factor\": 1.0, "
-                               "\"original_max_position_embeddings\": 16, "
-                               "\"rope_type\": \"llama3\"}, "
-                               "\"rope_theta\": 500000.0, "
-                               "\"tie_word_embeddings\": true, "
-                               "\"torch_dtype\": \"bfloat16\", "
-                               "\"transformers_version\": \"4.44.2\", "
-                               "\"use_cache\": true, "
-                               "\"vocab_size\": 96, "
-                               "\"_tiny_from\": \"Llama-3.2-1B.json\"}";
+// dimensions shrunk; the release named in "_tiny_from"). The Llama 3 releases' keys: the
+// release's name, its llama3 RoPE factor, tie_word_embeddings, torch_dtype, transformers_version
+#define LLAMA3_TINY(name, factor, tied, dtype, version) \
+    "{\"_name_or_path\": \"meta-llama/" name "\", "     \
+    "\"architectures\": [\"LlamaForCausalLM\"], "       \
+    "\"attention_bias\": false, "                       \
+    "\"attention_dropout\": 0.0, "                      \
+    "\"bos_token_id\": 128000, "                        \
+    "\"eos_token_id\": 128001, "                        \
+    "\"head_dim\": 8, "                                 \
+    "\"hidden_act\": \"silu\", "                        \
+    "\"hidden_size\": 32, "                             \
+    "\"initializer_range\": 0.02, "                     \
+    "\"intermediate_size\": 48, "                       \
+    "\"max_position_embeddings\": 64, "                 \
+    "\"mlp_bias\": false, "                             \
+    "\"model_type\": \"llama\", "                       \
+    "\"num_attention_heads\": 4, "                      \
+    "\"num_hidden_layers\": 2, "                        \
+    "\"num_key_value_heads\": 2, "                      \
+    "\"pretraining_tp\": 1, "                           \
+    "\"rms_norm_eps\": 1e-05, "                         \
+    "\"rope_scaling\": {\"factor\": " factor ", "       \
+    "\"high_freq_factor\": 4.0, "                       \
+    "\"low_freq_factor\": 1.0, "                        \
+    "\"original_max_position_embeddings\": 16, "        \
+    "\"rope_type\": \"llama3\"}, "                      \
+    "\"rope_theta\": 500000.0, "                        \
+    "\"tie_word_embeddings\": " tied ", "               \
+    "\"torch_dtype\": \"" dtype "\", "                  \
+    "\"transformers_version\": \"" version "\", "       \
+    "\"use_cache\": true, "                             \
+    "\"vocab_size\": 96, "                              \
+    "\"_tiny_from\": \"" name ".json\"}"
 
-static const char pr_llama_untied[] = "{\"_name_or_path\": \"meta-llama/Llama-3.1-8B\", "
-                                      "\"architectures\": [\"LlamaForCausalLM\"], "
-                                      "\"attention_bias\": false, "
-                                      "\"attention_dropout\": 0.0, "
-                                      "\"bos_token_id\": 128000, "
-                                      "\"eos_token_id\": 128001, "
-                                      "\"head_dim\": 8, "
-                                      "\"hidden_act\": \"silu\", "
-                                      "\"hidden_size\": 32, "
-                                      "\"initializer_range\": 0.02, "
-                                      "\"intermediate_size\": 48, "
-                                      "\"max_position_embeddings\": 64, "
-                                      "\"mlp_bias\": false, "
-                                      "\"model_type\": \"llama\", "
-                                      "\"num_attention_heads\": 4, "
-                                      "\"num_hidden_layers\": 2, "
-                                      "\"num_key_value_heads\": 2, "
-                                      "\"pretraining_tp\": 1, "
-                                      "\"rms_norm_eps\": 1e-05, "
-                                      "\"rope_scaling\": {\"factor\": 8.0, "
-                                      "\"high_freq_factor\": 4.0, "
-                                      "\"low_freq_factor\": 1.0, "
-                                      "\"original_max_position_embeddings\": 16, "
-                                      "\"rope_type\": \"llama3\"}, "
-                                      "\"rope_theta\": 500000.0, "
-                                      "\"tie_word_embeddings\": false, "
-                                      "\"torch_dtype\": \"float32\", "
-                                      "\"transformers_version\": \"4.46.3\", "
-                                      "\"use_cache\": true, "
-                                      "\"vocab_size\": 96, "
-                                      "\"_tiny_from\": \"Llama-3.1-8B.json\"}";
+static const char pr_llama[] = LLAMA3_TINY("Llama-3.2-1B", "32.0", "true", "bfloat16", "4.44.2");
+static const char pr_llama_untied[] =
+    LLAMA3_TINY("Llama-3.1-8B", "8.0", "false", "float32", "4.46.3");
 
 static const char pr_mistral[] = "{\"_name_or_path\": \"mistralai/Mistral-7B-v0.1\", "
                                  "\"architectures\": [\"MistralForCausalLM\"], "

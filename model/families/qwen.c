@@ -94,71 +94,50 @@ static const char pr_qwen2[] = "{\"_name_or_path\": \"Qwen/Qwen2.5-0.5B\", "
                                "\"vocab_size\": 96, "
                                "\"_tiny_from\": \"Qwen2.5-0.5B.json\"}";
 
-static const char pr_qwen3[] = "{\"architectures\": [\"Qwen3ForCausalLM\"], "
-                               "\"attention_bias\": false, "
-                               "\"attention_dropout\": 0.0, "
-                               "\"bos_token_id\": 151643, "
-                               "\"eos_token_id\": 151645, "
-                               "\"head_dim\": 16, "
-                               "\"hidden_act\": \"silu\", "
-                               "\"hidden_size\": 32, "
-                               "\"initializer_range\": 0.02, "
-                               "\"intermediate_size\": 48, "
-                               "\"max_position_embeddings\": 64, "
-                               "\"max_window_layers\": 2, "
-                               "\"model_type\": \"qwen3\", "
-                               "\"num_attention_heads\": 4, "
-                               "\"num_hidden_layers\": 2, "
-                               "\"num_key_value_heads\": 2, "
-                               "\"rms_norm_eps\": 1e-06, "
-                               "\"rope_scaling\": null, "
-                               "\"rope_theta\": 1000000, "
-                               "\"sliding_window\": null, "
-                               "\"tie_word_embeddings\": true, "
-                               "\"torch_dtype\": \"bfloat16\", "
-                               "\"transformers_version\": \"4.51.0\", "
-                               "\"use_cache\": true, "
-                               "\"use_sliding_window\": false, "
-                               "\"vocab_size\": 96, "
-                               "\"_tiny_from\": \"Qwen3-0.6B.json\"}";
+// Qwen3-0.6B's keys (max_window_layers: every layer) before the family's own and _tiny_from
+#define QWEN3_TINY(arch, mtype, layers)      \
+    "{\"architectures\": [\"" arch "\"], "   \
+    "\"attention_bias\": false, "            \
+    "\"attention_dropout\": 0.0, "           \
+    "\"bos_token_id\": 151643, "             \
+    "\"eos_token_id\": 151645, "             \
+    "\"head_dim\": 16, "                     \
+    "\"hidden_act\": \"silu\", "             \
+    "\"hidden_size\": 32, "                  \
+    "\"initializer_range\": 0.02, "          \
+    "\"intermediate_size\": 48, "            \
+    "\"max_position_embeddings\": 64, "      \
+    "\"max_window_layers\": " layers ", "    \
+    "\"model_type\": \"" mtype "\", "        \
+    "\"num_attention_heads\": 4, "           \
+    "\"num_hidden_layers\": " layers ", "    \
+    "\"num_key_value_heads\": 2, "           \
+    "\"rms_norm_eps\": 1e-06, "              \
+    "\"rope_scaling\": null, "               \
+    "\"rope_theta\": 1000000, "              \
+    "\"sliding_window\": null, "             \
+    "\"tie_word_embeddings\": true, "        \
+    "\"torch_dtype\": \"bfloat16\", "        \
+    "\"transformers_version\": \"4.51.0\", " \
+    "\"use_cache\": true, "                  \
+    "\"use_sliding_window\": false, "        \
+    "\"vocab_size\": 96, "
+
+static const char pr_qwen3[] =
+    QWEN3_TINY("Qwen3ForCausalLM", "qwen3", "2") "\"_tiny_from\": \"Qwen3-0.6B.json\"}";
 
 static const char pr_qwen3_moe[] =
-    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], "
-    "\"attention_bias\": false, "
-    "\"attention_dropout\": 0.0, "
-    "\"bos_token_id\": 151643, "
-    "\"eos_token_id\": 151645, "
-    "\"head_dim\": 16, "
-    "\"hidden_act\": \"silu\", "
-    "\"hidden_size\": 32, "
-    "\"initializer_range\": 0.02, "
-    "\"intermediate_size\": 48, "
-    "\"max_position_embeddings\": 64, "
-    "\"max_window_layers\": 3, "
-    "\"model_type\": \"qwen3_moe\", "
-    "\"num_attention_heads\": 4, "
-    "\"num_hidden_layers\": 3, "
-    "\"num_key_value_heads\": 2, "
-    "\"rms_norm_eps\": 1e-06, "
-    "\"rope_scaling\": null, "
-    "\"rope_theta\": 1000000, "
-    "\"sliding_window\": null, "
-    "\"tie_word_embeddings\": true, "
-    "\"torch_dtype\": \"bfloat16\", "
-    "\"transformers_version\": \"4.51.0\", "
-    "\"use_cache\": true, "
-    "\"use_sliding_window\": false, "
-    "\"vocab_size\": 96, "
-    "\"num_experts\": 4, "
-    "\"num_experts_per_tok\": 2, "
-    "\"moe_intermediate_size\": 24, "
-    "\"norm_topk_prob\": true, "
-    "\"decoder_sparse_step\": 1, "
-    "\"mlp_only_layers\": [1], "
-    "\"router_aux_loss_coef\": 0.001, "
-    "\"output_router_logits\": false, "
-    "\"_tiny_from\": \"Qwen3-0.6B.json + Qwen3MoeForCausalLM's keys (no "
-    "release config of this family in tests/ref/hf-configs)\"}";
+    QWEN3_TINY("Qwen3MoeForCausalLM", "qwen3_moe",
+               "3") "\"num_experts\": 4, "
+                    "\"num_experts_per_tok\": 2, "
+                    "\"moe_intermediate_size\": 24, "
+                    "\"norm_topk_prob\": true, "
+                    "\"decoder_sparse_step\": 1, "
+                    "\"mlp_only_layers\": [1], "
+                    "\"router_aux_loss_coef\": 0.001, "
+                    "\"output_router_logits\": false, "
+                    "\"_tiny_from\": \"Qwen3-0.6B.json + Qwen3MoeForCausalLM's keys (no "
+                    "release config of this family in tests/ref/hf-configs)\"}";
 
 static const struct model_preset qwen2_presets[] = {{"Qwen2.5-0.5B", pr_qwen2}};
 static const struct model_preset qwen3_presets[] = {{"Qwen3-0.6B", pr_qwen3}};
