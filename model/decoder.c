@@ -226,10 +226,6 @@ int dec_read_fp8(const struct config *cf, struct dec_config *c, struct ah_error 
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": expected an object", cf->path, QC);
     if (cfg_kind(cf, cfg_get(cf, q, "quant_method")) <= CFG_NULL)
         return ah_fail(err, AH_EINVAL, "%s: \"%s.quant_method\": missing", cf->path, QC);
-    // MXFP4: gpt-oss's experts, which its reader binds (model/families/gpt_oss.c)
-    const struct cfg_value *qm = cfg_get(cf, q, "quant_method");
-    if (c->blk.experts_interleaved && cfg_string(cf, qm) && !strcmp(cfg_string(cf, qm), "mxfp4"))
-        return 0;
     if ((rc = qc_string(cf, q, "quant_method", NULL, methods, &s, err)) < 0 ||
         (rc = qc_string(cf, q, "fmt", "e4m3", fmts, &s, err)) < 0 ||
         (rc = qc_string(cf, q, "activation_scheme", "dynamic", schemes, &s, err)) < 0 ||

@@ -285,8 +285,11 @@ static int read_only_layers(const struct config *cf, struct ah_error *err) {
 
 int dec_read_experts(const struct config *cf, struct dec_config *c, const struct dec_expert_keys *k,
                      struct ah_error *err) {
+    const char *key = k->n_key;
+    if (k->n_alias && cfg_get(cf, NULL, k->n_alias) && !cfg_get(cf, NULL, k->n_key))
+        key = k->n_alias;
     int rc;
-    if ((rc = cfg_opt_int(cf, k->n_key, k->n_dflt, k->n_min, 1 << 16, &c->n_expert, err)) < 0 ||
+    if ((rc = cfg_opt_int(cf, key, k->n_dflt, k->n_min, 1 << 16, &c->n_expert, err)) < 0 ||
         (rc = cfg_opt_int(cf, "num_experts_per_tok", k->top_k_dflt, 1, 1 << 16, &c->top_k, err)) <
             0 ||
         (rc = cfg_opt_int(cf, "moe_intermediate_size", 768, 1, 1 << 24, &c->expert_ffn, err)) < 0)
@@ -318,6 +321,36 @@ int dec_read_flags(const struct config *cf, struct dec_config *c, bool tied_dflt
     c->bytes_per_param = dt && !strcmp(dt, "float32") ? 4 : 2;
     c->bf16 = dt && !strcmp(dt, "bfloat16");
     return 0;
+}
+
+// the biases r->bias gives, attention_bias being ab (and mlp_bias read by dec_read_flags)
+static void set_biases(struct dec_block *b, enum dec_bias bias, bool ab) {
+    b->qkv_bias = bias == DEC_BIAS_QWEN2 || (bias != DEC_BIAS_NONE && ab);
+    b->o_bias = (bias == DEC_BIAS_KEYS || bias == DEC_BIAS_ATTN) && ab;
+    if (bias == DEC_BIAS_ATTN || bias == DEC_BIAS_NONE) b->mlp_bias = false;
+}
+
+int dec_read_std(const struct config *cf, struct dec_config *c, const struct dec_reader *r,
+                 struct ah_error *err) {
+    const char *act = r->act_key ? r->act_key : "hidden_act";
+    const char *act_dflt = r->act_key ? r->act_dflt : "silu";
+    bool ab;
+    int rc;
+    c->blk = r->blk;
+    if ((rc = dec_read_sizes(cf, c, &r->d, err)) < 0 ||
+        (rc = dec_read_act(cf, c, act, r->act_alt, act_dflt, err)) < 0 ||
+        (rc = dec_read_window(cf, c, r->window, r->window_kind, err)) < 0 ||
+        (r->experts && (rc = dec_read_experts(cf, c, r->experts, err)) < 0) ||
+        (rc = dec_read_flags(cf, c, r->tied, &ab, err)) < 0)
+        return rc;
+    set_biases(&c->blk, r->bias, ab);
+    if (r->own && (rc = r->own(cf, c, err)) < 0) return rc;
+    if (r->rope)
+        rc = r->rope(cf, c, err);
+    else if ((rc = dec_read_rope(cf, c, false, r->theta, r->local_theta, err)) == 0)
+        rc = dec_read_rope(cf, c, true, r->theta, r->local_theta, err);
+    if (rc < 0) return rc;
+    return dec_read_layers(cf, c, r->sliding, r->moe_layers, err);
 }
 
 void dec_config_free(struct dec_config *c) {

@@ -26,6 +26,30 @@ static int fused_fp8_check(const struct config *cf, const struct dec_config *c,
         cf->path, c->fp8.bn, (long long)HD, (long long)KVD, c->ffn);
 }
 
+const struct dec_quant dec_quant_fp8[] = {{"fp8", dec_read_fp8}, {NULL, NULL}};
+
+int dec_read_quant(const struct config *cf, struct dec_config *c, const struct dec_quant *q,
+                   struct ah_error *err) {
+    const struct cfg_value *qc = cfg_get(cf, NULL, "quantization_config");
+    if (cfg_kind(cf, qc) <= CFG_NULL) return 0;
+    if (cfg_kind(cf, qc) != CFG_OBJECT)
+        return ah_fail(err, AH_EINVAL, "%s: \"quantization_config\": expected an object", cf->path);
+    const struct cfg_value *m = cfg_get(cf, qc, "quant_method");
+    if (cfg_kind(cf, m) <= CFG_NULL)
+        return ah_fail(err, AH_EINVAL, "%s: \"quantization_config.quant_method\": missing",
+                       cf->path);
+    const char *s = cfg_string(cf, m);
+    for (const struct dec_quant *p = q; s && p && p->method; p++)
+        if (!strcmp(s, p->method)) return p->read(cf, c, err);
+    char known[128] = "none";
+    for (size_t k = 0; q && q->method && k < sizeof known; q++)
+        k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", q->method);
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"quantization_config.quant_method\": %s%s%s is not implemented (known: "
+                   "%s)",
+                   cf->path, s ? "\"" : "", s ? s : "a non-string", s ? "\"" : "", known);
+}
+
 int dec_fam_open(const struct dec_family *f, void **fm, const struct config *cf,
                  const struct model_dims *dims, struct model_tensor **list, struct ah_error *err) {
     struct dec_config c;
@@ -34,8 +58,8 @@ int dec_fam_open(const struct dec_family *f, void **fm, const struct config *cf,
     memset(&c, 0, sizeof c);
     c.arch = f->arch;
     c.names = f->names;
-    int rc = f->read(cf, &c, err);
-    if (rc == 0) rc = dec_read_fp8(cf, &c, err); // quantization_config (FP8)
+    int rc = f->reader ? dec_read_std(cf, &c, f->reader, err) : f->read(cf, &c, err);
+    if (rc == 0) rc = dec_read_quant(cf, &c, f->quant, err); // the methods the family binds
     if (rc == 0) rc = fused_fp8_check(cf, &c, err);
     if (rc == 0) rc = dec_init(m, &c, dims, list);
     dec_config_free(&c); // zeroed by dec_init; freed here when it did not run

@@ -158,13 +158,13 @@ static int read_deepseek_v3(const struct config *cf, struct dec_config *c, struc
     return 0;
 }
 
+// the Llama names with MLA's projections in place of k and v, the routing bias and the shared
+// experts
 static const struct dec_names deepseek_v3_names = {
-    .embed = "model.embed_tokens",
-    .norm = "model.norm",
-    .head = "lm_head",
-    .layers = "model.layers",
-    .attn_norm = "input_layernorm",
-    .mlp_norm = "post_attention_layernorm",
+    DEC_NAMES_MODEL,
+    DEC_NAMES_PRE_NORMS,
+    DEC_NAMES_MLP,
+    DEC_NAMES_EXPERTS,
     .q = "self_attn.q_proj",
     .o = "self_attn.o_proj",
     .q_a = "self_attn.q_a_proj",
@@ -173,15 +173,7 @@ static const struct dec_names deepseek_v3_names = {
     .kv_a = "self_attn.kv_a_proj_with_mqa",
     .kv_a_norm = "self_attn.kv_a_layernorm",
     .kv_b = "self_attn.kv_b_proj",
-    .gate = "mlp.gate_proj",
-    .up = "mlp.up_proj",
-    .down = "mlp.down_proj",
-    .router = "mlp.gate",
     .router_bias = "mlp.gate.e_score_correction_bias",
-    .experts = "mlp.experts",
-    .egate = "gate_proj",
-    .eup = "up_proj",
-    .edown = "down_proj",
     .sgate = "mlp.shared_experts.gate_proj",
     .sup = "mlp.shared_experts.up_proj",
     .sdown = "mlp.shared_experts.down_proj",
@@ -237,4 +229,5 @@ static const struct model_preset deepseek_v3_presets[] = {{"DeepSeek-V3", pr_r1}
                                                           {"Kimi-K2-Instruct", pr_kimi}};
 
 DEC_FAMILY(deepseek_v3_family, "deepseek_v3", "DeepseekV3ForCausalLM", "deepseek_v3",
-           read_deepseek_v3, &deepseek_v3_names, deepseek_v3_presets, deepseek_v3_aliases)
+           deepseek_v3_presets, deepseek_v3_aliases, .names = &deepseek_v3_names,
+           .read = read_deepseek_v3, .quant = dec_quant_fp8)

@@ -11,27 +11,16 @@
 
 #include <math.h>
 
-// what both Gemmas read; gemma3 their differences
-static int read_gemma(const struct config *cf, struct dec_config *c, const struct dec_defaults *d,
-                      bool gemma3, struct ah_error *err) {
-    bool ab;
-    int rc;
-    if ((rc = dec_read_sizes(cf, c, d, err)) < 0 ||
-        (rc = dec_read_act(cf, c, "hidden_activation", "hidden_act", "gelu_pytorch_tanh", err)) <
-            0 ||
-        (rc = dec_read_window(cf, c, 4096, DEC_WINDOW_ON, err)) < 0 ||
-        (rc = dec_read_flags(cf, c, true, &ab, err)) < 0)
-        return rc;
+// what both Gemmas read beside the shared steps: the embedding scale, query_pre_attn_scalar and
+// the soft-caps (Gemma 2's on by default); gemma3 their differences
+static int read_gemma(const struct config *cf, struct dec_config *c, bool gemma3,
+                      struct ah_error *err) {
     struct dec_block *b = &c->blk;
-    b->norm = DEC_NORM_RMS_1P;
-    b->norm_at = DEC_NORM_SANDWICH;
-    b->qk_norm = gemma3 ? DEC_QK_HEAD : DEC_QK_NONE;
-    b->qkv_bias = ab;
-    b->o_bias = ab;
     b->embed_scale = (float)sqrt((double)c->hidden);
     b->embed_tap_scaled = gemma3; // Gemma 2's token_embeddings tap is unscaled
     double qs, ac, fc, dac = !gemma3 && !cfg_is_null(cf, "attn_logit_softcapping") ? 50.0 : 0.0;
     double dfc = !gemma3 && !cfg_is_null(cf, "final_logit_softcapping") ? 30.0 : 0.0;
+    int rc;
     if ((rc = cfg_opt_num(cf, NULL, NULL, "query_pre_attn_scalar", 256, &qs, err)) < 0 ||
         (rc = cfg_opt_num(cf, NULL, NULL, "attn_logit_softcapping", dac, &ac, err)) < 0 ||
         (rc = cfg_opt_num(cf, NULL, NULL, "final_logit_softcapping", dfc, &fc, err)) < 0)
@@ -39,149 +28,125 @@ static int read_gemma(const struct config *cf, struct dec_config *c, const struc
     b->scale = (float)(1.0 / sqrt(qs));
     b->attn_cap = ac > 0 ? (float)ac : 0.0f;
     b->final_cap = fc > 0 ? (float)fc : 0.0f;
-    double theta = gemma3 ? 1e6 : 10000.0;
-    const char *local = gemma3 ? "rope_local_base_freq" : NULL;
-    if ((rc = dec_read_rope(cf, c, false, theta, local, err)) < 0 ||
-        (rc = dec_read_rope(cf, c, true, theta, local, err)) < 0)
-        return rc;
-    return dec_read_layers(cf, c, gemma3 ? DEC_SLIDING_PATTERN : DEC_SLIDING_ALTERNATE,
-                           DEC_MOE_NONE, err);
+    return 0;
 }
 
-static int read_gemma2(const struct config *cf, struct dec_config *c, struct ah_error *err) {
-    static const struct dec_defaults d = {.vocab = 256000,
-                                          .hidden = 2304,
-                                          .ffn = 9216,
-                                          .n_layer = 26,
-                                          .n_head = 8,
-                                          .max_pos = 8192,
-                                          .n_kv_head = 4,
-                                          .head_dim = 256,
-                                          .eps = 1e-6};
-    return read_gemma(cf, c, &d, false, err);
+static int gemma2_own(const struct config *cf, struct dec_config *c, struct ah_error *err) {
+    return read_gemma(cf, c, false, err);
 }
 
-static int read_gemma3(const struct config *cf, struct dec_config *c, struct ah_error *err) {
-    static const struct dec_defaults d = {.vocab = 262208,
-                                          .hidden = 2304,
-                                          .ffn = 9216,
-                                          .n_layer = 26,
-                                          .n_head = 8,
-                                          .max_pos = 131072,
-                                          .n_kv_head = 4,
-                                          .head_dim = 256,
-                                          .eps = 1e-6};
-    return read_gemma(cf, c, &d, true, err);
+static int gemma3_own(const struct config *cf, struct dec_config *c, struct ah_error *err) {
+    return read_gemma(cf, c, true, err);
 }
 
-static const struct dec_names gemma_names = {
-    .embed = "model.embed_tokens",
-    .norm = "model.norm",
-    .head = "lm_head",
-    .layers = "model.layers",
-    .attn_norm = "input_layernorm",
-    .mlp_norm = "pre_feedforward_layernorm",
-    .post_attn_norm = "post_attention_layernorm",
-    .post_mlp_norm = "post_feedforward_layernorm",
-    .q = "self_attn.q_proj",
-    .k = "self_attn.k_proj",
-    .v = "self_attn.v_proj",
-    .o = "self_attn.o_proj",
-    .q_norm = "self_attn.q_norm",
-    .k_norm = "self_attn.k_norm",
-    .gate = "mlp.gate_proj",
-    .up = "mlp.up_proj",
-    .down = "mlp.down_proj",
+// RMSNorm times (1 + w), sandwich norms, hidden_activation (else hidden_act), tied embeddings
+#define GEMMA_READER                                                                          \
+    .act_key = "hidden_activation", .act_alt = "hidden_act", .act_dflt = "gelu_pytorch_tanh", \
+    .window = 4096, .window_kind = DEC_WINDOW_ON, .tied = true
+
+static const struct dec_reader gemma2_reader = {
+    .d = {.vocab = 256000,
+          .hidden = 2304,
+          .ffn = 9216,
+          .n_layer = 26,
+          .n_head = 8,
+          .max_pos = 8192,
+          .n_kv_head = 4,
+          .head_dim = 256,
+          .eps = 1e-6},
+    GEMMA_READER,
+    .blk = {.norm = DEC_NORM_RMS_1P, .norm_at = DEC_NORM_SANDWICH},
+    .own = gemma2_own,
+    .theta = 10000.0,
+    .sliding = DEC_SLIDING_ALTERNATE,
 };
+
+static const struct dec_reader gemma3_reader = {
+    .d = {.vocab = 262208,
+          .hidden = 2304,
+          .ffn = 9216,
+          .n_layer = 26,
+          .n_head = 8,
+          .max_pos = 131072,
+          .n_kv_head = 4,
+          .head_dim = 256,
+          .eps = 1e-6},
+    GEMMA_READER,
+    .blk = {.norm = DEC_NORM_RMS_1P, .norm_at = DEC_NORM_SANDWICH, .qk_norm = DEC_QK_HEAD},
+    .own = gemma3_own,
+    .theta = 1e6,
+    .local_theta = "rope_local_base_freq",
+    .sliding = DEC_SLIDING_PATTERN,
+};
+
+// the pre norms are input_layernorm and pre_feedforward_layernorm
+static const struct dec_names gemma_names = {DEC_NAMES_MODEL,
+                                             DEC_NAMES_POST_NORMS,
+                                             DEC_NAMES_ATTN,
+                                             DEC_NAMES_QK_NORM,
+                                             DEC_NAMES_MLP,
+                                             .attn_norm = "input_layernorm",
+                                             .mlp_norm = "pre_feedforward_layernorm"};
 
 // Gemma's own aliases (model/aliases.h): with sandwich norms what the block adds to the residual
 // stream is after the post norm; TransformerLens folds Gemma 2's sqrt(D) into W_E, which
 // Hugging Face applies after the embedding (layers.0.layer_input)
 static const struct alias_row gemma2_aliases[] = {
-    {.alias = "blocks.{i}.hook_attn_out", .canonical = "layers.{i}.attention_post_norm_output"},
-    {.alias = "blocks.{i}.hook_mlp_out", .canonical = "layers.{i}.mlp_post_norm_output"},
-    {.alias = "hook_embed", .canonical = "layers.0.layer_input"},
-    {0}};
-static const struct alias_row gemma3_aliases[] = {
-    {.alias = "blocks.{i}.hook_attn_out", .canonical = "layers.{i}.attention_post_norm_output"},
-    {.alias = "blocks.{i}.hook_mlp_out", .canonical = "layers.{i}.mlp_post_norm_output"},
-    {0}};
+    DEC_ALIASES_POST_NORM, {.alias = "hook_embed", .canonical = "layers.0.layer_input"}, {0}};
+static const struct alias_row gemma3_aliases[] = {DEC_ALIASES_POST_NORM, {0}};
 
 // init-model presets: tests/ref/hf/make_tiny.py's tiny_config, pasted as the config.json text
 // (every key of the release config in tests/ref/hf-configs that the preset is cut from,
 // dimensions shrunk; the release named in "_tiny_from")
-static const char pr_gemma2[] = "{\"_name_or_path\": \"tiny\", "
-                                "\"architectures\": [\"Gemma2ForCausalLM\"], "
-                                "\"attention_bias\": false, "
-                                "\"attention_dropout\": 0.0, "
-                                "\"attn_logit_softcapping\": 50.0, "
-                                "\"bos_token_id\": 2, "
-                                "\"cache_implementation\": \"hybrid\", "
-                                "\"eos_token_id\": [1, 107], "
-                                "\"final_logit_softcapping\": 30.0, "
-                                "\"head_dim\": 16, "
-                                "\"hidden_act\": \"gelu_pytorch_tanh\", "
-                                "\"hidden_activation\": \"gelu_pytorch_tanh\", "
-                                "\"hidden_size\": 32, "
-                                "\"initializer_range\": 0.02, "
-                                "\"intermediate_size\": 48, "
-                                "\"max_position_embeddings\": 64, "
-                                "\"model_type\": \"gemma2\", "
-                                "\"num_attention_heads\": 4, "
-                                "\"num_hidden_layers\": 3, "
-                                "\"num_key_value_heads\": 2, "
-                                "\"pad_token_id\": 0, "
-                                "\"query_pre_attn_scalar\": 24, "
-                                "\"rms_norm_eps\": 1e-06, "
-                                "\"rope_theta\": 10000.0, "
-                                "\"sliding_window\": 4, "
-                                "\"torch_dtype\": \"bfloat16\", "
-                                "\"transformers_version\": \"4.43.3\", "
-                                "\"use_cache\": true, "
-                                "\"vocab_size\": 96, "
-                                "\"_tiny_from\": \"gemma-2-2b-it.json\"}";
+// gemma-2-2b-it's keys before the family's own and _tiny_from: the soft-caps,
+// query_pre_attn_scalar and rope_theta are each family's
+#define GEMMA_TINY(arch, mtype, attn_cap, final_cap, qpas, theta) \
+    "{\"_name_or_path\": \"tiny\", "                              \
+    "\"architectures\": [\"" arch "\"], "                         \
+    "\"attention_bias\": false, "                                 \
+    "\"attention_dropout\": 0.0, "                                \
+    "\"attn_logit_softcapping\": " attn_cap ", "                  \
+    "\"bos_token_id\": 2, "                                       \
+    "\"cache_implementation\": \"hybrid\", "                      \
+    "\"eos_token_id\": [1, 107], "                                \
+    "\"final_logit_softcapping\": " final_cap ", "                \
+    "\"head_dim\": 16, "                                          \
+    "\"hidden_act\": \"gelu_pytorch_tanh\", "                     \
+    "\"hidden_activation\": \"gelu_pytorch_tanh\", "              \
+    "\"hidden_size\": 32, "                                       \
+    "\"initializer_range\": 0.02, "                               \
+    "\"intermediate_size\": 48, "                                 \
+    "\"max_position_embeddings\": 64, "                           \
+    "\"model_type\": \"" mtype "\", "                             \
+    "\"num_attention_heads\": 4, "                                \
+    "\"num_hidden_layers\": 3, "                                  \
+    "\"num_key_value_heads\": 2, "                                \
+    "\"pad_token_id\": 0, "                                       \
+    "\"query_pre_attn_scalar\": " qpas ", "                       \
+    "\"rms_norm_eps\": 1e-06, "                                   \
+    "\"rope_theta\": " theta ", "                                 \
+    "\"sliding_window\": 4, "                                     \
+    "\"torch_dtype\": \"bfloat16\", "                             \
+    "\"transformers_version\": \"4.43.3\", "                      \
+    "\"use_cache\": true, "                                       \
+    "\"vocab_size\": 96, "
+
+static const char pr_gemma2[] = GEMMA_TINY("Gemma2ForCausalLM", "gemma2", "50.0", "30.0", "24",
+                                           "10000.0") "\"_tiny_from\": \"gemma-2-2b-it.json\"}";
 
 static const char pr_gemma3[] =
-    "{\"_name_or_path\": \"tiny\", "
-    "\"architectures\": [\"Gemma3ForCausalLM\"], "
-    "\"attention_bias\": false, "
-    "\"attention_dropout\": 0.0, "
-    "\"attn_logit_softcapping\": null, "
-    "\"bos_token_id\": 2, "
-    "\"cache_implementation\": \"hybrid\", "
-    "\"eos_token_id\": [1, 107], "
-    "\"final_logit_softcapping\": null, "
-    "\"head_dim\": 16, "
-    "\"hidden_act\": \"gelu_pytorch_tanh\", "
-    "\"hidden_activation\": \"gelu_pytorch_tanh\", "
-    "\"hidden_size\": 32, "
-    "\"initializer_range\": 0.02, "
-    "\"intermediate_size\": 48, "
-    "\"max_position_embeddings\": 64, "
-    "\"model_type\": \"gemma3_text\", "
-    "\"num_attention_heads\": 4, "
-    "\"num_hidden_layers\": 3, "
-    "\"num_key_value_heads\": 2, "
-    "\"pad_token_id\": 0, "
-    "\"query_pre_attn_scalar\": 16, "
-    "\"rms_norm_eps\": 1e-06, "
-    "\"rope_theta\": 1000000.0, "
-    "\"sliding_window\": 4, "
-    "\"torch_dtype\": \"bfloat16\", "
-    "\"transformers_version\": \"4.43.3\", "
-    "\"use_cache\": true, "
-    "\"vocab_size\": 96, "
-    "\"rope_local_base_freq\": 10000.0, "
-    "\"sliding_window_pattern\": 2, "
-    "\"rope_scaling\": {\"factor\": 8.0, "
-    "\"rope_type\": \"linear\"}, "
-    "\"_tiny_from\": \"gemma-2-2b-it.json + Gemma3ForCausalLM's keys (no "
-    "release config of this family in tests/ref/hf-configs)\"}";
+    GEMMA_TINY("Gemma3ForCausalLM", "gemma3_text", "null", "null", "16",
+               "1000000.0") "\"rope_local_base_freq\": 10000.0, "
+                            "\"sliding_window_pattern\": 2, "
+                            "\"rope_scaling\": {\"factor\": 8.0, "
+                            "\"rope_type\": \"linear\"}, "
+                            "\"_tiny_from\": \"gemma-2-2b-it.json + Gemma3ForCausalLM's keys (no "
+                            "release config of this family in tests/ref/hf-configs)\"}";
 
 static const struct model_preset gemma2_presets[] = {{"gemma-2-2b", pr_gemma2}};
 static const struct model_preset gemma3_presets[] = {{"gemma-3", pr_gemma3}};
 
-DEC_FAMILY(gemma2_family, "gemma2", "Gemma2ForCausalLM", "gemma2", read_gemma2, &gemma_names,
-           gemma2_presets, gemma2_aliases)
-DEC_FAMILY(gemma3_family, "gemma3", "Gemma3ForCausalLM", "gemma3_text", read_gemma3, &gemma_names,
-           gemma3_presets, gemma3_aliases)
+DEC_FAMILY(gemma2_family, "gemma2", "Gemma2ForCausalLM", "gemma2", gemma2_presets, gemma2_aliases,
+           .names = &gemma_names, .reader = &gemma2_reader, .quant = dec_quant_fp8)
+DEC_FAMILY(gemma3_family, "gemma3", "Gemma3ForCausalLM", "gemma3_text", gemma3_presets,
+           gemma3_aliases, .names = &gemma_names, .reader = &gemma3_reader, .quant = dec_quant_fp8)

@@ -15,17 +15,19 @@
 
 #include <string.h>
 
-// quantization_config: absent (the experts would be float tensors, which harvest does not read
-// for this family) or quant_method "mxfp4"; anything else is refused by name
-static int read_quant(const struct config *cf, const struct dec_config *c, struct ah_error *err) {
-    const struct cfg_value *q = cfg_get(cf, NULL, "quantization_config");
-    const char *m =
-        cfg_kind(cf, q) == CFG_OBJECT ? cfg_string(cf, cfg_get(cf, q, "quant_method")) : NULL;
-    if (!m || strcmp(m, "mxfp4"))
-        return ah_fail(err, AH_EINVAL,
-                       "%s: \"quantization_config.quant_method\": %s%s%s is not supported (harvest "
-                       "reads gpt-oss's experts as published: \"mxfp4\")",
-                       cf->path, m ? "\"" : "", m ? m : "absent", m ? "\"" : "");
+// quantization_config: gpt-oss's one method is "mxfp4" (its struct dec_quant below; another is
+// refused by name); absent, the experts would be float tensors, which harvest does not read for
+// this family
+static int read_quant(const struct config *cf, struct ah_error *err) {
+    if (cfg_kind(cf, cfg_get(cf, NULL, "quantization_config")) > CFG_NULL) return 0;
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"quantization_config\": absent is not supported (harvest reads gpt-oss's "
+                   "experts as published: quant_method \"mxfp4\")",
+                   cf->path);
+}
+
+// quant_method "mxfp4" (model/mxfp4.h): the experts' rows and inputs in whole scale groups
+static int read_mxfp4(const struct config *cf, struct dec_config *c, struct ah_error *err) {
     if (c->hidden % 32 || c->expert_ffn % 32)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s\": %d is not a multiple of 32 (an MXFP4 scale covers 32 values)",
@@ -33,6 +35,8 @@ static int read_quant(const struct config *cf, const struct dec_config *c, struc
                        c->hidden % 32 ? c->hidden : c->expert_ffn);
     return 0;
 }
+
+static const struct dec_quant gpt_oss_quant[] = {{"mxfp4", read_mxfp4}, {NULL, NULL}};
 
 // GptOssConfig's rope_parameters when the config has neither rope_parameters nor rope_scaling
 static void default_yarn(struct dec_rope *r, double theta) {
@@ -79,7 +83,7 @@ static int read_gpt_oss(const struct config *cf, struct dec_config *c, struct ah
     if ((rc = dec_read_sizes(cf, c, &d, err)) < 0 ||
         (rc = dec_read_window(cf, c, 128, DEC_WINDOW_ON, err)) < 0 ||
         (rc = dec_read_experts(cf, c, &ek, err)) < 0 ||
-        (rc = dec_read_flags(cf, c, false, &ab, err)) < 0 || (rc = read_quant(cf, c, err)) < 0 ||
+        (rc = dec_read_flags(cf, c, false, &ab, err)) < 0 || (rc = read_quant(cf, err)) < 0 ||
         (rc = cfg_opt_num(cf, NULL, NULL, "swiglu_alpha", 1.702, &alpha, err)) < 0 ||
         (rc = cfg_opt_num(cf, NULL, NULL, "swiglu_limit", 7.0, &limit, err)) < 0)
         return rc;
@@ -103,17 +107,12 @@ static int read_gpt_oss(const struct config *cf, struct dec_config *c, struct ah
     return dec_read_layers(cf, c, DEC_SLIDING_ALTERNATE, DEC_MOE_ALL, err);
 }
 
+// the Llama names but the dense MLP's, the sinks, the router mlp.router and the experts' fused
+// tensors
 static const struct dec_names gpt_oss_names = {
-    .embed = "model.embed_tokens",
-    .norm = "model.norm",
-    .head = "lm_head",
-    .layers = "model.layers",
-    .attn_norm = "input_layernorm",
-    .mlp_norm = "post_attention_layernorm",
-    .q = "self_attn.q_proj",
-    .k = "self_attn.k_proj",
-    .v = "self_attn.v_proj",
-    .o = "self_attn.o_proj",
+    DEC_NAMES_MODEL,
+    DEC_NAMES_PRE_NORMS,
+    DEC_NAMES_ATTN,
     .sinks = "self_attn.sinks",
     .router = "mlp.router",
     .experts = "mlp.experts",
@@ -159,5 +158,5 @@ static const struct model_preset gpt_oss_presets[] = {
     {"gpt-oss-120b", GPT_OSS_TINY("4", GPT_OSS_SF ", " GPT_OSS_SF, "8", "4")},
 };
 
-DEC_FAMILY(gpt_oss_family, "gpt_oss", "GptOssForCausalLM", "gpt_oss", read_gpt_oss, &gpt_oss_names,
-           gpt_oss_presets, gpt_oss_aliases)
+DEC_FAMILY(gpt_oss_family, "gpt_oss", "GptOssForCausalLM", "gpt_oss", gpt_oss_presets,
+           gpt_oss_aliases, .names = &gpt_oss_names, .read = read_gpt_oss, .quant = gpt_oss_quant)

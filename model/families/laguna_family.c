@@ -117,183 +117,95 @@ static void lg_describe(const void *fm, char *line, size_t n, int64_t *params, i
     *stored = "BF16, the selection bias F32";
 }
 
-// ---- init-model presets: hidden 64, head_dim 16, vocab 512, 16 experts of width 32, window 8
-static const char lg_xs_2_1[] =
-    "{\"architectures\": [\"LagunaForCausalLM\"], "
-    "\"model_type\": \"laguna\", "
-    "\"attention_bias\": false, "
-    "\"bos_token_id\": 2, "
-    "\"eos_token_id\": [2, 24], "
-    "\"pad_token_id\": 9, "
-    "\"gating\": \"per-head\", "
-    "\"head_dim\": 16, "
-    "\"hidden_size\": 64, "
-    "\"hidden_act\": \"silu\", "
-    "\"intermediate_size\": 96, "
-    "\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\", "
+// ---- init-model presets: hidden 64, head_dim 16, vocab 512, 16 experts of width 32, window 8;
+// each its release's keys in their order, made of the fragments the releases share
+#define LG_HEAD(gating)                                                                    \
+    "{\"architectures\": [\"LagunaForCausalLM\"], \"model_type\": \"laguna\", "            \
+    "\"attention_bias\": false, \"bos_token_id\": 2, \"eos_token_id\": [2, 24], "          \
+    "\"pad_token_id\": 9, \"gating\": " gating ", \"head_dim\": 16, \"hidden_size\": 64, " \
+    "\"hidden_act\": \"silu\", \"intermediate_size\": 96, "
+#define LG_LAYER_TYPES                                                                     \
+    "\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\", " \
     "\"sliding_attention\", \"full_attention\"], "
-    "\"max_position_embeddings\": 262144, "
+#define LG_ONE_DENSE \
     "\"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\", \"sparse\", \"sparse\"], "
-    "\"mlp_only_layers\": [0], "
-    "\"decoder_sparse_step\": 1, "
-    "\"norm_topk_prob\": true, "
-    "\"moe_apply_router_weight_on_input\": false, "
-    "\"moe_intermediate_size\": 32, "
-    "\"moe_routed_scaling_factor\": 2.5, "
+#define LG_SPARSE(only) \
+    "\"mlp_only_layers\": [" only "], \"decoder_sparse_step\": 1, \"norm_topk_prob\": true, "
+#define LG_MOE(scale)                                                              \
+    "\"moe_apply_router_weight_on_input\": false, \"moe_intermediate_size\": 32, " \
+    "\"moe_routed_scaling_factor\": " scale ", "
+#define LG_EXPERTS(top_k)                                                                 \
+    "\"num_experts\": 16, \"num_experts_per_tok\": " top_k ", \"num_hidden_layers\": 5, " \
+    "\"num_key_value_heads\": 2, "
+// rope_parameters: the full layers' YaRN, then (LG_SLIDING) the sliding layers' default RoPE
+#define LG_YARN(attn_factor, beta_fast, factor, original, prf)                            \
+    "\"rope_parameters\": {\"full_attention\": {\"attention_factor\": " attn_factor ", "  \
+    "\"beta_fast\": " beta_fast ", \"beta_slow\": 1, \"factor\": " factor ", "            \
+    "\"original_max_position_embeddings\": " original ", \"partial_rotary_factor\": " prf \
+    ", \"rope_theta\": 500000, \"rope_type\": \"yarn\"}"
+#define LG_SLIDING                                                                    \
+    ", \"sliding_attention\": {\"partial_rotary_factor\": 1, \"rope_theta\": 10000, " \
+    "\"rope_type\": \"default\"}"
+#define LG_TAIL(window)                                                         \
+    "\"shared_expert_intermediate_size\": 32, \"sliding_window\": " window ", " \
+    "\"tie_word_embeddings\": false, \"torch_dtype\": \"bfloat16\", \"vocab_size\": 512}"
+
+// clang-format off
+static const char lg_xs_2_1[] =
+    LG_HEAD("\"per-head\"")
+    LG_LAYER_TYPES
+    "\"max_position_embeddings\": 262144, "
+    LG_ONE_DENSE
+    LG_SPARSE("0")
+    LG_MOE("2.5")
     "\"num_attention_heads\": 6, "
     "\"num_attention_heads_per_layer\": [6, 8, 8, 8, 6], "
-    "\"num_experts\": 16, "
-    "\"num_experts_per_tok\": 4, "
-    "\"num_hidden_layers\": 5, "
-    "\"num_key_value_heads\": 2, "
+    LG_EXPERTS("4")
     "\"rms_norm_eps\": 1e-06, "
-    "\"rope_parameters\": {\"full_attention\": {\"attention_factor\": 1.3465735902799727, "
-    "\"beta_fast\": 64, "
-    "\"beta_slow\": 1, "
-    "\"factor\": 32, "
-    "\"original_max_position_embeddings\": 8192, "
-    "\"partial_rotary_factor\": 0.5, "
-    "\"rope_theta\": 500000, "
-    "\"rope_type\": \"yarn\"}, "
-    "\"sliding_attention\": {\"partial_rotary_factor\": 1, "
-    "\"rope_theta\": 10000, "
-    "\"rope_type\": \"default\"}}, "
-    "\"shared_expert_intermediate_size\": 32, "
-    "\"sliding_window\": 8, "
-    "\"tie_word_embeddings\": false, "
-    "\"torch_dtype\": \"bfloat16\", "
-    "\"vocab_size\": 512}";
+    LG_YARN("1.3465735902799727", "64", "32", "8192", "0.5") LG_SLIDING "}, "
+    LG_TAIL("8");
 
 static const char lg_xs_2[] =
-    "{\"architectures\": [\"LagunaForCausalLM\"], "
-    "\"model_type\": \"laguna\", "
-    "\"attention_bias\": false, "
-    "\"bos_token_id\": 2, "
-    "\"eos_token_id\": [2, 24], "
-    "\"pad_token_id\": 9, "
-    "\"gating\": true, "
-    "\"head_dim\": 16, "
-    "\"hidden_size\": 64, "
-    "\"hidden_act\": \"silu\", "
-    "\"intermediate_size\": 96, "
-    "\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\", "
-    "\"sliding_attention\", \"full_attention\"], "
+    LG_HEAD("true")
+    LG_LAYER_TYPES
     "\"max_position_embeddings\": 262144, "
-    "\"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\", \"sparse\", \"sparse\"], "
-    "\"moe_apply_router_weight_on_input\": false, "
-    "\"moe_intermediate_size\": 32, "
-    "\"moe_routed_scaling_factor\": 2.5, "
+    LG_ONE_DENSE
+    LG_MOE("2.5")
     "\"num_attention_heads\": 6, "
     "\"num_attention_heads_per_layer\": [6, 8, 8, 8, 6], "
-    "\"num_experts\": 16, "
-    "\"num_experts_per_tok\": 4, "
-    "\"num_hidden_layers\": 5, "
-    "\"num_key_value_heads\": 2, "
+    LG_EXPERTS("4")
     "\"partial_rotary_factor\": 0.5, "
     "\"rms_norm_eps\": 1e-06, "
-    "\"rope_parameters\": {\"full_attention\": {\"attention_factor\": 1.4158883083359672, "
-    "\"beta_fast\": 64, "
-    "\"beta_slow\": 1, "
-    "\"factor\": 64, "
-    "\"original_max_position_embeddings\": 4096, "
-    "\"partial_rotary_factor\": 0.5, "
-    "\"rope_theta\": 500000, "
-    "\"rope_type\": \"yarn\"}, "
-    "\"sliding_attention\": {\"partial_rotary_factor\": 1, "
-    "\"rope_theta\": 10000, "
-    "\"rope_type\": \"default\"}, "
+    LG_YARN("1.4158883083359672", "64", "64", "4096", "0.5") LG_SLIDING ", "
     "\"original_max_position_embeddings\": 4096}, "
-    "\"shared_expert_intermediate_size\": 32, "
-    "\"sliding_window\": 8, "
-    "\"tie_word_embeddings\": false, "
-    "\"torch_dtype\": \"bfloat16\", "
-    "\"vocab_size\": 512}";
+    LG_TAIL("8");
 
 static const char lg_s_2_1[] =
-    "{\"architectures\": [\"LagunaForCausalLM\"], "
-    "\"model_type\": \"laguna\", "
-    "\"attention_bias\": false, "
-    "\"bos_token_id\": 2, "
-    "\"eos_token_id\": [2, 24], "
-    "\"pad_token_id\": 9, "
-    "\"gating\": \"per-head\", "
-    "\"head_dim\": 16, "
-    "\"hidden_size\": 64, "
-    "\"hidden_act\": \"silu\", "
-    "\"intermediate_size\": 96, "
-    "\"layer_types\": [\"full_attention\", \"sliding_attention\", \"sliding_attention\", "
-    "\"sliding_attention\", \"full_attention\"], "
+    LG_HEAD("\"per-head\"")
+    LG_LAYER_TYPES
     "\"max_position_embeddings\": 1048576, "
-    "\"mlp_layer_types\": [\"dense\", \"sparse\", \"sparse\", \"sparse\", \"sparse\"], "
-    "\"mlp_only_layers\": [0], "
-    "\"decoder_sparse_step\": 1, "
-    "\"norm_topk_prob\": true, "
-    "\"moe_apply_router_weight_on_input\": false, "
-    "\"moe_intermediate_size\": 32, "
-    "\"moe_routed_scaling_factor\": 2.5, "
+    LG_ONE_DENSE
+    LG_SPARSE("0")
+    LG_MOE("2.5")
     "\"num_attention_heads\": 4, "
     "\"num_attention_heads_per_layer\": [4, 6, 6, 6, 4], "
-    "\"num_experts\": 16, "
-    "\"num_experts_per_tok\": 5, "
-    "\"num_hidden_layers\": 5, "
-    "\"num_key_value_heads\": 2, "
+    LG_EXPERTS("5")
     "\"rms_norm_eps\": 1e-06, "
-    "\"rope_parameters\": {\"full_attention\": {\"attention_factor\": 1.4852030263919618, "
-    "\"beta_fast\": 32, "
-    "\"beta_slow\": 1, "
-    "\"factor\": 128, "
-    "\"original_max_position_embeddings\": 8192, "
-    "\"partial_rotary_factor\": 0.5, "
-    "\"rope_theta\": 500000, "
-    "\"rope_type\": \"yarn\"}, "
-    "\"sliding_attention\": {\"partial_rotary_factor\": 1, "
-    "\"rope_theta\": 10000, "
-    "\"rope_type\": \"default\"}}, "
-    "\"shared_expert_intermediate_size\": 32, "
-    "\"sliding_window\": 8, "
-    "\"tie_word_embeddings\": false, "
-    "\"torch_dtype\": \"bfloat16\", "
-    "\"vocab_size\": 512}";
+    LG_YARN("1.4852030263919618", "32", "128", "8192", "0.5") LG_SLIDING "}, "
+    LG_TAIL("8");
 
 static const char lg_m_1[] =
-    "{\"architectures\": [\"LagunaForCausalLM\"], "
-    "\"model_type\": \"laguna\", "
-    "\"attention_bias\": false, "
-    "\"bos_token_id\": 2, "
-    "\"eos_token_id\": [2, 24], "
-    "\"pad_token_id\": 9, "
-    "\"gating\": \"per-element\", "
-    "\"head_dim\": 16, "
-    "\"hidden_size\": 64, "
-    "\"hidden_act\": \"silu\", "
-    "\"intermediate_size\": 96, "
+    LG_HEAD("\"per-element\"")
     "\"max_position_embeddings\": 262144, "
     "\"mlp_layer_types\": [\"dense\", \"dense\", \"dense\", \"sparse\", \"sparse\"], "
-    "\"mlp_only_layers\": [0, 1, 2], "
-    "\"decoder_sparse_step\": 1, "
-    "\"norm_topk_prob\": true, "
-    "\"moe_apply_router_weight_on_input\": false, "
-    "\"moe_intermediate_size\": 32, "
-    "\"moe_routed_scaling_factor\": 1, "
+    LG_SPARSE("0, 1, 2")
+    LG_MOE("1")
     "\"num_attention_heads\": 8, "
-    "\"num_experts\": 16, "
-    "\"num_experts_per_tok\": 6, "
-    "\"num_hidden_layers\": 5, "
-    "\"num_key_value_heads\": 2, "
+    LG_EXPERTS("6")
     "\"rms_norm_eps\": 1e-06, "
-    "\"rope_parameters\": {\"full_attention\": {\"attention_factor\": 1.4158883083359672, "
-    "\"beta_fast\": 64, "
-    "\"beta_slow\": 1, "
-    "\"factor\": 64, "
-    "\"original_max_position_embeddings\": 4096, "
-    "\"partial_rotary_factor\": 1, "
-    "\"rope_theta\": 500000, "
-    "\"rope_type\": \"yarn\"}}, "
-    "\"shared_expert_intermediate_size\": 32, "
-    "\"sliding_window\": 0, "
-    "\"tie_word_embeddings\": false, "
-    "\"torch_dtype\": \"bfloat16\", "
-    "\"vocab_size\": 512}";
+    LG_YARN("1.4158883083359672", "64", "64", "4096", "1") "}, "
+    LG_TAIL("0");
+// clang-format on
 
 static const struct model_preset lg_presets[] = {
     {"XS-2.1", lg_xs_2_1},

@@ -7,53 +7,28 @@
 
 #include "model/config.h"
 
-static int read_mixtral(const struct config *cf, struct dec_config *c, struct ah_error *err) {
-    static const struct dec_defaults d = {.vocab = 32000,
-                                          .hidden = 4096,
-                                          .ffn = 14336,
-                                          .n_layer = 32,
-                                          .n_head = 32,
-                                          .max_pos = 131072,
-                                          .n_kv_head = 8,
-                                          .eps = 1e-5};
-    static const struct dec_expert_keys ek = {.n_key = "num_local_experts",
-                                              .n_dflt = 8,
-                                              .n_min = 1,
-                                              .top_k_dflt = 2,
-                                              .norm_forced = true};
-    bool ab;
-    int rc;
-    if ((rc = dec_read_sizes(cf, c, &d, err)) < 0 ||
-        (rc = dec_read_act(cf, c, "hidden_act", NULL, "silu", err)) < 0 ||
-        (rc = dec_read_window(cf, c, 0, DEC_WINDOW_ON, err)) < 0 ||
-        (rc = dec_read_experts(cf, c, &ek, err)) < 0 ||
-        (rc = dec_read_flags(cf, c, false, &ab, err)) < 0)
-        return rc;
-    c->blk.norm = DEC_NORM_RMS;
-    c->blk.norm_at = DEC_NORM_PRE;
-    c->blk.qk_norm = DEC_QK_NONE;
-    c->blk.qkv_bias = ab;
-    c->blk.o_bias = ab;
-    if ((rc = dec_read_rope(cf, c, false, 1e6, NULL, err)) < 0 ||
-        (rc = dec_read_rope(cf, c, true, 1e6, NULL, err)) < 0)
-        return rc;
-    return dec_read_layers(cf, c, DEC_SLIDING_ALL, DEC_MOE_ALL, err);
-}
+static const struct dec_expert_keys mixtral_experts = {
+    .n_key = "num_local_experts", .n_dflt = 8, .n_min = 1, .top_k_dflt = 2, .norm_forced = true};
 
+static const struct dec_reader mixtral_reader = {
+    .d = {.vocab = 32000,
+          .hidden = 4096,
+          .ffn = 14336,
+          .n_layer = 32,
+          .n_head = 32,
+          .max_pos = 131072,
+          .n_kv_head = 8,
+          .eps = 1e-5},
+    .window_kind = DEC_WINDOW_ON,
+    .experts = &mixtral_experts,
+    .blk = {.norm = DEC_NORM_RMS, .norm_at = DEC_NORM_PRE},
+    .theta = 1e6,
+    .moe_layers = DEC_MOE_ALL,
+};
+
+// the Llama names, and the experts under block_sparse_moe: w1 the gate, w3 up, w2 down
 static const struct dec_names mixtral_names = {
-    .embed = "model.embed_tokens",
-    .norm = "model.norm",
-    .head = "lm_head",
-    .layers = "model.layers",
-    .attn_norm = "input_layernorm",
-    .mlp_norm = "post_attention_layernorm",
-    .q = "self_attn.q_proj",
-    .k = "self_attn.k_proj",
-    .v = "self_attn.v_proj",
-    .o = "self_attn.o_proj",
-    .gate = "mlp.gate_proj",
-    .up = "mlp.up_proj",
-    .down = "mlp.down_proj",
+    DEC_NAMES_LLAMA,
     .router = "block_sparse_moe.gate",
     .experts = "block_sparse_moe.experts",
     .egate = "w1",
@@ -93,5 +68,5 @@ static const char pr_mixtral[] = "{\"architectures\": [\"MixtralForCausalLM\"], 
 
 static const struct model_preset mixtral_presets[] = {{"Mixtral-8x7B", pr_mixtral}};
 
-DEC_FAMILY(mixtral_family, "mixtral", "MixtralForCausalLM", "mixtral", read_mixtral, &mixtral_names,
-           mixtral_presets, NULL)
+DEC_FAMILY(mixtral_family, "mixtral", "MixtralForCausalLM", "mixtral", mixtral_presets, NULL,
+           .names = &mixtral_names, .reader = &mixtral_reader, .quant = dec_quant_fp8)

@@ -9,57 +9,27 @@
 
 #include "model/config.h"
 
-static int read_olmo2(const struct config *cf, struct dec_config *c, struct ah_error *err) {
-    static const struct dec_defaults d = {.vocab = 50304,
-                                          .hidden = 4096,
-                                          .ffn = 11008,
-                                          .n_layer = 32,
-                                          .n_head = 32,
-                                          .max_pos = 2048,
-                                          .eps = 1e-5};
-    bool ab;
-    int rc;
-    if ((rc = dec_read_sizes(cf, c, &d, err)) < 0 ||
-        (rc = dec_read_act(cf, c, "hidden_act", NULL, "silu", err)) < 0 ||
-        (rc = dec_read_window(cf, c, 0, DEC_WINDOW_NONE, err)) < 0 ||
-        (rc = dec_read_flags(cf, c, false, &ab, err)) < 0)
-        return rc;
-    struct dec_block *b = &c->blk;
-    b->norm = DEC_NORM_RMS;
-    b->norm_at = DEC_NORM_POST;
-    b->qk_norm = DEC_QK_PROJ;
-    b->qkv_bias = ab;
-    b->o_bias = ab;
-    b->mlp_bias = false; // Olmo2MLP has none (transformers ignores an mlp_bias key)
-    if ((rc = dec_read_rope(cf, c, false, 10000.0, NULL, err)) < 0 ||
-        (rc = dec_read_rope(cf, c, true, 10000.0, NULL, err)) < 0)
-        return rc;
-    return dec_read_layers(cf, c, DEC_SLIDING_ALL, DEC_MOE_NONE, err);
-}
-
-static const struct dec_names olmo2_names = {
-    .embed = "model.embed_tokens",
-    .norm = "model.norm",
-    .head = "lm_head",
-    .layers = "model.layers",
-    .post_attn_norm = "post_attention_layernorm",
-    .post_mlp_norm = "post_feedforward_layernorm",
-    .q = "self_attn.q_proj",
-    .k = "self_attn.k_proj",
-    .v = "self_attn.v_proj",
-    .o = "self_attn.o_proj",
-    .q_norm = "self_attn.q_norm",
-    .k_norm = "self_attn.k_norm",
-    .gate = "mlp.gate_proj",
-    .up = "mlp.up_proj",
-    .down = "mlp.down_proj",
+static const struct dec_reader olmo2_reader = {
+    .d = {.vocab = 50304,
+          .hidden = 4096,
+          .ffn = 11008,
+          .n_layer = 32,
+          .n_head = 32,
+          .max_pos = 2048,
+          .eps = 1e-5},
+    .blk = {.norm = DEC_NORM_RMS, .norm_at = DEC_NORM_POST, .qk_norm = DEC_QK_PROJ},
+    .bias = DEC_BIAS_ATTN, // Olmo2MLP has none (transformers ignores an mlp_bias key)
+    .theta = 10000.0,
 };
+
+// no norms before attention and MLP: the post norms
+static const struct dec_names olmo2_names = {DEC_NAMES_MODEL, DEC_NAMES_POST_NORMS, DEC_NAMES_ATTN,
+                                             DEC_NAMES_QK_NORM, DEC_NAMES_MLP};
 
 // OLMo 2's own aliases (model/aliases.h): what attention and MLP add to the residual stream is
 // after their post norms; there is no norm before them for TransformerLens's ln1 / ln2
 static const struct alias_row olmo2_aliases[] = {
-    {.alias = "blocks.{i}.hook_attn_out", .canonical = "layers.{i}.attention_post_norm_output"},
-    {.alias = "blocks.{i}.hook_mlp_out", .canonical = "layers.{i}.mlp_post_norm_output"},
+    DEC_ALIASES_POST_NORM,
     {.alias = "blocks.{i}.ln1.hook_normalized",
      .why =
          "OLMo 2 has no norm before the attention, which reads layers.{i}.layer_input; its norm is "
@@ -99,5 +69,5 @@ static const char pr_olmo2[] = "{\"architectures\": [\"Olmo2ForCausalLM\"], "
 
 static const struct model_preset olmo2_presets[] = {{"OLMo-2-1124-7B", pr_olmo2}};
 
-DEC_FAMILY(olmo2_family, "olmo2", "Olmo2ForCausalLM", "olmo2", read_olmo2, &olmo2_names,
-           olmo2_presets, olmo2_aliases)
+DEC_FAMILY(olmo2_family, "olmo2", "Olmo2ForCausalLM", "olmo2", olmo2_presets, olmo2_aliases,
+           .names = &olmo2_names, .reader = &olmo2_reader, .quant = dec_quant_fp8)

@@ -30,69 +30,40 @@ static int check_heads(const struct config *cf, const struct dec_config *c, stru
     return 0;
 }
 
-// clip_qkv: null (absent) none, else a number > 0 (the clamp's bound, as float32)
-static int read_clip(const struct config *cf, struct dec_config *c, struct ah_error *err) {
+// clip_qkv: null (absent) none, else a number > 0 (the clamp's bound, as float32); and the heads
+static int read_own(const struct config *cf, struct dec_config *c, struct ah_error *err) {
     double clip;
-    int rc = cfg_opt_num(cf, NULL, NULL, "clip_qkv", NAN, &clip, err);
-    if (rc < 0) return rc;
+    int rc = check_heads(cf, c, err);
+    if (rc < 0 || (rc = cfg_opt_num(cf, NULL, NULL, "clip_qkv", NAN, &clip, err)) < 0) return rc;
     c->blk.clip_qkv = isnan(clip) ? 0.0f : (float)clip;
     return 0;
 }
 
-static int read_olmoe(const struct config *cf, struct dec_config *c, struct ah_error *err) {
-    static const struct dec_defaults d = {.vocab = 50304,
-                                          .hidden = 2048,
-                                          .ffn = 2048,
-                                          .n_layer = 16,
-                                          .n_head = 16,
-                                          .max_pos = 4096,
-                                          .eps = 1e-5};
-    // configuration_olmoe.py's attribute_map: num_local_experts is num_experts
-    bool local = cfg_get(cf, NULL, "num_local_experts") && !cfg_get(cf, NULL, "num_experts");
-    const struct dec_expert_keys ek = {.n_key = local ? "num_local_experts" : "num_experts",
-                                       .n_dflt = 64,
-                                       .n_min = 1,
-                                       .top_k_dflt = 8};
-    bool ab;
-    int rc;
-    if ((rc = dec_read_sizes(cf, c, &d, err)) < 0 || (rc = check_heads(cf, c, err)) < 0 ||
-        (rc = dec_read_act(cf, c, "hidden_act", NULL, "silu", err)) < 0 ||
-        (rc = dec_read_window(cf, c, 0, DEC_WINDOW_NONE, err)) < 0 ||
-        (rc = dec_read_experts(cf, c, &ek, err)) < 0 ||
-        (rc = dec_read_flags(cf, c, false, &ab, err)) < 0 || (rc = read_clip(cf, c, err)) < 0)
-        return rc;
-    struct dec_block *b = &c->blk;
-    b->norm = DEC_NORM_RMS;
-    b->norm_at = DEC_NORM_PRE;
-    b->qk_norm = DEC_QK_PROJ;
-    b->qkv_bias = ab;
-    b->o_bias = ab;
-    b->mlp_bias = false; // OlmoeMLP has none (transformers ignores an mlp_bias key)
-    if ((rc = dec_read_rope(cf, c, false, 10000.0, NULL, err)) < 0 ||
-        (rc = dec_read_rope(cf, c, true, 10000.0, NULL, err)) < 0)
-        return rc;
-    return dec_read_layers(cf, c, DEC_SLIDING_ALL, DEC_MOE_ALL, err);
-}
+// configuration_olmoe.py's attribute_map: num_local_experts is num_experts
+static const struct dec_expert_keys olmoe_experts = {.n_key = "num_experts",
+                                                     .n_alias = "num_local_experts",
+                                                     .n_dflt = 64,
+                                                     .n_min = 1,
+                                                     .top_k_dflt = 8};
 
-static const struct dec_names olmoe_names = {
-    .embed = "model.embed_tokens",
-    .norm = "model.norm",
-    .head = "lm_head",
-    .layers = "model.layers",
-    .attn_norm = "input_layernorm",
-    .mlp_norm = "post_attention_layernorm",
-    .q = "self_attn.q_proj",
-    .k = "self_attn.k_proj",
-    .v = "self_attn.v_proj",
-    .o = "self_attn.o_proj",
-    .q_norm = "self_attn.q_norm",
-    .k_norm = "self_attn.k_norm",
-    .router = "mlp.gate",
-    .experts = "mlp.experts",
-    .egate = "gate_proj",
-    .eup = "up_proj",
-    .edown = "down_proj",
+static const struct dec_reader olmoe_reader = {
+    .d = {.vocab = 50304,
+          .hidden = 2048,
+          .ffn = 2048,
+          .n_layer = 16,
+          .n_head = 16,
+          .max_pos = 4096,
+          .eps = 1e-5},
+    .experts = &olmoe_experts,
+    .blk = {.norm = DEC_NORM_RMS, .norm_at = DEC_NORM_PRE, .qk_norm = DEC_QK_PROJ},
+    .bias = DEC_BIAS_ATTN, // OlmoeMLP has none (transformers ignores an mlp_bias key)
+    .own = read_own,
+    .theta = 10000.0,
+    .moe_layers = DEC_MOE_ALL,
 };
+
+static const struct dec_names olmoe_names = {DEC_NAMES_MODEL, DEC_NAMES_PRE_NORMS, DEC_NAMES_ATTN,
+                                             DEC_NAMES_QK_NORM, DEC_NAMES_EXPERTS};
 
 // OLMoE's own aliases (model/aliases.h): Hugging Face module paths of OlmoeDecoderLayer whose
 // output harvest stores (post_attention_layernorm is the norm before the MLP)
@@ -138,5 +109,5 @@ static const char pr_olmoe[] = "{\"architectures\": [\"OlmoeForCausalLM\"], "
 
 static const struct model_preset olmoe_presets[] = {{"OLMoE-1B-7B-0924", pr_olmoe}};
 
-DEC_FAMILY(olmoe_family, "olmoe", "OlmoeForCausalLM", "olmoe", read_olmoe, &olmoe_names,
-           olmoe_presets, olmoe_aliases)
+DEC_FAMILY(olmoe_family, "olmoe", "OlmoeForCausalLM", "olmoe", olmoe_presets, olmoe_aliases,
+           .names = &olmoe_names, .reader = &olmoe_reader, .quant = dec_quant_fp8)

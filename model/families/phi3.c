@@ -113,44 +113,27 @@ static int read_rope(const struct config *cf, struct dec_config *c, struct ah_er
     return rc;
 }
 
-static int read_phi3(const struct config *cf, struct dec_config *c, struct ah_error *err) {
-    static const struct dec_defaults d = {.vocab = 32064,
-                                          .hidden = 3072,
-                                          .ffn = 8192,
-                                          .n_layer = 32,
-                                          .n_head = 32,
-                                          .max_pos = 4096,
-                                          .eps = 1e-5};
-    bool ab;
-    int rc;
-    if ((rc = dec_read_sizes(cf, c, &d, err)) < 0 ||
-        (rc = dec_read_act(cf, c, "hidden_act", NULL, "silu", err)) < 0 ||
-        (rc = dec_read_window(cf, c, 0, DEC_WINDOW_ON, err)) < 0 ||
-        (rc = dec_read_flags(cf, c, false, &ab, err)) < 0)
-        return rc;
-    struct dec_block *b = &c->blk;
-    b->norm = DEC_NORM_RMS;
-    b->norm_at = DEC_NORM_PRE;
-    b->qk_norm = DEC_QK_NONE;
-    b->fused_qkv = true;
-    b->fused_gate_up = true;
-    // Phi3Attention and Phi3MLP have no biases: transformers ignores attention_bias / mlp_bias
-    b->qkv_bias = b->o_bias = b->mlp_bias = false;
-    if ((rc = read_rope(cf, c, err)) < 0) return rc;
-    return dec_read_layers(cf, c, DEC_SLIDING_ALL, DEC_MOE_NONE, err);
-}
+// Phi3Attention and Phi3MLP have no biases: transformers ignores attention_bias / mlp_bias
+static const struct dec_reader phi3_reader = {
+    .d = {.vocab = 32064,
+          .hidden = 3072,
+          .ffn = 8192,
+          .n_layer = 32,
+          .n_head = 32,
+          .max_pos = 4096,
+          .eps = 1e-5},
+    .window_kind = DEC_WINDOW_ON,
+    .blk = {.norm = DEC_NORM_RMS,
+            .norm_at = DEC_NORM_PRE,
+            .fused_qkv = true,
+            .fused_gate_up = true},
+    .bias = DEC_BIAS_NONE,
+    .rope = read_rope,
+};
 
 static const struct dec_names phi3_names = {
-    .embed = "model.embed_tokens",
-    .norm = "model.norm",
-    .head = "lm_head",
-    .layers = "model.layers",
-    .attn_norm = "input_layernorm",
-    .mlp_norm = "post_attention_layernorm",
-    .qkv = "self_attn.qkv_proj",
-    .o = "self_attn.o_proj",
-    .gate_up = "mlp.gate_up_proj",
-    .down = "mlp.down_proj",
+    DEC_NAMES_MODEL,         DEC_NAMES_PRE_NORMS,           .qkv = "self_attn.qkv_proj",
+    .o = "self_attn.o_proj", .gate_up = "mlp.gate_up_proj", .down = "mlp.down_proj",
 };
 
 // The fused modules' outputs are values harvest stores apart
@@ -205,5 +188,5 @@ static const char pr_phi35[] =
 
 static const struct model_preset phi3_presets[] = {{"Phi-3.5-mini-instruct", pr_phi35}};
 
-DEC_FAMILY(phi3_family, "phi3", "Phi3ForCausalLM", "phi3", read_phi3, &phi3_names, phi3_presets,
-           phi3_aliases)
+DEC_FAMILY(phi3_family, "phi3", "Phi3ForCausalLM", "phi3", phi3_presets, phi3_aliases,
+           .names = &phi3_names, .reader = &phi3_reader, .quant = dec_quant_fp8)
