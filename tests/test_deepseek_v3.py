@@ -32,29 +32,22 @@ implemented) exit 1 naming config.json and the key. The alias rows: q_a_proj, kv
 mixture blocks only) and TransformerLens's hook_q resolve to their canonical names."""
 import json
 import os
-import subprocess
 import sys
 
 import h5py
 import numpy as np
 
-from util import MPI_ENV, args, check, compare_row, finish, output_diff, BOOKKEEPING, run, write_job, write_prompts
+import famtest as ft
+from famtest import RTOL, close
+from util import args, check, finish, run
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import deepseek_v3_ref as ds  # noqa: E402
 import param_count  # noqa: E402
-from hf.safetensors_io import load_checkpoint, write_safetensors  # noqa: E402
+from hf.safetensors_io import load_checkpoint  # noqa: E402
 
-RTOL = 1e-4
 LENGTHS = [5, 1, 17, 2, 9, 3]
-SEQ = {"seq", "query", "key"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 harvest, work = args()
-
-
-def close(a, b, what, tol=1e-5):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
-    return check(err <= tol, f"{what}: relative error {err:.1e}")
 
 
 def variant(src, dst):
@@ -84,25 +77,20 @@ def variant(src, dst):
             continue
         for n, shp in (("gate_proj", (Is, D)), ("up_proj", (Is, D)), ("down_proj", (D, Is))):
             t[p + f"mlp.shared_experts.{n}.weight"] = (rng.standard_normal(shp) / np.sqrt(shp[1])).astype(np.float32)
-    os.makedirs(dst, exist_ok=True)
-    write_safetensors(os.path.join(dst, "model.safetensors"), t, "F32")
-    json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+    ft.write_f32(dst, cfg, t)
 
 
 def identities(f, i, T, ref, name):
-    A = lambda n: f["activations/" + n][i]
+    A = ft.row(f, i)
     for l in range(ref.L):
         p = f"layers.{l}."
-        x, mid, out = (A(p + k)[:T] for k in ("layer_input", "layer_mid", "layer_output"))
-        a, m = A(p + "attention_output")[:T], A(p + "mlp_output")[:T]
-        check(np.array_equal(mid, x + a), f"{name} {p}layer_mid == layer_input + attention_output")
-        check(np.array_equal(out, mid + m), f"{name} {p}layer_output == layer_mid + mlp_output")
+        ft.residuals(A, p, T, name)
+        m = A(p + "mlp_output")[:T]
         k = A(p + "attention_keys")[:, :T].astype(np.float64)  # (H, T, dqk)
         kr = A(p + "attention_rope_key")[:T]
         check(all(np.array_equal(k[h, :, ref.d_nope:], kr) for h in range(ref.H)),
               f"{name} {p}every head's rope key part == attention_rope_key")
-        P = A(p + "attention_probabilities")[:, :T, :T].astype(np.float64)
-        close(P.sum(-1), np.ones(P.shape[:2]), f"{name} {p}probability rows sum to 1")
+        ft.rows_sum_to_one(A, p, T, name)
         if l < ref.first_dense:
             continue
         routed, shared = A(p + "routed_output")[:T], A(p + "shared_expert_output")[:T]
@@ -130,29 +118,15 @@ def mutations(ref, x, l):
 
 
 def golden(name, model, mutate):
-    d = f"{work}/run-{name}"
-    os.makedirs(d, exist_ok=True)
     ref = ds.load(model)
-    write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=11, vocab=ref.cfg["vocab_size"])
-    job = write_job(f"{d}/job.json", model=model, batch_size=3)
-    run(harvest, "run", job, "--quiet", check=0)
-    names = [l.split()[0] for l in run(harvest, "activations", model, check=0).stdout.splitlines()]
+    names, out = ft.golden_run(harvest, f"{work}/run-{name}", model, LENGTHS, ref.cfg["vocab_size"])
     worst, groups, biasw = 0.0, 0, 0
-    with h5py.File(f"{d}/out.h5", "r") as f:
-        check(f.attrs["model_family"] == "deepseek_v3", f"{name}: model_family {f.attrs['model_family']}")
-        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
-        for i in range(len(f["prompts/length"])):
-            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
-            ids = list(f["tokens/input_ids"][o:o + T])
+    with ft.output(out, name, names, "deepseek_v3") as f:
+        for i, T, ids in ft.prompts(f):
             want = ref.forward(ids)
             check(sorted(want) == sorted(set(names) - {"attention_mask"}),
                   f"{name}: catalogue == the reference's names: {sorted(set(names) ^ set(want))}")
-            for n in want:
-                if n not in names:
-                    continue
-                dset = f["activations/" + n]
-                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in list(dset.attrs["semantic_shape"])[1:])
-                worst = max(worst, compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
+            worst = max(worst, ft.compare_all(f, i, T, want, name, names))
             identities(f, i, T, ref, name)
             for l in range(ref.first_dense, ref.L if mutate else 0):
                 x = want[f"layers.{l}.mlp_input"][0]
@@ -197,9 +171,7 @@ rng = np.random.default_rng(3)
 t = {k: (v - 1.5 + 0.1 * rng.standard_normal(v.shape) if k.endswith("e_score_correction_bias") else v)
      .astype(np.float32) for k, v in w.items()}
 nb = f"{work}/negative-bias"
-os.makedirs(nb)
-write_safetensors(os.path.join(nb, "model.safetensors"), t, "F32")
-json.dump(dict(cfg, torch_dtype="float32"), open(os.path.join(nb, "config.json"), "w"))
+ft.write_f32(nb, dict(cfg, torch_dtype="float32"), t)
 golden("negative-bias", nb, False)
 with h5py.File(f"{work}/run-negative-bias/out.h5", "r") as f:
     g = f["activations/layers.1.router_group_scores"][0][:5]
@@ -255,8 +227,7 @@ for rel, total in (("DeepSeek-R1-0528", 671026404352), ("Kimi-K2-Instruct", 1026
         print(f"plan {rel}: {total:,} parameters; {S} x {E}: {want / 2**30:.2f} GiB the largest rank (BF16)")
 
 # ---- aliases: the HF modules of MLA and the shared experts (mixture blocks only) ----
-al = {g["alias"]: g["canonical_name"] for g in
-      json.loads(run(harvest, "activations", pre["DeepSeek-V3"], "--aliases", "--json", check=0).stdout)}
+al = ft.aliases(harvest, pre["DeepSeek-V3"])
 check(al.get("model.layers.1.self_attn.q_a_proj") == "layers.1.attention_q_latent" and
       al.get("model.layers.0.self_attn.kv_a_layernorm") == "layers.0.attention_kv_latent_norm" and
       al.get("model.layers.2.mlp.shared_experts") == "layers.2.shared_expert_output" and
@@ -269,10 +240,5 @@ base = json.load(open(f"{pre['DeepSeek-V3']}/config.json"))
 for key, val in (("scoring_func", "softmax"), ("topk_method", "greedy"), ("attention_bias", True),
                  ("n_group", 3), ("moe_layer_freq", 2),
                  ("rope_scaling", {"type": "longrope", "factor": 2.0})):
-    d = f"{work}/bad-{key}"
-    os.makedirs(d)
-    json.dump(dict(base, **{key: val}), open(f"{d}/config.json", "w"))
-    p = run(harvest, "activations", d)
-    check(p.returncode == 1 and key in p.stderr and "config.json" in p.stderr,
-          f"{key} {val!r} refused naming it: exit {p.returncode}: {p.stderr[-300:]}")
+    ft.bad_config(harvest, f"{key} {val!r} refused", f"{work}/bad-{key}", dict(base, **{key: val}), [key])
 finish()

@@ -39,23 +39,19 @@ integrations/finegrained_fp8.py and modeling_deepseek_v3.py, not from the C).
 """
 import json
 import os
-import shutil
-import struct
-import subprocess
 import sys
 
 import h5py
 import numpy as np
 
-from util import BOOKKEEPING, MPI_ENV, args, check, compare_row, finish, output_diff, run, \
-    write_job, write_prompts
+import famtest as ft
+from famtest import RTOL, edit
+from util import args, check, finish, run, write_job, write_prompts
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import deepseek_v3_ref as ds  # noqa: E402
 import fp8  # noqa: E402  tests/ref/fp8.py: read_checkpoint_raw (dtypes as stored), E4M3
 
-RTOL = 1e-4
 LENGTHS = [5, 1, 17, 2, 9, 3]
-SEQ = {"seq", "query", "key"}
 HERE = os.path.dirname(os.path.abspath(__file__))
 RELEASE_QC = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
               "weight_block_size": [128, 128]}
@@ -68,15 +64,7 @@ harvest, work = args()
 
 def make(name, preset, block):
     d = f"{work}/{name}"
-    run(harvest, "init-model", "--family", "deepseek_v3", "--preset", preset, "--seed", "5",
-        f"{d}/preset", check=0)
-    with open(f"{d}/preset/config.json") as f:
-        cfg = json.load(f)
-    cfg["quantization_config"] = dict(RELEASE_QC, weight_block_size=block)
-    with open(f"{d}/config.json", "w") as f:
-        json.dump(cfg, f, indent=1)
-    run(harvest, "init-model", "--family", "deepseek_v3", "--config", f"{d}/config.json",
-        "--layers", str(cfg["num_hidden_layers"]), f"{d}/model", check=0)
+    cfg = ft.fp8_model(harvest, d, "deepseek_v3", preset, dict(RELEASE_QC, weight_block_size=block), seed=5)
     write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=11, vocab=cfg["vocab_size"])
     return d
 
@@ -103,16 +91,8 @@ def check_files(name, d, block):
             check(t + "_scale_inv" not in raw, f"{name}: a scale for {t}, not FP8")
             continue
         n += 1
-        sdt, s = raw[t + "_scale_inv"]
-        R, C = v.shape
-        check(sdt == "F32" and s.shape == (-(-R // block[0]), -(-C // block[1])),
-              f"{name}: {t}_scale_inv {sdt} {s.shape}")
-        a = np.abs(fp8.E4M3[v])
-        for i in range(s.shape[0]):
-            for j in range(s.shape[1]):
-                m = a[i * block[0]:(i + 1) * block[0], j * block[1]:(j + 1) * block[1]].max()
-                if not check(m == 448.0, f"{name}: {t} block ({i}, {j}) max |q| {m}"):
-                    return
+        if not ft.fp8_blocks(name, t, v, raw, block, fp8.E4M3):
+            return
     for must in ("model.layers.1.mlp.gate.weight", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight",
                  "model.layers.1.mlp.shared_experts.down_proj.weight", "lm_head.weight"):
         check(must in raw, f"{name}: {must} in the files")
@@ -121,36 +101,25 @@ def check_files(name, d, block):
 
 
 def identities(f, i, T, ref, name):
-    A = lambda n: f["activations/" + n][i]
+    A = ft.row(f, i)
     for l in range(ref.L):
         p = f"layers.{l}."
-        x, mid, out = (A(p + k)[:T] for k in ("layer_input", "layer_mid", "layer_output"))
-        a, m = A(p + "attention_output")[:T], A(p + "mlp_output")[:T]
-        check(np.array_equal(mid, x + a), f"{name} {p}layer_mid == layer_input + attention_output")
-        check(np.array_equal(out, mid + m), f"{name} {p}layer_output == layer_mid + mlp_output")
+        ft.residuals(A, p, T, name)
         if l >= ref.first_dense:
-            r, s = A(p + "routed_output")[:T], A(p + "shared_expert_output")[:T]
+            m, r, s = (A(p + n)[:T] for n in ("mlp_output", "routed_output", "shared_expert_output"))
             check(np.array_equal(m, r + s), f"{name} {p}mlp_output == routed + shared")
 
 
 def values(name, d, model="model", out="out.h5"):
     ref = ds.load(f"{d}/{model}")
-    job = write_job(f"{d}/{out}.json", model=model, batch_size=3, output={"path": out})
-    run(harvest, "run", job, "--quiet", check=0)
-    names = [l.split()[0] for l in run(harvest, "activations", f"{d}/{model}", check=0).stdout.splitlines()]
+    names, path = ft.golden_run(harvest, d, model, out=out)
     worst = {}
-    with h5py.File(f"{d}/{out}", "r") as f:
-        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
-        for i in range(len(f["prompts/length"])):
-            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
-            want = ref.forward(list(f["tokens/input_ids"][o:o + T]))
+    with ft.output(path, name, names) as f:
+        for i, T, ids in ft.prompts(f):
+            want = ref.forward(ids)
             check(sorted(want) == sorted(set(names) - {"attention_mask"}),
                   f"{name}: catalogue == the reference's names: {sorted(set(names) ^ set(want))}")
-            for n in want:
-                dset = f["activations/" + n]
-                c = tuple(slice(0, T) if a in SEQ else slice(None)
-                          for a in list(dset.attrs["semantic_shape"])[1:])
-                worst[n] = max(worst.get(n, 0.0), compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
+            ft.compare_all(f, i, T, want, name, worst=worst)
             identities(f, i, T, ref, name)
     top = sorted(worst.items(), key=lambda kv: -kv[1])[:2]
     print(f"{name}: {len(names)} values x {len(LENGTHS)} prompts match the reference on the "
@@ -158,56 +127,12 @@ def values(name, d, model="model", out="out.h5"):
     return ref
 
 
-# ---- safetensors edits: a copy of a checkpoint with tensors changed or removed
-
-def edit(src, dst, fn):
-    """A copy of checkpoint src in dst with fn(name, (dtype, shape, bytes)) -> same, None (gone)
-    or a list of (name, (dtype, shape, bytes)) (replaced by those)."""
-    shutil.copytree(src, dst)
-    for leaf in os.listdir(dst):
-        if not leaf.endswith(".safetensors"):
-            continue
-        p = os.path.join(dst, leaf)
-        with open(p, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            h = json.loads(f.read(n))
-            data = f.read()
-        ts = []
-        for k, t in h.items():
-            if k == "__metadata__":
-                continue
-            b, e = t["data_offsets"]
-            r = fn(k, (t["dtype"], t["shape"], data[b:e]))
-            ts += r if isinstance(r, list) else [] if r is None else [(k, r)]
-        header, off, blobs = {}, 0, []
-        for k, (dt, shape, blob) in ts:
-            header[k] = {"dtype": dt, "shape": list(shape), "data_offsets": [off, off + len(blob)]}
-            off += len(blob)
-            blobs.append(blob)
-        hb = json.dumps(header).encode()
-        hb += b" " * (-len(hb) % 8)
-        with open(p, "wb") as f:
-            f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
-        idx = os.path.join(dst, "model.safetensors.index.json")
-        if os.path.exists(idx):
-            with open(idx) as f:
-                j = json.load(f)
-            wm = {k: v for k, v in j["weight_map"].items() if v != leaf or k in header}
-            wm.update({k: leaf for k in header})
-            j["weight_map"] = wm
-            with open(idx, "w") as f:
-                json.dump(j, f)
-
-
 def bf16_values(t):
     return (np.frombuffer(t[2], "<u2").astype(np.uint32) << 16).view(np.float32).reshape(t[1])
 
 
 def refused(name, d, model, words):
-    job = write_job(f"{d}/{model}.json", model=model, output={"path": f"{model}.h5"})
-    p = run(harvest, "run", job, "--quiet")
-    ok = p.returncode == 1 and all(w in p.stderr for w in words)
-    check(ok, f"{name}: exit {p.returncode}, expected 1 naming {words}: {p.stderr[-400:]}")
+    ft.run_refused(harvest, name, f"{d}/{model}.json", words, model=model, output={"path": f"{model}.h5"})
 
 
 SCALE = "model.layers.1.self_attn.q_a_proj.weight_scale_inv"  # (2, 8) blocks of [8, 4]
@@ -262,33 +187,14 @@ def bias_f32(d):
         return "F32", t[1], bf16_values(t).astype("<f4").tobytes()
     edit(f"{d}/model", f"{d}/bias_f32", conv)
     values("deepseek-v3 [8, 4] (routing bias F32)", d, model="bias_f32", out="bias_f32.h5")
-    out = run(harvest, "plan", f"{d}/bias_f32/config.json", check=0).stdout
-    got = int(next(l for l in out.splitlines() if l.startswith("bytes:")).split()[1].replace(",", ""))
-    total = 0
-    for leaf in os.listdir(f"{d}/bias_f32"):
-        if leaf.endswith(".safetensors"):
-            with open(f"{d}/bias_f32/{leaf}", "rb") as f:
-                h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
-            total += sum(t["data_offsets"][1] - t["data_offsets"][0] for k, t in h.items()
-                         if k != "__metadata__")
+    got, total = ft.plan_bytes(harvest, f"{d}/bias_f32/config.json")[0], ft.file_bytes(f"{d}/bias_f32")
     check(got == total, f"plan's bytes as published {got}, the files (routing bias F32) hold {total}")
 
 
 def mpi(name, d):
-    mpirun = shutil.which("mpirun")
     acts = ["layers.*.layer_output", "layers.*.router_logits", "layers.*.expert_outputs",
             "layers.*.routed_output", "logits"]
-    for np_, stages, ep in ((1, 1, 1), (2, 2, 1), (2, 1, 2)):
-        tag = f"np{np_}_pp{stages}_ep{ep}"
-        job = write_job(f"{d}/{tag}.json", batch_size=2, activations=acts, output={"path": f"{tag}.h5"},
-                        parallel={"pipeline_stages": stages, "expert_parallel": ep})
-        p = subprocess.run([mpirun, "-np", str(np_), harvest, "run", job, "--quiet"], env=MPI_ENV,
-                           capture_output=True, text=True, timeout=600)
-        if not check(p.returncode == 0, f"{name} {tag}: exit {p.returncode}: {p.stderr[-800:]}") or np_ == 1:
-            continue
-        diff = output_diff(f"{d}/np1_pp1_ep1.h5", f"{d}/{tag}.h5", BOOKKEEPING | {"job"})
-        if check(diff is None, f"{name} {tag}: differs from np 1 in {diff}"):
-            print(f"{name}: {stages} stage(s) x {ep} expert shard(s) == np 1 bit for bit", flush=True)
+    ft.grids(harvest, d, name, ((1, 1, 1), (2, 2, 1), (2, 1, 2)), activations=acts)
 
 
 # ---- plan: bytes as published, counted here from the config
@@ -347,9 +253,7 @@ def plans():
         cfg_path = os.path.join(HERE, "ref", "configs", rel + ".json")
         cfg = json.load(open(cfg_path))
         check(cfg["quantization_config"] == RELEASE_QC, f"{rel}: quantization_config {cfg['quantization_config']}")
-        p = run(harvest, "plan", cfg_path, check=0)
-        line = next(l for l in p.stdout.splitlines() if l.startswith("bytes:"))
-        got, want = int(line.split()[1].replace(",", "")), published_bytes(cfg, False)
+        (got, line), want = ft.plan_bytes(harvest, cfg_path), published_bytes(cfg, False)
         check(got == want and "FP8" in line, f"plan {rel}: bytes as published {got:,}, counted {want:,}")
         print(f"plan {rel}: {got:,} bytes as published without the MTP layer; with it "
               f"{published_bytes(cfg, True):,} (this test's count of the release files)", flush=True)

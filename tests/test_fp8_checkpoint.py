@@ -32,44 +32,27 @@ the same files (written from transformers' integrations/finegrained_fp8.py, not 
 import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 
 import h5py
 import numpy as np
 
-from util import BOOKKEEPING, MPI_ENV, args, check, compare_row, finish, output_diff, run, \
-    write_job, write_prompts
+import famtest as ft
+from famtest import RTOL, edit
+from util import BOOKKEEPING, args, check, finish, output_diff, run, write_job, write_prompts
 import hf  # tests/ref/hf, on the path by util
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import fp8  # noqa: E402  tests/ref/fp8.py
 
-RTOL = 1e-4
 LENGTHS = [5, 1, 17, 2, 9, 3]
-SEQ = {"seq", "query", "key"}
 BLOCK = [20, 12]
 harvest, work = args()
-
-
-def close(a, b, what, tol=1e-5):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
-    return check(err <= tol, f"{what}: relative error {err:.1e}")
 
 
 def make(name, family, preset, qc, extra=None):
     """init-model's preset config with quantization_config qc, written FP8 by init-model."""
     d = f"{work}/{name}"
-    run(harvest, "init-model", "--family", family, "--preset", preset, f"{d}/preset", check=0)
-    with open(f"{d}/preset/config.json") as f:
-        cfg = json.load(f)
-    cfg.update(extra or {})
-    cfg["quantization_config"] = qc
-    with open(f"{d}/config.json", "w") as f:
-        json.dump(cfg, f, indent=1)
-    run(harvest, "init-model", "--family", family, "--config", f"{d}/config.json", "--layers",
-        str(cfg["num_hidden_layers"]), f"{d}/model", check=0)
+    cfg = ft.fp8_model(harvest, d, family, preset, qc, extra)
     write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=3, vocab=cfg["vocab_size"])
     return d
 
@@ -85,53 +68,32 @@ def check_files(name, d, skip, block=BLOCK):
         if dt != "F8_E4M3":
             continue
         n_fp8 += 1
-        sdt, s = raw[t + "_scale_inv"]
-        R, C = v.shape
-        check(sdt == "F32" and s.shape == (-(-R // block[0]), -(-C // block[1])),
-              f"{name}: {t}_scale_inv {sdt} {s.shape}")
-        a = np.abs(fp8.E4M3[v])
-        for i in range(s.shape[0]):
-            for j in range(s.shape[1]):
-                m = a[i * block[0]:(i + 1) * block[0], j * block[1]:(j + 1) * block[1]].max()
-                if not check(m == 448.0, f"{name}: {t} block ({i}, {j}) max |q| {m}, expected 448"):
-                    return
+        if not ft.fp8_blocks(name, t, v, raw, block, fp8.E4M3):
+            return
     check(n_fp8 > 0, f"{name}: FP8 weights written")
     return cfg
 
 
 def identities(f, p, T, r, w, name):
-    A = lambda n: f["activations/" + n][p]
-    L = r["num_hidden_layers"]
-    for i in range(L):
-        pre = f"layers.{i}."
-        x, mid, out = (A(pre + k)[:T] for k in ("layer_input", "layer_mid", "layer_output"))
-        check(np.array_equal(mid, x + A(pre + "attention_output")[:T]), f"{name} {pre}layer_mid")
-        check(np.array_equal(out, mid + A(pre + "mlp_output")[:T]), f"{name} {pre}layer_output")
+    A = ft.row(f, p)
+    for i in range(r["num_hidden_layers"]):
+        ft.residuals(A, f"layers.{i}.", T, name)
     head = w["model.embed_tokens.weight"] if r.get("tie_word_embeddings") else w["lm_head.weight"]
-    lm = A("final_norm_output")[:T].astype(np.float64) @ head.T
-    close(lm, A("logits")[:T], f"{name}: logits == lm_head(final_norm_output)")
+    ft.lm_head(A, T, head, name, stored="logits")
 
 
 def values(name, d, out="out.h5", model="model"):
     """harvest run's every value vs the reference on the dequantized weights; the worst error."""
-    job = write_job(f"{d}/job.json", model=model, batch_size=3, output={"path": out})
-    run(harvest, "run", job, "--quiet", check=0)
-    names = [l.split()[0] for l in run(harvest, "activations", f"{d}/{model}", check=0).stdout.splitlines()]
+    names, path = ft.golden_run(harvest, d, model, out=out)
     cfg, w = fp8.load_checkpoint(f"{d}/{model}")
     ref_cfg = {k: v for k, v in cfg.items() if k != "quantization_config"}
     worst = {}
-    with h5py.File(f"{d}/{out}", "r") as f:
-        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
-        for i in range(len(f["prompts/length"])):
-            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
-            want = hf.forward(ref_cfg, w, [list(f["tokens/input_ids"][o:o + T])])[0]
+    with ft.output(path, name, names) as f:
+        for i, T, ids in ft.prompts(f):
+            want = hf.forward(ref_cfg, w, [ids])[0]
             check(sorted(want) == sorted(set(names) - {"input_ids", "attention_mask"}),
                   f"{name}: catalogue == the reference's names")
-            for n in want:
-                dset = f["activations/" + n]
-                axes = list(dset.attrs["semantic_shape"])
-                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in axes[1:])
-                worst[n] = max(worst.get(n, 0.0), compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
+            ft.compare_all(f, i, T, want, name, worst=worst)
             identities(f, i, T, hf.resolve(ref_cfg), w, name)
     top = sorted(worst.items(), key=lambda kv: -kv[1])[:2]
     print(f"{name}: {len(names)} values x {len(LENGTHS)} prompts match the reference on the "
@@ -139,71 +101,15 @@ def values(name, d, out="out.h5", model="model"):
     return cfg, w
 
 
-def file_bytes(model_dir):
-    total = 0
-    for leaf in os.listdir(model_dir):
-        if leaf.endswith(".safetensors"):
-            with open(os.path.join(model_dir, leaf), "rb") as f:
-                n = struct.unpack("<Q", f.read(8))[0]
-                h = json.loads(f.read(n))
-            total += sum(t["data_offsets"][1] - t["data_offsets"][0] for k, t in h.items()
-                         if k != "__metadata__")
-    return total
-
-
 def plan_bytes(name, d):
-    out = run(harvest, "plan", f"{d}/model/config.json", check=0).stdout
-    line = next(l for l in out.splitlines() if l.startswith("bytes:"))
-    got = int(line.split()[1].replace(",", ""))
-    want = file_bytes(f"{d}/model")
+    got, line = ft.plan_bytes(harvest, f"{d}/model/config.json")
+    want = ft.file_bytes(f"{d}/model")
     check(got == want and "FP8" in line, f"{name}: plan's bytes as published {got}, the files hold {want}")
 
 
-# ---- safetensors edits: rewrite one file of a checkpoint with a tensor changed or removed
-
-def edit(src, dst, fn):
-    """A copy of checkpoint src in dst with fn(name, (dtype, shape, bytes)) -> same or None."""
-    shutil.copytree(src, dst)
-    for leaf in os.listdir(dst):
-        if not leaf.endswith(".safetensors"):
-            continue
-        p = os.path.join(dst, leaf)
-        with open(p, "rb") as f:
-            n = struct.unpack("<Q", f.read(8))[0]
-            h = json.loads(f.read(n))
-            data = f.read()
-        ts = []
-        for k, t in h.items():
-            if k == "__metadata__":
-                continue
-            b, e = t["data_offsets"]
-            r = fn(k, (t["dtype"], t["shape"], data[b:e]))
-            if r is not None:
-                ts.append((k, r))
-        header, off, blobs = {}, 0, []
-        for k, (dt, shape, blob) in ts:
-            header[k] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + len(blob)]}
-            off += len(blob)
-            blobs.append(blob)
-        hb = json.dumps(header).encode()
-        hb += b" " * (-len(hb) % 8)
-        with open(p, "wb") as f:
-            f.write(struct.pack("<Q", len(hb)) + hb + b"".join(blobs))
-        idx = os.path.join(dst, "model.safetensors.index.json")
-        if os.path.exists(idx):
-            with open(idx) as f:
-                j = json.load(f)
-            j["weight_map"] = {k: v for k, v in j["weight_map"].items() if v != leaf or k in header}
-            with open(idx, "w") as f:
-                json.dump(j, f)
-
-
 def refused(name, d, model, words, compute=None):
-    job = write_job(f"{d}/bad.json", model=model, output={"path": f"{model}.h5"},
-                    **({"compute": compute} if compute else {}))
-    p = run(harvest, "run", job, "--quiet")
-    ok = p.returncode == 1 and all(w in p.stderr for w in words)
-    check(ok, f"{name}: exit {p.returncode}, expected 1 naming {words}: {p.stderr[-400:]}")
+    ft.run_refused(harvest, name, f"{d}/bad.json", words, model=model, output={"path": f"{model}.h5"},
+                   **({"compute": compute} if compute else {}))
 
 
 SCALE = "model.layers.0.self_attn.q_proj.weight_scale_inv"  # (4, 3) blocks: not square
@@ -286,20 +192,9 @@ def threads(name, d):
 
 
 def mpi(name, d):
-    mpirun = shutil.which("mpirun")
     acts = ["layers.*.layer_output", "layers.*.router_logits", "layers.*.expert_outputs",
             "layers.*.routed_output", "logits"]
-    for np_, stages, ep in ((1, 1, 1), (2, 2, 1), (2, 1, 2)):
-        tag = f"np{np_}_pp{stages}_ep{ep}"
-        job = write_job(f"{d}/{tag}.json", batch_size=2, activations=acts, output={"path": f"{tag}.h5"},
-                        parallel={"pipeline_stages": stages, "expert_parallel": ep})
-        p = subprocess.run([mpirun, "-np", str(np_), harvest, "run", job, "--quiet"], env=MPI_ENV,
-                           capture_output=True, text=True, timeout=600)
-        if not check(p.returncode == 0, f"{name} {tag}: exit {p.returncode}: {p.stderr[-800:]}") or np_ == 1:
-            continue
-        diff = output_diff(f"{d}/np1_pp1_ep1.h5", f"{d}/{tag}.h5", BOOKKEEPING | {"job"})
-        if check(diff is None, f"{name} {tag}: differs from np 1 in {diff}"):
-            print(f"{name}: {stages} stage(s) x {ep} expert shard(s) == np 1 bit for bit", flush=True)
+    ft.grids(harvest, d, name, ((1, 1, 1), (2, 2, 1), (2, 1, 2)), activations=acts)
 
 
 QC = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",

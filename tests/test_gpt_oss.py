@@ -28,28 +28,21 @@ tests/test_gpt_oss_mpi.py.)"""
 import json
 import os
 import shutil
-import struct
 import sys
 
 import h5py
 import numpy as np
 
-from util import args, check, compare_row, finish, run, write_job, write_prompts
+import famtest as ft
+from famtest import RTOL, close, refused
+from util import args, check, finish, run, write_job
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import gpt_oss_ref  # noqa: E402
 import param_count  # noqa: E402
 from deepseek_v3_ref import read_checkpoint  # noqa: E402
 
-RTOL = 1e-4
 LENGTHS = [5, 1, 17, 2, 9, 3]
-SEQ = {"seq", "query", "key"}
 harvest, work = args()
-
-
-def close(a, b, what, tol=1e-5):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
-    return check(err <= tol, f"{what}: relative error {err:.1e}")
 
 
 def swapped_nibbles(raw):
@@ -59,19 +52,15 @@ def swapped_nibbles(raw):
 
 
 def identities(f, i, T, cfg, raw, name):
-    A = lambda n: f["activations/" + n][i]
+    A = ft.row(f, i)
     L, k = cfg["num_hidden_layers"], cfg["num_experts_per_tok"]
     for l in range(L):
         p = f"layers.{l}."
-        x, mid, out = (A(p + n)[:T] for n in ("layer_input", "layer_mid", "layer_output"))
-        check(np.array_equal(mid, x + A(p + "attention_output")[:T]), f"{name} {p}layer_mid == input + attention")
-        check(np.array_equal(out, mid + A(p + "mlp_output")[:T]), f"{name} {p}layer_output == mid + mlp")
+        ft.residuals(A, p, T, name)
         check(np.array_equal(A(p + "mlp_output")[:T], A(p + "routed_output")[:T]), f"{name} {p}mlp == routed")
         check(np.array_equal(A(p + "attention_sinks"), raw[f"model.{p}self_attn.sinks"]),
               f"{name} {p}attention_sinks == the checkpoint's sinks")
-        P = A(p + "attention_probabilities")[:, :T, :T].astype(np.float64)
-        close(P.sum(-1) + A(p + "attention_sink_probabilities")[:, :T], np.ones(P.shape[:2]),
-              f"{name} {p}probability rows + sink share == 1")
+        ft.rows_sum_to_one(A, p, T, name, A(p + "attention_sink_probabilities")[:, :T])  # + the sink share
         z = A(p + "router_logits")[:T].astype(np.float64)
         idx, wt = A(p + "expert_indices")[:T], A(p + "expert_weights")[:T].astype(np.float64)
         top = np.argsort(-z, axis=-1, kind="stable")[:, :k]
@@ -88,34 +77,22 @@ def identities(f, i, T, cfg, raw, name):
 
 def golden(name, model):
     d = f"{work}/run-{name}"
-    os.makedirs(d, exist_ok=True)
     cfg, raw = read_checkpoint(model)
     ref = gpt_oss_ref.GptOssRef(cfg, gpt_oss_ref.dequantize_checkpoint(cfg, raw))
     no_sink = gpt_oss_ref.GptOssRef(cfg, dict(ref.w))
     for l in range(cfg["num_hidden_layers"]):
         no_sink.w[f"model.layers.{l}.self_attn.sinks"] = np.full(cfg["num_attention_heads"], -np.inf)
     swapped = gpt_oss_ref.GptOssRef(cfg, gpt_oss_ref.dequantize_checkpoint(cfg, swapped_nibbles(raw)))
-    write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=11, vocab=cfg["vocab_size"])
-    job = write_job(f"{d}/job.json", model=model, batch_size=3)
-    p = run(harvest, "run", job, "--quiet")
-    check(p.returncode == 0, f"{name}: run exit {p.returncode}: {p.stderr[-600:]}")
-    names = [l.split()[0] for l in run(harvest, "activations", model, check=0).stdout.splitlines()]
+    names, out = ft.golden_run(harvest, d, model, LENGTHS, cfg["vocab_size"])
     worst, caught = 0.0, {"sinks ignored": 0, "MXFP4 nibbles swapped": 0}
     last = f"layers.{cfg['num_hidden_layers'] - 1}.layer_output"
-    with h5py.File(f"{d}/out.h5", "r") as f:
-        check(f.attrs["model_family"] == "gpt_oss", f"{name}: model_family {f.attrs['model_family']}")
-        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
-        for i in range(len(f["prompts/length"])):
-            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
-            ids = list(f["tokens/input_ids"][o:o + T])
+    with ft.output(out, name, names, "gpt_oss") as f:
+        for i, T, ids in ft.prompts(f):
             want = ref.forward(ids)
             mine = set(want)
             check(sorted(mine) == sorted(set(names) - {"attention_mask"}),
                   f"{name}: catalogue == the reference's names: {sorted(set(names) ^ mine)}")
-            for n in sorted(mine):
-                dset = f["activations/" + n]
-                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in list(dset.attrs["semantic_shape"])[1:])
-                worst = max(worst, compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
+            worst = max(worst, ft.compare_all(f, i, T, want, name))
             identities(f, i, T, cfg, raw, name)
             got = f["activations/" + last][i][:T].astype(np.float64)
             for label, m in (("sinks ignored", no_sink), ("MXFP4 nibbles swapped", swapped)):
@@ -125,20 +102,6 @@ def golden(name, model):
         check(n == len(LENGTHS), f"{name}: the mutation '{label}' differs from harvest on {n} of {len(LENGTHS)} prompts")
     print(f"{name}: {len(names)} values x {len(LENGTHS)} prompts match the reference (worst {worst:.1e}); "
           f"the mutations (sinks ignored, nibbles swapped) are caught on every prompt", flush=True)
-
-
-def write_st(path, tensors):
-    """A safetensors file of name -> (dtype, array) in the order given."""
-    header, blobs, off = {}, [], 0
-    for n, (dt, a) in tensors.items():
-        b = np.ascontiguousarray(a).tobytes()
-        header[n] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def bad_checkpoint(label, src, edit_cfg=None, edit_t=None):
@@ -154,18 +117,10 @@ def bad_checkpoint(label, src, edit_cfg=None, edit_t=None):
     if edit_t:
         edit_t(t)
     json.dump(cfg, open(f"{dst}/config.json", "w"))
-    write_st(f"{dst}/model.safetensors", t)
+    ft.write_raw(f"{dst}/model.safetensors", [(n, (dt, a.shape, np.ascontiguousarray(a).tobytes()))
+                                              for n, (dt, a) in t.items()])
     job = write_job(f"{dst}/job.json", model=dst, data=f"{work}/run-20b/prompts.jsonl", output={"path": f"{dst}/o.h5"})
     return run(harvest, "run", job, "--quiet")
-
-
-def refused(label, p, needles):
-    ok = check(p.returncode == 1, f"{label}: exit {p.returncode}, expected 1: {p.stderr[-400:]}")
-    for n in needles:
-        ok &= check(n in p.stderr, f"{label}: message lacks {n!r}: {p.stderr[-400:]}")
-    ok &= check("Assertion" not in p.stderr and "Segmentation" not in p.stderr, f"{label}: no crash")
-    if ok:
-        print(f"ok: {label}: {p.stderr.strip().splitlines()[-1]}", flush=True)
 
 
 m20, m120 = f"{work}/gpt-oss-20b", f"{work}/gpt-oss-120b"
@@ -202,17 +157,14 @@ with h5py.File(f"{work}/run-20b-limit/out.h5", "r") as f:
           "20b-limit: gates above and ups beyond the limit on both sides (the clamps matter)")
 
 # ---- aliases: the generic ones, and gpt-oss's module paths ----
-al = {g["alias"]: g["canonical_name"] for g in
-      json.loads(run(harvest, "activations", m20, "--aliases", "--json").stdout)}
+al = ft.aliases(harvest, m20)
 check(al.get("model.layers.1.mlp.experts") == "layers.1.routed_output" and
       al.get("blocks.0.hook_attn_out") == "layers.0.attention_output" and
       al.get("blocks.1.attn.hook_pattern") == "layers.1.attention_probabilities",
       f"--aliases: {sorted((a, c) for a, c in al.items() if '.1.' in a)}")
-job = write_job(f"{work}/router.json", model=m20, data=f"{work}/run-20b/prompts.jsonl",
-                activations=["model.layers.0.mlp.router"], output={"path": f"{work}/router.h5"})
-p = run(harvest, "run", job, "--quiet")
-check(p.returncode == 1 and "model.layers.0.mlp.router" in p.stderr and "router_logits" in p.stderr,
-      f"the router's module path refused naming what harvest has: exit {p.returncode}: {p.stderr[-300:]}")
+ft.run_refused(harvest, "the router's module path refused naming what harvest has", f"{work}/router.json",
+               ["model.layers.0.mlp.router", "router_logits"], model=m20, data=f"{work}/run-20b/prompts.jsonl",
+               activations=["model.layers.0.mlp.router"], output={"path": f"{work}/router.h5"})
 job = write_job(f"{work}/experts.json", model=m20, data=f"{work}/run-20b/prompts.jsonl",
                 activations=["model.layers.1.mlp.experts"], output={"path": f"{work}/experts.h5"},
                 batch_size=3)  # the batches of run-20b: the same bits

@@ -20,26 +20,17 @@ import json
 import os
 import sys
 
-import h5py
 import numpy as np
 
-import subprocess
-
-from util import MPI_ENV, args, check, compare_row, finish, output_diff, BOOKKEEPING, run, write_job, write_prompts
+import famtest as ft
+from famtest import close
+from util import args, check, finish, run
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import olmo2_ref  # noqa: E402
-from hf.safetensors_io import load_checkpoint, write_safetensors  # noqa: E402
+from hf.safetensors_io import load_checkpoint  # noqa: E402
 
-RTOL = 1e-4
 LENGTHS = [5, 1, 17, 2, 9, 3]
-SEQ = {"seq", "query", "key"}
 harvest, work = args()
-
-
-def close(a, b, what, tol=1e-5):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
-    return check(err <= tol, f"{what}: relative error {err:.1e}")
 
 
 def variant(src, dst):
@@ -57,20 +48,16 @@ def variant(src, dst):
         t[p + "k_norm.weight"] = (1 + 0.1 * rng.standard_normal(H * hd)).astype(np.float32)
         for n, size in (("q_proj", H * hd), ("k_proj", H * hd), ("v_proj", H * hd), ("o_proj", D)):
             t[p + n + ".bias"] = rng.standard_normal(size).astype(np.float32) * np.float32(0.1)
-    os.makedirs(dst, exist_ok=True)
-    write_safetensors(os.path.join(dst, "model.safetensors"), t, "F32")
-    json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+    ft.write_f32(dst, cfg, t)
 
 
 def identities(f, i, T, r, w, name):
-    A = lambda n: f["activations/" + n][i]
+    A = ft.row(f, i)
     eps = r["rms_norm_eps"]
     for l in range(r["num_hidden_layers"]):
         p = f"layers.{l}."
-        x, mid, out = (A(p + k)[:T] for k in ("layer_input", "layer_mid", "layer_output"))
+        x, mid, out = ft.residuals(A, p, T, name, "attention_post_norm_output", "mlp_post_norm_output")
         a, m = A(p + "attention_post_norm_output")[:T], A(p + "mlp_post_norm_output")[:T]
-        check(np.array_equal(mid, x + a), f"{name} {p}layer_mid == layer_input + attention_post_norm_output")
-        check(np.array_equal(out, mid + m), f"{name} {p}layer_output == layer_mid + mlp_post_norm_output")
         check(np.array_equal(A(p + "mlp_input")[:T], mid), f"{name} {p}mlp_input == layer_mid (no pre norm)")
         mw = f"model.{p}"
         close(olmo2_ref.rmsnorm(A(p + "attention_output")[:T].astype(np.float64),
@@ -80,58 +67,33 @@ def identities(f, i, T, r, w, name):
                                 w[mw + "post_feedforward_layernorm.weight"], eps), m,
               f"{name} {p}mlp_post_norm_output == post_feedforward_layernorm(mlp_output)")
         # q_norm over the whole projection, then the head split
-        H, hd = r["num_attention_heads"], r["head_dim"]
         qp = x.astype(np.float64) @ w[mw + "self_attn.q_proj.weight"].T
         if r["attention_bias"]:
             qp = qp + w[mw + "self_attn.q_proj.bias"]
-        qn = olmo2_ref.rmsnorm(qp, w[mw + "self_attn.q_norm.weight"], eps)
         got = A(p + "attention_queries_pre_rope")[:, :T].astype(np.float64)  # (H, T, hd)
-        close(qn.reshape(T, H, hd).transpose(1, 0, 2), got, f"{name} {p}q_norm over the projection")
-        per_head = qp.reshape(T, H, hd)
-        per_head = per_head / np.sqrt(np.mean(per_head ** 2, -1, keepdims=True) + eps)
-        per_head = (per_head * w[mw + "self_attn.q_norm.weight"].reshape(H, hd)).transpose(1, 0, 2)
-        check(np.abs(per_head - got).max() > 1e3 * RTOL * np.abs(got).max() or T == 1,
-              f"{name} {p}a per-head q norm does not give the stored queries")
-        P = A(p + "attention_probabilities")[:, :T, :T].astype(np.float64)
-        close(P.sum(-1), np.ones(P.shape[:2]), f"{name} {p}probability rows sum to 1")
-    head = w["model.embed_tokens.weight" if r["tie_word_embeddings"] else "lm_head.weight"]
-    lm = A("final_norm_output")[:T].astype(np.float64) @ head.T
-    close(lm, A("lm_head_output")[:T], f"{name}: lm_head(final_norm_output) == lm_head_output")
-    check(np.array_equal(A("lm_head_output")[:T], A("logits")[:T]), f"{name}: logits == lm_head_output")
+        ft.q_norm_whole(name, p, qp, w[mw + "self_attn.q_norm.weight"], eps, r["num_attention_heads"],
+                        r["head_dim"], got, olmo2_ref.rmsnorm)
+        ft.rows_sum_to_one(A, p, T, name)
+    ft.lm_head(A, T, w["model.embed_tokens.weight" if r["tie_word_embeddings"] else "lm_head.weight"], name)
 
 
 def golden(name, model):
-    d = f"{work}/run-{name}"
-    os.makedirs(d, exist_ok=True)
     cfg, w = load_checkpoint(model)
     r = olmo2_ref.resolve(cfg)
-    write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=11, vocab=cfg["vocab_size"])
-    job = write_job(f"{d}/job.json", model=model, batch_size=3)
-    run(harvest, "run", job, "--quiet", check=0)
-    names = [l.split()[0] for l in run(harvest, "activations", model, check=0).stdout.splitlines()]
+    names, out = ft.golden_run(harvest, f"{work}/run-{name}", model, LENGTHS, cfg["vocab_size"])
     worst, caught = 0.0, 0
-    with h5py.File(f"{d}/out.h5", "r") as f:
-        check(f.attrs["model_family"] == "olmo2", f"{name}: model_family {f.attrs['model_family']}")
-        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
-        for i in range(len(f["prompts/length"])):
-            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
-            ids = list(f["tokens/input_ids"][o:o + T])
+    with ft.output(out, name, names, "olmo2") as f:
+        for i, T, ids in ft.prompts(f):
             want = olmo2_ref.forward(cfg, w, ids)
             check(sorted(want) == sorted(set(names) - {"input_ids", "attention_mask"}),
                   f"{name}: catalogue == the reference's names: {sorted(set(names) ^ set(want))}")
             check(np.array_equal(f["activations/input_ids"][i][:T], ids), f"{name}: input_ids")
-            for n in want:
-                if n not in names:
-                    continue
-                dset = f["activations/" + n]
-                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in list(dset.attrs["semantic_shape"])[1:])
-                worst = max(worst, compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
+            worst = max(worst, ft.compare_all(f, i, T, want, name, names))
             identities(f, i, T, r, w, name)
             # the mutation: the norms before attention and MLP instead of after
             pre = olmo2_ref.forward(cfg, w, ids, order="pre")
             n = f"layers.{r['num_hidden_layers'] - 1}.layer_output"
-            got, ref = f["activations/" + n][i][:T].astype(np.float64), pre[n][0]
-            caught += np.abs(got - ref).max() > 100 * RTOL * np.abs(ref).max()
+            caught += ft.differs(f["activations/" + n][i][:T], pre[n][0])
     check(caught == len(LENGTHS), f"{name}: the pre-norm mutation differs from harvest on "
           f"{caught} of {len(LENGTHS)} prompts")
     print(f"{name}: {len(names)} values x {len(LENGTHS)} prompts match the reference (worst {worst:.1e}); "
@@ -145,30 +107,21 @@ variant(preset, f"{work}/variant")
 golden("variant", f"{work}/variant")
 
 # ---- two pipeline stages (np 2) store the same bits as one rank ----
-job2 = write_job(f"{work}/run-preset/job2.json", model=preset, batch_size=3, output={"path": "out2.h5"},
-                 parallel={"pipeline_stages": 2})
-p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", harvest, "run", job2, "--quiet"],
-                   capture_output=True, text=True, env=MPI_ENV, timeout=600)
-check(p.returncode == 0, f"2 stages: exit {p.returncode}: {p.stderr[-1000:]}")
-if p.returncode == 0:
-    d = output_diff(f"{work}/run-preset/out.h5", f"{work}/run-preset/out2.h5", ignore=BOOKKEEPING | {"job"})
-    check(d is None, f"2 pipeline stages differ from one rank: {d}")
+ft.two_stages(harvest, f"{work}/run-preset", preset)
 
 # ---- the names: listed, aliases, refusals ----
 listing = run(harvest, "activations", preset, check=0).stdout
 check("layers.0.attention_post_norm_output" in listing and "attention_norm_output" not in listing
       and "mlp_norm_output" not in listing, "activations: the post norms' outputs, no pre-norm outputs")
-al = {g["alias"]: g["canonical_name"] for g in
-      json.loads(run(harvest, "activations", preset, "--aliases", "--json", check=0).stdout)}
+al = ft.aliases(harvest, preset)
 check(al.get("blocks.1.hook_attn_out") == "layers.1.attention_post_norm_output" and
       al.get("blocks.0.hook_mlp_out") == "layers.0.mlp_post_norm_output" and
       al.get("blocks.0.attn.hook_q") == "layers.0.attention_queries_pre_rope",
       f"--aliases: {[(a, c) for a, c in al.items() if 'hook_attn_out' in a or 'hook_q' in a]}")
-job = write_job(f"{work}/ln1.json", model=preset, data=f"{work}/run-preset/prompts.jsonl",
-                activations=["blocks.0.ln1.hook_normalized"], output={"path": f"{work}/ln1.h5"})
-p = run(harvest, "run", job, "--quiet")
-check(p.returncode == 1 and "blocks.0.ln1.hook_normalized" in p.stderr and "no norm before" in p.stderr,
-      f"ln1.hook_normalized refused naming it: exit {p.returncode}: {p.stderr[-300:]}")
+ft.run_refused(harvest, "ln1.hook_normalized refused naming it", f"{work}/ln1.json",
+               ["blocks.0.ln1.hook_normalized", "no norm before"], model=preset,
+               data=f"{work}/run-preset/prompts.jsonl", activations=["blocks.0.ln1.hook_normalized"],
+               output={"path": f"{work}/ln1.h5"})
 # `plan`: the parameters Olmo2ForCausalLM instantiates, counted from its modules (OLMo 2 7B's sizes)
 big = dict(json.load(open(f"{preset}/config.json")), vocab_size=100352, hidden_size=4096,
            intermediate_size=11008, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=32)
@@ -182,12 +135,6 @@ release = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref", "confi
 p = run(harvest, "plan", release, check=0)
 check(p.returncode == 0 and n == 7298617344 and f"parameters: {n:,}" in p.stdout,
       f"plan of the release config (tests/ref/configs): {n:,} parameters expected: {p.stdout[:300]}")
-bad = f"{work}/bad"
-os.makedirs(bad)
 cfg = json.load(open(f"{preset}/config.json"))
-cfg["sliding_window"] = 4
-json.dump(cfg, open(f"{bad}/config.json", "w"))
-p = run(harvest, "activations", bad)
-check(p.returncode == 1 and "sliding_window" in p.stderr and "config.json" in p.stderr,
-      f"a sliding_window refused naming it: exit {p.returncode}: {p.stderr[-300:]}")
+ft.bad_config(harvest, "a sliding_window", f"{work}/bad", dict(cfg, sliding_window=4), ["sliding_window"])
 finish()

@@ -38,25 +38,19 @@ import sys
 import h5py
 import numpy as np
 
-from util import args, check, compare_row, finish, run, write_job, write_prompts
+import famtest as ft
+from famtest import close, differs
+from util import args, check, finish, run, write_job
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import olmoe_ref  # noqa: E402
 import param_count  # noqa: E402
-from hf.safetensors_io import load_checkpoint, write_safetensors  # noqa: E402
+from hf.safetensors_io import load_checkpoint  # noqa: E402
 
-RTOL = 1e-4
 LENGTHS = [5, 1, 17, 2, 9, 3]
-SEQ = {"seq", "query", "key"}
 REF_ONLY = {f"layers.{i}.{n}" for i in range(2)
             for n in ("attention_queries_pre_norm", "attention_keys_pre_norm", "router_probabilities")}
 CLIP = 0.5
 harvest, work = args()
-
-
-def close(a, b, what, tol=1e-5):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
-    return check(err <= tol, f"{what}: relative error {err:.1e}")
 
 
 def variant(src, dst):
@@ -74,9 +68,7 @@ def variant(src, dst):
         t[p + "k_norm.weight"] = (1 + 0.1 * rng.standard_normal(D)).astype(np.float32)
         for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
             t[p + n + ".bias"] = rng.standard_normal(D).astype(np.float32) * np.float32(0.1)
-    os.makedirs(dst, exist_ok=True)
-    write_safetensors(os.path.join(dst, "model.safetensors"), t, "F32")
-    json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+    ft.write_f32(dst, cfg, t)
 
 
 def softmax(z):
@@ -109,15 +101,10 @@ def clip_identities(A, p, T, clip, name):
 
 
 def identities(f, i, T, r, w, name):
-    A = lambda n: f["activations/" + n][i]
-    eps, H, KV = r.eps, r.H, r.KV
-    hd = r.hd
+    A = ft.row(f, i)
     for l in range(r.L):
         p = f"layers.{l}."
-        x, mid, out = (A(p + n)[:T] for n in ("layer_input", "layer_mid", "layer_output"))
-        a, m = A(p + "attention_output")[:T], A(p + "mlp_output")[:T]
-        check(np.array_equal(mid, x + a), f"{name} {p}layer_mid == layer_input + attention_output")
-        check(np.array_equal(out, mid + m), f"{name} {p}layer_output == layer_mid + mlp_output")
+        ft.residuals(A, p, T, name)
         check(np.array_equal(A(p + "mlp_input")[:T], A(p + "mlp_norm_output")[:T]),
               f"{name} {p}mlp_input == mlp_norm_output")
         expert_identities(A, p, T, r.k, name)
@@ -128,60 +115,29 @@ def identities(f, i, T, r, w, name):
         qp = A(p + "attention_norm_output")[:T].astype(np.float64) @ w[mw + "q_proj.weight"].T
         if r.bias:
             qp = qp + w[mw + "q_proj.bias"]
-        qn = olmoe_ref.rmsnorm(qp, w[mw + "q_norm.weight"], eps)
-        if r.clip is not None:
-            qn = np.clip(qn, -r.clip, r.clip)
         got = A(p + "attention_queries_pre_rope")[:, :T].astype(np.float64)  # (H, T, hd)
-        close(qn.reshape(T, H, hd).transpose(1, 0, 2), got, f"{name} {p}q_norm over the projection")
-        ph = qp.reshape(T, H, hd)
-        ph = ph / np.sqrt(np.mean(ph ** 2, -1, keepdims=True) + eps) * w[mw + "q_norm.weight"].reshape(H, hd)
-        if r.clip is not None:
-            ph = np.clip(ph, -r.clip, r.clip)
-        check(np.abs(ph.transpose(1, 0, 2) - got).max() > 1e3 * RTOL * np.abs(got).max() or T == 1,
-              f"{name} {p}a per-head q norm does not give the stored queries")
-        P = A(p + "attention_probabilities")[:, :T, :T].astype(np.float64)
-        close(P.sum(-1), np.ones(P.shape[:2]), f"{name} {p}probability rows sum to 1")
-    head = w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"]
-    lm = A("final_norm_output")[:T].astype(np.float64) @ head.T
-    close(lm, A("lm_head_output")[:T], f"{name}: lm_head(final_norm_output) == lm_head_output")
-    check(np.array_equal(A("lm_head_output")[:T], A("logits")[:T]), f"{name}: logits == lm_head_output")
-
-
-def differs(got, ref):
-    return np.abs(got - ref).max() > 100 * RTOL * np.abs(ref).max()
+        ft.q_norm_whole(name, p, qp, w[mw + "q_norm.weight"], r.eps, r.H, r.hd, got, olmoe_ref.rmsnorm, r.clip)
+        ft.rows_sum_to_one(A, p, T, name)
+    ft.lm_head(A, T, w["lm_head.weight"] if "lm_head.weight" in w else w["model.embed_tokens.weight"], name)
 
 
 def golden(name, model):
-    d = f"{work}/run-{name}"
-    os.makedirs(d, exist_ok=True)
     ref = olmoe_ref.load(model)
     cfg, w = ref.cfg, ref.w
     renorm = olmoe_ref.OlmoeRef(dict(cfg, norm_topk_prob=True), w)  # the mutation
     noclip = olmoe_ref.OlmoeRef(dict(cfg, clip_qkv=None), w) if ref.clip is not None else None
-    write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=11, vocab=cfg["vocab_size"])
-    job = write_job(f"{d}/job.json", model=model, batch_size=3)
-    run(harvest, "run", job, "--quiet", check=0)
-    names = [l.split()[0] for l in run(harvest, "activations", model, check=0).stdout.splitlines()]
+    names, out = ft.golden_run(harvest, f"{work}/run-{name}", model, LENGTHS, cfg["vocab_size"])
     worst, caught, caught_clip, longer = 0.0, 0, 0, 0
     last = f"layers.{ref.L - 1}.layer_output"
-    with h5py.File(f"{d}/out.h5", "r") as f:
-        check(f.attrs["model_family"] == "olmoe", f"{name}: model_family {f.attrs['model_family']}")
-        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
-        for i in range(len(f["prompts/length"])):
-            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
-            ids = list(f["tokens/input_ids"][o:o + T])
+    with ft.output(out, name, names, "olmoe") as f:
+        for i, T, ids in ft.prompts(f):
             want = ref.forward(ids)
             check(REF_ONLY <= set(want), f"{name}: the reference's own intermediates {REF_ONLY - set(want)}")
             mine = set(want) - REF_ONLY - {"input_ids"}
             check(mine == set(names) - {"input_ids", "attention_mask"},
                   f"{name}: catalogue == the reference's names: {sorted(mine ^ (set(names) - {'input_ids', 'attention_mask'}))}")
             check(np.array_equal(f["activations/input_ids"][i][:T], ids), f"{name}: input_ids")
-            for n in sorted(mine):
-                if n not in names:
-                    continue
-                dset = f["activations/" + n]
-                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in list(dset.attrs["semantic_shape"])[1:])
-                worst = max(worst, compare_row(f"{name} {n}", dset[i], c, want[n][0], RTOL))
+            worst = max(worst, ft.compare_all(f, i, T, {n: want[n] for n in mine}, name, names))
             identities(f, i, T, ref, w, name)
             # the mutation: the top-k weights renormalised
             mut = renorm.forward(ids)
@@ -213,8 +169,7 @@ listing = run(harvest, "activations", preset, check=0).stdout
 check("layers.0.router_logits" in listing and "layers.0.expert_weights" in listing and
       "mlp_neurons" not in listing and "post_norm" not in listing,
       "activations: the mixture's values, no dense MLP's and no post norms'")
-al = {g["alias"]: g["canonical_name"] for g in
-      json.loads(run(harvest, "activations", preset, "--aliases", "--json", check=0).stdout)}
+al = ft.aliases(harvest, preset)
 for a, c in (("model.layers.1.mlp.gate", "layers.1.router_logits"),
              ("model.layers.0.input_layernorm", "layers.0.attention_norm_output"),
              ("model.layers.0.post_attention_layernorm", "layers.0.mlp_norm_output"),
@@ -237,12 +192,7 @@ for i, (over, key) in enumerate([({"clip_qkv": 0}, "clip_qkv"), ({"clip_qkv": -1
                                  ({"head_dim": 16}, "head_dim"), ({"hidden_size": 34}, "hidden_size"),
                                  ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling"),
                                  ({"num_experts_per_tok": 65}, "num_experts_per_tok")]):
-    bad = f"{work}/bad{i}"
-    os.makedirs(bad)
-    json.dump(dict(base, **over), open(f"{bad}/config.json", "w"))
-    p = run(harvest, "plan", f"{bad}/config.json")
-    check(p.returncode == 1 and key in p.stderr and "config.json" in p.stderr,
-          f"{over} refused naming {key}: exit {p.returncode}: {p.stderr[-300:]}")
+    ft.bad_config(harvest, f"{over} refused", f"{work}/bad{i}", dict(base, **over), [key], cmd="plan")
 loc = f"{work}/local"
 os.makedirs(loc)
 json.dump({k: v for k, v in dict(base, num_local_experts=16).items() if k != "num_experts"},

@@ -29,28 +29,21 @@ tests/ref/configs/Phi-3.5-mini-instruct.json at 4 pipeline stages."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import h5py
 import numpy as np
 
-from util import MPI_ENV, BOOKKEEPING, args, check, compare_row, finish, output_diff, run, write_job, write_prompts
+import famtest as ft
+from famtest import RTOL, close
+from util import args, check, finish, run, write_job
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "ref"))
 import phi3_ref  # noqa: E402
-from hf.safetensors_io import load_checkpoint, write_safetensors  # noqa: E402
+from hf.safetensors_io import load_checkpoint  # noqa: E402
 
-RTOL = 1e-4
 LENGTHS = [5, 1, 17, 16, 30, 2, 9]
-SEQ = {"seq", "query", "key"}
 FUSED = {"attention_qkv", "mlp_gate_up"}  # the reference's fused outputs: harvest stores their parts
 harvest, work = args()
-
-
-def close(a, b, what, tol=1e-5):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
-    return check(err <= tol, f"{what}: relative error {err:.1e}")
 
 
 def variant(src, dst):
@@ -59,21 +52,16 @@ def variant(src, dst):
     cfg.update(tie_word_embeddings=True, torch_dtype="float32", partial_rotary_factor=0.75, sliding_window=5,
                rope_theta=500000.0, rope_scaling={"type": "longrope", "short_factor": [1.0, 1.3, 2.5],
                                                   "long_factor": [2.0, 9.0, 40.0], "attention_factor": 1.25})
-    t = {k: v.astype(np.float32) for k, v in w.items() if k != "lm_head.weight"}
-    os.makedirs(dst, exist_ok=True)
-    write_safetensors(os.path.join(dst, "model.safetensors"), t, "F32")
-    json.dump(cfg, open(os.path.join(dst, "config.json"), "w"))
+    ft.write_f32(dst, cfg, {k: v.astype(np.float32) for k, v in w.items() if k != "lm_head.weight"})
 
 
 def identities(f, i, T, ref, w, name):
-    A = lambda n: f["activations/" + n][i]
+    A = ft.row(f, i)
     H, KV, hd, r = ref.H, ref.KV, ref.hd, ref.rot
     att = phi3_ref.longrope_inv_freq(ref.cfg, r, T)[1]
     for l in range(ref.L):
         p, mw = f"layers.{l}.", f"model.layers.{l}."
-        x, mid, out = (A(p + k)[:T] for k in ("layer_input", "layer_mid", "layer_output"))
-        check(np.array_equal(mid, x + A(p + "attention_output")[:T]), f"{name} {p}layer_mid == input + attention")
-        check(np.array_equal(out, mid + A(p + "mlp_output")[:T]), f"{name} {p}layer_output == mid + mlp")
+        ft.residuals(A, p, T, name)
         check(np.array_equal(A(p + "mlp_input")[:T], A(p + "mlp_norm_output")[:T]), f"{name} {p}mlp_input")
         # the row blocks of qkv_proj: q, then k, then v
         qkv = A(p + "attention_norm_output")[:T].astype(np.float64) @ w[mw + "self_attn.qkv_proj.weight"].T
@@ -86,11 +74,8 @@ def identities(f, i, T, ref, w, name):
         close(q0[:, :r], qp0[:, :r] * att, f"{name} {p}position 0: queries = pre-RoPE x attention factor {att:.4f}")
         check(np.array_equal(A(p + "attention_queries")[:, :T, r:], A(p + "attention_queries_pre_rope")[:, :T, r:]),
               f"{name} {p}dims past the {r} rotary ones are not rotated")
-        P = A(p + "attention_probabilities")[:, :T, :T].astype(np.float64)
-        close(P.sum(-1), np.ones(P.shape[:2]), f"{name} {p}probability rows sum to 1")
-    head = w["model.embed_tokens.weight" if ref.cfg.get("tie_word_embeddings") else "lm_head.weight"]
-    close(A("final_norm_output")[:T].astype(np.float64) @ head.T, A("lm_head_output")[:T], f"{name}: lm_head")
-    check(np.array_equal(A("lm_head_output")[:T], A("logits")[:T]), f"{name}: logits == lm_head_output")
+        ft.rows_sum_to_one(A, p, T, name)
+    ft.lm_head(A, T, w["model.embed_tokens.weight" if ref.cfg.get("tie_word_embeddings") else "lm_head.weight"], name)
 
 
 def mutants(cfg, w):
@@ -107,33 +92,19 @@ def mutants(cfg, w):
 
 
 def golden(name, model):
-    d = f"{work}/run-{name}"
-    os.makedirs(d, exist_ok=True)
     cfg, w = load_checkpoint(model)
     ref = phi3_ref.Phi3Ref(cfg, w)
     swapped, longf = mutants(cfg, w)
     L0 = cfg["original_max_position_embeddings"]
-    write_prompts(f"{d}/prompts.jsonl", LENGTHS, seed=11, vocab=cfg["vocab_size"])
-    job = write_job(f"{d}/job.json", model=model, batch_size=3)
-    run(harvest, "run", job, "--quiet", check=0)
-    names = [l.split()[0] for l in run(harvest, "activations", model, check=0).stdout.splitlines()]
+    names, out = ft.golden_run(harvest, f"{work}/run-{name}", model, LENGTHS, cfg["vocab_size"])
     worst, caught_swap, caught_long, n_short = 0.0, 0, 0, 0
     last = f"layers.{ref.L - 1}.layer_output"
-    with h5py.File(f"{d}/out.h5", "r") as f:
-        check(f.attrs["model_family"] == "phi3", f"{name}: model_family {f.attrs['model_family']}")
-        check(sorted(f["activations"]) == sorted(names), f"{name}: one dataset a catalogue name")
-        for i in range(len(f["prompts/length"])):
-            T, o = int(f["prompts/length"][i]), int(f["prompts/token_offset"][i])
-            ids = list(f["tokens/input_ids"][o:o + T])
+    with ft.output(out, name, names, "phi3") as f:
+        for i, T, ids in ft.prompts(f):
             want = ref.forward(ids)
             mine = {n for n in want if n.split(".")[-1] not in FUSED} | {"attention_mask"}
             check(mine == set(names), f"{name}: catalogue == the reference's names: {sorted(mine ^ set(names))}")
-            for n in want:
-                if n not in names:
-                    continue
-                dset = f["activations/" + n]
-                c = tuple(slice(0, T) if a in SEQ else slice(None) for a in list(dset.attrs["semantic_shape"])[1:])
-                worst = max(worst, compare_row(f"{name} {n} (T={T})", dset[i], c, want[n][0], RTOL))
+            worst = max(worst, ft.compare_all(f, i, T, want, f"{name} (T={T})", names))
             identities(f, i, T, ref, w, name)
             got = f["activations/" + last][i][:T].astype(np.float64)
             differs = lambda m: np.abs(got - m.forward(ids)[last][0]).max() > 100 * RTOL * np.abs(got).max()
@@ -154,14 +125,7 @@ variant(preset, f"{work}/variant")
 golden("variant", f"{work}/variant")
 
 # ---- two pipeline stages (np 2) store the same bits as one rank ----
-job2 = write_job(f"{work}/run-preset/job2.json", model=preset, batch_size=3, output={"path": "out2.h5"},
-                 parallel={"pipeline_stages": 2})
-p = subprocess.run(["mpirun", "-np", "2", "--oversubscribe", harvest, "run", job2, "--quiet"],
-                   capture_output=True, text=True, env=MPI_ENV, timeout=600)
-check(p.returncode == 0, f"2 stages: exit {p.returncode}: {p.stderr[-1000:]}")
-if p.returncode == 0:
-    d = output_diff(f"{work}/run-preset/out.h5", f"{work}/run-preset/out2.h5", ignore=BOOKKEEPING | {"job"})
-    check(d is None, f"2 pipeline stages differ from one rank: {d}")
+ft.two_stages(harvest, f"{work}/run-preset", preset)
 
 # ---- the same rope in other spellings gives the same bits: transformers 5's rope_parameters (theta
 # and the original length inside), and "su", Phi3Config's old name of longrope ----
@@ -199,13 +163,10 @@ for label, np_, par in (("np1", 1, {}), ("s2", 2, {"pipeline_stages": 2})):
     job = write_job(f"{work}/run-preset/bf16-{label}.json", model=preset, batch_size=3, compute="bf16",
                     activations=["layers.*.layer_output", "layers.*.attention_keys", "logits"],
                     output={"path": f"out-bf16-{label}.h5"}, parallel=par)
-    p = subprocess.run(["mpirun", "-np", str(np_), "--oversubscribe", harvest, "run", job, "--quiet"],
-                       capture_output=True, text=True, env=MPI_ENV, timeout=600)
-    check(p.returncode == 0, f"bf16 {label}: exit {p.returncode}: {p.stderr[-600:]}")
+    ft.mpirun(harvest, job, np_, f"bf16 {label}")
     out16[label] = f"{work}/run-preset/out-bf16-{label}.h5"
 if all(os.path.exists(o) for o in out16.values()):
-    d = output_diff(out16["np1"], out16["s2"], ignore=BOOKKEEPING | {"job"})
-    check(d is None, f"bf16: 2 pipeline stages differ from one rank: {d}")
+    ft.same_bits(out16["np1"], out16["s2"], "bf16: 2 pipeline stages")
     with h5py.File(out16["np1"], "r") as f:
         check(f.attrs["compute_dtype"] == "bf16", f"compute_dtype {f.attrs['compute_dtype']}")
         worst = 0.0
@@ -221,27 +182,19 @@ if all(os.path.exists(o) for o in out16.values()):
         print(f"compute bf16: within {worst:.1e} of the reference; 2 stages bit for bit one rank", flush=True)
 
 # ---- aliases ----
-al = {g["alias"]: g["canonical_name"] for g in
-      json.loads(run(harvest, "activations", preset, "--aliases", "--json", check=0).stdout)}
+al = ft.aliases(harvest, preset)
 check(al.get("blocks.0.attn.hook_q") == "layers.0.attention_queries_pre_rope" and
       al.get("blocks.1.hook_resid_post") == "layers.1.layer_output", "--aliases: the shared rows hold")
-job = write_job(f"{work}/qkv.json", model=preset, data=f"{work}/run-preset/prompts.jsonl",
-                activations=["model.layers.0.self_attn.qkv_proj"], output={"path": f"{work}/qkv.h5"})
-p = run(harvest, "run", job, "--quiet")
-check(p.returncode == 1 and "qkv_proj" in p.stderr and "attention_keys_pre_rope" in p.stderr,
-      f"qkv_proj refused naming the three values: exit {p.returncode}: {p.stderr[-300:]}")
+ft.run_refused(harvest, "qkv_proj refused naming the three values", f"{work}/qkv.json",
+               ["qkv_proj", "attention_keys_pre_rope"], model=preset, data=f"{work}/run-preset/prompts.jsonl",
+               activations=["model.layers.0.self_attn.qkv_proj"], output={"path": f"{work}/qkv.h5"})
 
 
 # ---- bad configs: exit 1 naming config.json and the key ----
 def bad(label, change, key):
-    dst = f"{work}/bad-{label}"
-    os.makedirs(dst)
     cfg = json.load(open(f"{preset}/config.json"))
     change(cfg)
-    json.dump(cfg, open(f"{dst}/config.json", "w"))
-    p = run(harvest, "activations", dst)
-    check(p.returncode == 1 and key in p.stderr and "config.json" in p.stderr,
-          f"{label}: exit {p.returncode}, naming {key}: {p.stderr[-300:]}")
+    ft.bad_config(harvest, label, f"{work}/bad-{label}", cfg, [key])
 
 
 bad("dynamic", lambda c: c["rope_scaling"].update(type="dynamic", factor=2.0), "rope_scaling.rope_type")
