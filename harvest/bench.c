@@ -162,17 +162,27 @@ static void reset_peak_rss(void) {
     if (fp) fputs("5", fp), fclose(fp);
 }
 
-// compute bf16: the linear layers' rate over the runs (outside expert regions) against a oneDNN
-// bf16 matmul of 4096^3 on the same threads, measured now
+// compute bf16: the linear layers' rate over the runs (outside expert regions) against the AMX
+// peak (tdpbf16ps on registers, on one and on the run's threads) and a oneDNN bf16 matmul of
+// 4096^3 on the same threads, all measured now
 static void bf16_rates(void) {
-    double flops, sec, peak = mm16_peak_gflops(4096, op_threads(), 3);
+    double flops, sec, amx1 = mm16_amx_peak_gflops(1, 5),
+                       amx = mm16_amx_peak_gflops(op_threads(), 5);
+    double dnnl = mm16_peak_gflops(4096, op_threads(), 3);
     mm16_counters(&flops, &sec);
     double g = sec > 0 ? flops / sec * 1e-9 : 0.0;
-    printf("  compute bf16 (oneDNN %s): linear layers %.1f GFLOP/s = %.0f%% of the bf16 peak "
-           "measured now (%.1f GFLOP/s, 4096^3, %d threads); %.1f s of the runs in them\n",
-           mm16_impl(4096), g, 100.0 * g / peak, peak, op_threads(), sec);
+    if (amx > 0)
+        printf("  compute bf16 (%s): linear layers %.1f GFLOP/s = %.0f%% of the AMX peak measured "
+               "now (%.1f GFLOP/s, tdpbf16ps on registers, %d threads; 1 thread %.1f); oneDNN "
+               "4096^3 %.1f GFLOP/s; %.1f s of the runs in them\n",
+               mm16_kernel(), g, 100.0 * g / amx, amx, op_threads(), amx1, dnnl, sec);
+    else
+        printf("  compute bf16 (%s): linear layers %.1f GFLOP/s = %.0f%% of the bf16 peak "
+               "measured now (%.1f GFLOP/s, oneDNN 4096^3, %d threads); %.1f s of the runs in "
+               "them\n",
+               mm16_kernel(), g, 100.0 * g / dnnl, dnnl, op_threads(), sec);
     struct mm16_packing p = mm16_packing(); // the last run's
-    printf("  compute bf16: %d weight matrices packed into oneDNN's layout (%.1f MiB), %d left "
+    printf("  compute bf16: %d weight matrices packed into the kernel's layout (%.1f MiB), %d left "
            "plain; %.1f MiB of mapped pages released; packing %.2f s of the run\n",
            p.n_packed, (double)p.bytes / 1048576.0, p.n_plain, (double)p.released / 1048576.0,
            p.seconds);

@@ -25,7 +25,7 @@
 #include "harvest/saeval.h" // the splice-in evaluation of saes[i].evaluate
 #include "harvest/writer.h"
 #include "io/h5sae.h"   // h5sae_print_eval (the summary)
-#include "model/dnnl.h" // mm16_packing
+#include "model/dnnl.h" // mm16_packing, mm16_kernel
 #include "model/ops.h"  // op_threads, op_compute
 
 #include <cjson/cJSON.h>
@@ -278,12 +278,14 @@ static void say_stage(const struct plan *pl, const struct grid *g, bool quiet) {
                                    g->n_shards, &kind);
     char sh[64] = "";
     if (g->n_shards > 1) snprintf(sh, sizeof sh, ", expert shard %d of %d", g->shard, g->n_shards);
-    fprintf(stderr, "harvest: rank %d: stage %d of %d, blocks %d-%d%s: weights %.1f MB (%s)%s\n",
+    bool bf = op_compute() == OP_COMPUTE_BF16;
+    fprintf(stderr,
+            "harvest: rank %d: stage %d of %d, blocks %d-%d%s: weights %.1f MB (%s)%s%s%s\n",
             g->rank, g->stage, g->n_stages, g->b0, g->b1 - 1, sh, (double)wb / 1e6, kind,
-            op_compute() == OP_COMPUTE_BF16
-                ? "; compute bf16: each matrix packed once, at its first product, into oneDNN's "
-                  "blocked layout (about as large), its mapped pages then released"
-                : "");
+            bf ? "; compute bf16 on " : "", bf ? mm16_kernel() : "",
+            bf ? "; each matrix packed once, at its first product, into the kernel's layout "
+                 "(about as large), its mapped pages then released"
+               : "");
 }
 
 // compute bf16: what the stage's packed matrices hold (model/dnnl.h mm16_packing)

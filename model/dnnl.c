@@ -1,17 +1,22 @@
-// dnnl.c - bf16 matmuls through oneDNN's C API (see dnnl.h): one engine, a stream and buffers a
-// thread, the primitives cached by (K, columns, packed) in a small table, and the packed weight
-// matrices in another, by (w16, K, N).
-#define _DEFAULT_SOURCE // defines: strdup, madvise, MADV_DONTNEED, sysconf
+// dnnl.c - bf16 matmuls (see dnnl.h): on a CPU with AMX-BF16 harvest's own kernel (model/amx.h),
+// elsewhere oneDNN's C API: one engine, a stream and buffers a thread, the primitives cached by
+// (K, columns, packed) in a small table; the packed weight matrices (either layout) in another,
+// by (w16, K, N).
+#define _DEFAULT_SOURCE // defines: strdup, madvise, MADV_DONTNEED, sysconf, syscall
 #include "model/dnnl.h"
+
+#include "model/amx.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
+#include <cpuid.h> // defines: __get_cpuid_count
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h> // defines: madvise
-#include <unistd.h>   // defines: sysconf
+#include <sys/mman.h>    // defines: madvise
+#include <sys/syscall.h> // defines: SYS_arch_prctl
+#include <unistd.h>      // defines: sysconf, syscall
 #ifdef _OPENMP
 #include <omp.h> // defines: omp_get_wtime, omp_in_parallel, omp_set_num_threads, ...
 #endif
@@ -31,6 +36,43 @@ static void die(const char *what, int status) {
         if (st_ != dnnl_success) die(#call, (int)st_); \
     } while (0)
 
+// ----------------------------------------------------------------------------
+// the kernel: harvest's AMX one where the CPU and the OS allow it
+
+#define ARCH_REQ_XCOMP_PERM 0x1023 // Linux >= 5.16 (asm/prctl.h)
+#define XFEATURE_XTILEDATA  18
+
+static const char *amx_off = "not checked"; // why AMX cannot run here (NULL: it can)
+static bool own;                            // new matrices go to the AMX kernel
+static const char *own_off;                 // why not, when AMX could (HARVEST_BF16_KERNEL)
+
+// NULL when this process may run AMX-BF16 (cpuid, AVX-512 enabled, the tile state granted)
+static const char *amx_check(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 22)) || !(d & (1u << 24)))
+        return "the CPU has no AMX-BF16";
+    __builtin_cpu_init();
+    if (!__builtin_cpu_supports("avx512f")) return "AVX-512 is off";
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return "the OS refused the AMX tile state: arch_prctl ARCH_REQ_XCOMP_PERM, Linux >= 5.16";
+    return NULL;
+}
+
+// HARVEST_BF16_KERNEL: unset, "amx" or "auto" (AMX where it runs), "onednn"; 0, or -1 with msg
+static int pick_kernel(char *msg, int msg_size) {
+    const char *k = getenv("HARVEST_BF16_KERNEL");
+    amx_off = amx_check();
+    own_off = NULL;
+    if (k && *k && strcmp(k, "amx") && strcmp(k, "auto") && strcmp(k, "onednn")) {
+        snprintf(msg, (size_t)msg_size,
+                 "HARVEST_BF16_KERNEL=%s: not one of amx, auto (the same) or onednn", k);
+        return -1;
+    }
+    if (k && !strcmp(k, "onednn")) own_off = "HARVEST_BF16_KERNEL=onednn";
+    own = !amx_off && !own_off;
+    return 0;
+}
+
 int mm16_init(char *msg, int msg_size) {
 #pragma omp critical(mm16_table)
     if (init_rc == 1) {
@@ -39,8 +81,30 @@ int mm16_init(char *msg, int msg_size) {
         if (init_rc < 0)
             snprintf(msg, (size_t)msg_size, "oneDNN has no CPU engine (dnnl_engine_create: %d)",
                      (int)st);
+        else
+            init_rc = pick_kernel(msg, msg_size);
     }
+    if (init_rc == -1 && msg_size > 0 && !msg[0])
+        snprintf(msg, (size_t)msg_size, "the bf16 kernels did not start (see the first error)");
     return init_rc;
+}
+
+bool mm16_set_own_kernel(bool on) {
+    own = on && !amx_off;
+    own_off = on ? NULL : "switched off by mm16_set_own_kernel";
+    return own;
+}
+
+const char *mm16_kernel(void) {
+    static char buf[300];
+    if (own) return "harvest's AMX kernel, tdpbf16ps in 32 x 32 blocks";
+    snprintf(buf, sizeof buf, "oneDNN %s; harvest's AMX kernel off: %s", mm16_impl(4096),
+             amx_off ? amx_off : own_off);
+    return buf;
+}
+
+double mm16_amx_peak_gflops(int threads, int reps) {
+    return amx_off ? 0.0 : amx_peak_gflops(threads, reps);
 }
 
 uint16_t mm16_round(float f) {
@@ -175,6 +239,7 @@ struct packed {
     const uint16_t *w16;
     int K, N;
     bool kn;     // w16 is (K, N) row-major
+    bool amx;    // packed for the AMX kernel (amx.h), not for oneDNN's tiles
     char *data;  // the column tiles one after another; owned (NULL: the plain path)
     size_t full; // bytes of a full tile's (MM16_COLS columns), a multiple of 64
 };
@@ -245,12 +310,27 @@ static void release(const uint16_t *w16, size_t n) {
     if (madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0) bytes_released += (int64_t)(hi - lo);
 }
 
-// w16 packed (within the table's lock): the tiles' layouts are the packed primitives' weights
-static struct packed *pack(const uint16_t *w16, int K, int N, bool kn) {
+// w16 packed for the AMX kernel (on `threads` threads)
+static void pack_amx(struct packed *q, int threads) {
+    int64_t bytes = amx_packed_bytes(q->K, q->N);
+    if (!(q->data = aligned_alloc(64, (size_t)bytes))) die("malloc of packed weights", 0);
+    amx_pack((uint16_t *)(void *)q->data, q->w16, q->K, q->N, q->kn, threads);
+    bytes_packed += bytes;
+    release(q->w16, sizeof(uint16_t) * (size_t)q->K * (size_t)q->N);
+}
+
+// w16 packed (within the table's lock): for the AMX kernel (own), or the tiles' layouts are the
+// packed primitives' weights
+static struct packed *pack(const uint16_t *w16, int K, int N, bool kn, int threads) {
     double t0 = now();
     struct packed *q = calloc(1, sizeof *q);
     if (!q) die("calloc of a packed matrix", 0);
-    *q = (struct packed){w16, K, N, kn, NULL, 0};
+    *q = (struct packed){w16, K, N, kn, own, NULL, 0};
+    if (own) {
+        pack_amx(q, threads);
+        pack_seconds += now() - t0;
+        return q;
+    }
     int64_t n_nt = ((int64_t)N + MM16_COLS - 1) / MM16_COLS, last = N - (n_nt - 1) * MM16_COLS;
     const struct prim *pf = prim_of(K, MM16_COLS, true, 0), *pl = prim_of(K, (int)last, true, 0);
     q->full = (dnnl_memory_desc_get_size(&pf->wd) + 63) / 64 * 64;
@@ -273,7 +353,7 @@ static struct packed *pack(const uint16_t *w16, int K, int N, bool kn) {
 }
 
 // w16's packed matrix, packed now if new (NULL: packing off)
-static const struct packed *packed_of(const uint16_t *w16, int K, int N, bool kn) {
+static const struct packed *packed_of(const uint16_t *w16, int K, int N, bool kn, int threads) {
     struct packed *r = NULL;
     if (!packing) return NULL;
 #pragma omp critical(mm16_packs)
@@ -287,7 +367,7 @@ static const struct packed *packed_of(const uint16_t *w16, int K, int N, bool kn
                 packs = realloc(packs, sizeof *packs * (size_t)cap_packs);
                 if (!packs) die("realloc of the packed matrices' table", 0);
             }
-            r = packs[n_packs++] = pack(w16, K, N, kn);
+            r = packs[n_packs++] = pack(w16, K, N, kn, threads);
         }
     }
     return r;
@@ -383,16 +463,12 @@ static bool in_region(void) {
 #endif
 }
 
-static void product(float *out, const float *in, const uint16_t *w16, bool kn, int M, int K, int N,
-                    int threads) {
-    if (M <= 0) return;
-    bool nested = in_region();
-    const struct packed *q = packed_of(w16, K, N, kn); // the first product of w16 packs it
-    double t0 = nested ? 0.0 : now();                  // (not counted: mm16_packing says how long)
+// oneDNN's tiles: q packed for them, or NULL (the plain path)
+static void onednn_product(float *out, const float *in, const uint16_t *w16, bool kn,
+                           const struct packed *q, int M, int K, int N, bool nested, int nt) {
     int64_t n_mt = ((int64_t)M + MM16_ROWS - 1) / MM16_ROWS, padded = n_mt * MM16_ROWS;
     int64_t n_nt = ((int64_t)N + MM16_COLS - 1) / MM16_COLS;
     uint16_t *a16 = input_buf(padded * K, nested);
-    int nt = nested ? 1 : threads;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t r = 0; r < padded; r++)
         for (int64_t k = 0; k < K; k++)
@@ -404,6 +480,19 @@ static void product(float *out, const float *in, const uint16_t *w16, bool kn, i
         int cols = N - n0 < MM16_COLS ? (int)(N - n0) : MM16_COLS;
         tile(out, a16, w16, kn, q, m0, M, K, N, n0, cols);
     }
+}
+
+static void product(float *out, const float *in, const uint16_t *w16, bool kn, int M, int K, int N,
+                    int threads) {
+    if (M <= 0) return;
+    bool nested = in_region();
+    int nt = nested ? 1 : threads;
+    const struct packed *q = packed_of(w16, K, N, kn, nt); // the first product of w16 packs it
+    double t0 = nested ? 0.0 : now(); // (not counted: mm16_packing says how long)
+    if (q && q->amx)
+        amx_matmul(out, in, (const uint16_t *)(const void *)q->data, M, K, N, nt);
+    else
+        onednn_product(out, in, w16, kn, q, M, K, N, nested, nt);
     if (!nested) {
         n_flops += 2.0 * M * K * N;
         n_seconds += now() - t0;

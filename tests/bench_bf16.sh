@@ -1,5 +1,6 @@
 #!/bin/sh
-# bench_bf16.sh - `harvest bench --model` with compute "bf16" (oneDNN) against "float32" (OpenBLAS),
+# bench_bf16.sh - `harvest bench --model` with compute "bf16" (harvest's AMX kernel where the CPU
+# has AMX, else oneDNN) against "float32" (OpenBLAS),
 # side by side in one run. A benchmark, not a test (not in CTest): figures depend on the machine
 # and its load (on a shared machine the ratios of rounds run alternately matter more).
 #
@@ -7,12 +8,14 @@
 #
 # For each thread count, ROUNDS times, alternately: float32 then bf16 (one run a round, PROMPTS
 # prompts of T tokens in batches of 8, harvesting the last layer's residual). Prints every round's
-# tokens/s, the bf16 rounds' linear-layer GFLOP/s against the AMX (or other) bf16 peak that
-# `harvest bench --compute bf16` measures in the same run (a oneDNN 4096^3 bf16 matmul), and the
+# tokens/s, the bf16 rounds' linear-layer GFLOP/s against the bf16 peak that `harvest bench
+# --compute bf16` measures in the same run (on AMX: tdpbf16ps on tile registers, with oneDNN's
+# 4096^3 bf16 matmul beside it; elsewhere that matmul), and the
 # best of each with their ratio, each mode's peak RSS against (weights + run state), and what
 # bf16 packed (matrices, MiB, the mapped pages released, the seconds packing took inside the
 # run). Take the figures on a quiet machine (a loaded one moves them by tens of percent). A
-# checkpoint, e.g.:
+# HARVEST_BF16_KERNEL=onednn in the environment runs oneDNN's kernels on an AMX machine too (to
+# compare the two). A checkpoint, e.g.:
 #   harvest init-model --family llama --config tests/ref/hf-configs/Llama-3.2-1B.json --layers 4 DIR
 set -eu
 BUILD=$(cd "$1" && pwd)
@@ -38,7 +41,7 @@ for th in $THREADS; do
             tps=$(sed -n 's/^ *\([0-9.]*\) tokens\/s.*/\1/p' "$out")
             line="  threads $th round $r $c: $tps tokens/s"
             if [ "$c" = bf16 ]; then
-                line="$line; $(sed -n 's/^ *compute bf16 (oneDNN \([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the bf16 peak measured now (\([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the peak \4 GFLOP\/s (\1)/p' "$out")"
+                line="$line; $(sed -n -e 's/^ *compute bf16 (\([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the AMX peak measured now (\([0-9.]*\) GFLOP\/s, tdpbf16ps on registers, [0-9]* threads; 1 thread \([0-9.]*\)); oneDNN 4096^3 \([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the AMX peak \4 GFLOP\/s (tdpbf16ps on registers; 1 thread \5; oneDNN 4096^3 \6) (\1)/p' -e 's/^ *compute bf16 (\([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the bf16 peak measured now (\([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the peak \4 GFLOP\/s (oneDNN 4096^3) (\1)/p' "$out")"
                 bf=$(echo "$tps $bf" | awk '{print ($1 > $2) ? $1 : $2}')
             else
                 fp=$(echo "$tps $fp" | awk '{print ($1 > $2) ? $1 : $2}')

@@ -1,4 +1,6 @@
-// test_dnnl.c - model/dnnl.h: the bf16 x bf16 -> float32 products, plain and pre-packed.
+// test_dnnl.c - model/dnnl.h: the bf16 x bf16 -> float32 products, plain and pre-packed; all of
+// it with harvest's AMX kernel for the packed matrices where it runs (tests/test_amx.c has its
+// own cases), then with oneDNN's.
 //
 //   - values: packed and plain products of odd and real shapes (K 96 .. 2048, N with a remainder
 //     tile, M 1 .. 200) against a float64 product of the bf16-rounded operands (the only rounding
@@ -179,10 +181,15 @@ int main(void) {
     }
     set_threads(1);
     printf("oneDNN bf16 at K 2048: %s\n", mm16_impl(2048));
-    const int shapes[][2] = {{96, 700}, {64, 512}, {200, 1100}, {2048, 1536}};
-    for (int i = 0; i < 4; i++)
-        for (int packed = 0; packed < 2; packed++)
-            test_matmul_shape(shapes[i][0], shapes[i][1], packed);
-    test_release_mapped();
+    for (int own = 1; own >= 0; own--) { // the AMX kernel where it runs, then oneDNN's
+        mm16_forget();
+        if (mm16_set_own_kernel(own) != own) continue;
+        printf("packed: %s\n", mm16_kernel());
+        const int shapes[][2] = {{96, 700}, {64, 512}, {200, 1100}, {2048, 1536}};
+        for (int i = 0; i < 4; i++)
+            for (int packed = 0; packed < 2; packed++)
+                test_matmul_shape(shapes[i][0], shapes[i][1], packed);
+        test_release_mapped();
+    }
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }

@@ -1,0 +1,341 @@
+// amx.c - the AMX bf16 kernel (see amx.h): the weights' and the input's tile layouts, the
+// 32 x 32 micro-kernel, the cache blocks, and the tdpbf16ps peak. Compiled with -mamx-tile
+// -mamx-bf16 -mavx512f -mavx512bf16 (CMakeLists.txt): called only after dnnl.c found AMX.
+// M = rows of in and out, K = the shared dimension, N = columns of out (rows of w)
+#include "model/amx.h"
+
+#include <immintrin.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h> // defines: omp_get_wtime, omp_in_parallel, omp_get_thread_num
+#endif
+
+#define TILE 512 // bf16 a tile (16 rows x 32)
+
+static void die(const char *what) {
+    fprintf(stderr, "harvest: AMX kernel: %s failed\n", what);
+    exit(2);
+}
+
+static int64_t steps_of(int K) {
+    return ((int64_t)K + 31) / 32;
+}
+
+static int64_t pad32(int64_t n) {
+    return (n + 31) / 32 * 32;
+}
+
+int64_t amx_packed_bytes(int K, int N) {
+    return pad32(N) * steps_of(K) * 32 * (int64_t)sizeof(uint16_t);
+}
+
+// the tile configuration: palette 1, all 8 tiles 16 rows x 64 bytes (0-3 C, 4-5 A, 6-7 B)
+struct tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+};
+
+static void tiles_on(void) {
+    struct tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        c.colsb[i] = 64;
+        c.rows[i] = 16;
+    }
+    _tile_loadconfig(&c);
+}
+
+static bool in_region(void) {
+#ifdef _OPENMP
+    return omp_in_parallel();
+#else
+    return false;
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// packing the weights: element (n, k) of w at w[n * sn + k * sk]
+
+// tile (j, t) of the packed weights: K blocks of AMX_KC steps outermost, in each the strips one
+// after another, a strip's steps of the block contiguous
+static int64_t b_tile(int64_t j, int64_t t, int64_t n_strips, int64_t nk) {
+    int64_t k0 = t / AMX_KC * AMX_KC, steps = nk - k0 < AMX_KC ? nk - k0 : AMX_KC;
+    return (k0 * n_strips + j * steps + (t - k0)) * TILE;
+}
+
+static void pack_strip(uint16_t *dst, const uint16_t *w, int64_t j, int K, int N, int64_t sn,
+                       int64_t sk) {
+    int64_t nk = steps_of(K), n_strips = pad32(N) / 16;
+    for (int64_t t = 0; t < nk; t++)
+        for (int64_t c = 0; c < 16; c++) {
+            int64_t n = 16 * j + c;
+            uint16_t *d = dst + b_tile(j, t, n_strips, nk) + 2 * c; // row r: d[32 r], d[32 r + 1]
+            for (int64_t r = 0; r < 32; r++) { // r here: the K offset 0..31 in the step
+                int64_t k = 32 * t + r;
+                d[(r / 2) * 32 + (r % 2)] = n < N && k < K ? w[n * sn + k * sk] : 0;
+            }
+        }
+}
+
+void amx_pack(uint16_t *dst, const uint16_t *w, int K, int N, bool kn, int threads) {
+    int64_t n_strips = pad32(N) / 16;
+    int64_t sn = kn ? 1 : K, sk = kn ? N : 1;
+    int nt = in_region() ? 1 : threads;
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t j = 0; j < n_strips; j++)
+        pack_strip(dst, w, j, K, N, sn, sk);
+}
+
+// ----------------------------------------------------------------------------
+// the input: rounded to bf16 (mm16_round's rule, 16 at a time) into strips of 16 rows
+
+// 16 floats at p (the lanes of m; 0 elsewhere) to bf16, round to nearest even, NaN quiet
+static __m256i round16(const float *p, __mmask16 m) {
+    __m512i u = _mm512_maskz_loadu_epi32(m, p);
+    __m512i hi = _mm512_srli_epi32(u, 16);
+    __m512i bias =
+        _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7fff));
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, bias), 16);
+    __m512i mag = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(mag, _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_blend_epi32(nan, r, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);
+}
+
+static __mmask16 lanes(int64_t n) { // the first n of 16 (n may be <= 0 or > 16)
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+// row m of in (K floats) into its strip's tiles (row r of each), zeros past K
+static void pack_row(uint16_t *strip, const float *row, int64_t r, int K) {
+    int64_t nk = steps_of(K);
+    for (int64_t t = 0; t < nk; t++) {
+        int64_t k = 32 * t;
+        uint16_t *d = strip + t * TILE + r * 32;
+        _mm256_storeu_si256((__m256i *)d, round16(row + k, lanes(K - k)));
+        _mm256_storeu_si256((__m256i *)(d + 16), round16(row + k + 16, lanes(K - k - 16)));
+    }
+}
+
+static void pack_input(uint16_t *a, const float *in, int M, int K, int nt) {
+    int64_t n_strips = pad32(M) / 16, nk = steps_of(K);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t s = 0; s < n_strips; s++)
+        for (int64_t r = 0; r < 16; r++) {
+            int64_t m = 16 * s + r;
+            if (m < M)
+                pack_row(a + s * nk * TILE, in + m * K, r, K);
+            else
+                for (int64_t t = 0; t < nk; t++)
+                    memset(a + (s * nk + t) * TILE + r * 32, 0, 64);
+        }
+}
+
+// ----------------------------------------------------------------------------
+// the micro-kernel: C (32 x 32 floats at c as 4 tiles of 16 x 16, one after another: rows 0-15
+// columns 0-15, rows 0-15 columns 16-31, rows 16-31 columns 0-15, the last) = (zero ? 0 : C) +
+// A . B over `steps` K steps, A the tiles a0 (rows 0-15) and a1 (rows 16-31), B b0 (columns
+// 0-15) and b1; stored back into c, or when dst is not NULL into the 32 x 32 floats at dst
+// (row stride ldd bytes)
+
+static void kernel(float *c, const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
+                   const uint16_t *b1, int64_t steps, bool zero, float *dst, int64_t ldd) {
+    if (zero) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    } else {
+        _tile_loadd(0, c, 64);
+        _tile_loadd(1, c + 256, 64);
+        _tile_loadd(2, c + 512, 64);
+        _tile_loadd(3, c + 768, 64);
+    }
+    for (int64_t t = 0; t < steps; t++) {
+        _tile_loadd(4, a0 + t * TILE, 64);
+        _tile_loadd(6, b0 + t * TILE, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, b1 + t * TILE, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + t * TILE, 64);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    if (dst) {
+        float *d2 = (float *)(void *)((char *)dst + 16 * ldd);
+        _tile_stored(0, dst, ldd);
+        _tile_stored(1, dst + 16, ldd);
+        _tile_stored(2, d2, ldd);
+        _tile_stored(3, d2 + 16, ldd);
+        return;
+    }
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + 256, 64);
+    _tile_stored(2, c + 512, 64);
+    _tile_stored(3, c + 768, 64);
+}
+
+// ----------------------------------------------------------------------------
+// a block: rows [m0, m0 + AMX_MB) x columns [n0, n0 + AMX_NB) (padded), its sums in cb (AMX_MB x
+// AMX_NB floats, 32 x 32 at a time as the kernel lays them out, rows of them AMX_NB / 32 long), K
+// in blocks of AMX_KC steps; the last K block stores the 32 x 32 pieces inside out into out, the
+// others' valid parts are copied there from cb
+
+struct job {
+    float *out;
+    const uint16_t *a, *b; // the input's and the weights' tiles
+    int64_t M, N, nk, m_pad, n_pad;
+};
+
+// the sums of the 32 x 32 piece at rows mb, columns nb of the block (at m0, n0) into out, those
+// inside it
+static void copy_out(const struct job *j, const float *cb, int64_t m0, int64_t n0, int64_t mb,
+                     int64_t nb) {
+    int64_t rows = j->M - m0 - mb, cols = j->N - n0 - nb;
+    rows = rows < 32 ? rows : 32;
+    for (int64_t r = 0; r < rows; r++) {
+        const float *src = cb + mb * AMX_NB + nb * 32 + r / 16 * 512 + r % 16 * 16;
+        float *dst = j->out + (m0 + mb + r) * j->N + n0 + nb;
+        _mm512_mask_storeu_ps(dst, lanes(cols), _mm512_load_ps(src));
+        _mm512_mask_storeu_ps(dst + 16, lanes(cols - 16), _mm512_load_ps(src + 256));
+    }
+}
+
+static void block(const struct job *j, int64_t m0, int64_t n0, float *cb) {
+    int64_t rows = j->m_pad - m0 < AMX_MB ? j->m_pad - m0 : AMX_MB;
+    int64_t cols = j->n_pad - n0 < AMX_NB ? j->n_pad - n0 : AMX_NB;
+    int64_t strip = j->nk * TILE;
+    for (int64_t k0 = 0; k0 < j->nk; k0 += AMX_KC) {
+        int64_t steps = j->nk - k0 < AMX_KC ? j->nk - k0 : AMX_KC;
+        bool last = k0 + steps == j->nk;
+        for (int64_t mb = 0; mb < rows; mb += 32) {
+            const uint16_t *a0 = j->a + (m0 + mb) / 16 * strip + k0 * TILE;
+            for (int64_t nb = 0; nb < cols; nb += 32) {
+                const uint16_t *b0 = j->b + b_tile((n0 + nb) / 16, k0, j->n_pad / 16, j->nk);
+                bool inside = m0 + mb + 32 <= j->M && n0 + nb + 32 <= j->N;
+                float *c = cb + mb * AMX_NB + nb * 32;
+                float *dst = last && inside ? j->out + (m0 + mb) * j->N + n0 + nb : NULL;
+                kernel(c, a0, a0 + strip, b0, b0 + steps * TILE, steps, k0 == 0, dst,
+                       j->N * (int64_t)sizeof(float));
+                if (last && !inside) copy_out(j, cb, m0, n0, mb, nb);
+            }
+        }
+    }
+}
+
+static _Thread_local float *cbuf; // AMX_MB x AMX_NB floats, a thread's
+static uint16_t *a_buf;           // the input's tiles, calls outside parallel regions
+static int64_t a_cap;
+static _Thread_local uint16_t *a_nested; // of calls inside one, a thread each
+static _Thread_local int64_t a_nested_cap;
+
+static float *sums(void) {
+    if (!cbuf && !(cbuf = aligned_alloc(64, sizeof(float) * AMX_MB * AMX_NB)))
+        die("malloc of a block's sums");
+    return cbuf;
+}
+
+static uint16_t *input_buf(int64_t n, bool nested) {
+    uint16_t **p = nested ? &a_nested : &a_buf;
+    int64_t *cap = nested ? &a_nested_cap : &a_cap;
+    if (n > *cap) {
+        free(*p);
+        if (!(*p = aligned_alloc(64, sizeof(uint16_t) * (size_t)n))) die("malloc of the input");
+        *cap = n;
+    }
+    return *p;
+}
+
+void amx_matmul(float *out, const float *in, const uint16_t *packed, int M, int K, int N,
+                int threads) {
+    if (M <= 0) return;
+    bool nested = in_region();
+    int nt = nested ? 1 : threads;
+    struct job j = {out, NULL, packed, M, N, steps_of(K), pad32(M), pad32(N)};
+    uint16_t *a = input_buf(j.m_pad * j.nk * TILE / 16, nested);
+    pack_input(a, in, M, K, nt);
+    j.a = a;
+    int64_t n_mb = (j.m_pad + AMX_MB - 1) / AMX_MB, n_nb = (j.n_pad + AMX_NB - 1) / AMX_NB;
+    if (nested) {
+        tiles_on();
+        for (int64_t i = 0; i < n_mb * n_nb; i++)
+            block(&j, i % n_mb * AMX_MB, i / n_mb * AMX_NB, sums());
+        _tile_release();
+        return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        tiles_on();
+        float *cb = sums();
+        // column blocks outer: a thread's blocks share their weights
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < n_mb * n_nb; i++)
+            block(&j, i % n_mb * AMX_MB, i / n_mb * AMX_NB, cb);
+        _tile_release();
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the peak: 6 independent accumulators, tdpbf16ps only
+
+#define PEAK_ITERS 100000 // 9.8 GFLOP a thread a round
+
+static void peak_loop(void) {
+    for (int i = 0; i < PEAK_ITERS; i++) {
+        _tile_dpbf16ps(0, 6, 7);
+        _tile_dpbf16ps(1, 6, 7);
+        _tile_dpbf16ps(2, 6, 7);
+        _tile_dpbf16ps(3, 6, 7);
+        _tile_dpbf16ps(4, 6, 7);
+        _tile_dpbf16ps(5, 6, 7);
+    }
+}
+
+static double wall(void) {
+#ifdef _OPENMP
+    return omp_get_wtime();
+#else
+    return 0.0;
+#endif
+}
+
+double amx_peak_gflops(int threads, int reps) {
+    double best = 0.0;
+    static const uint16_t ones[TILE] = {0}; // the operands' values do not change the rate
+    for (int r = 0; r <= reps; r++) {       // the first round warms up
+        double t0 = 0.0, t1 = 0.0;
+        int ran = 1;
+#pragma omp parallel num_threads(threads)
+        {
+#ifdef _OPENMP
+#pragma omp single
+            ran = omp_get_num_threads();
+#endif
+            tiles_on();
+            _tile_loadd(6, ones, 64);
+            _tile_loadd(7, ones, 64);
+            _tile_zero(0);
+            _tile_zero(1);
+            _tile_zero(2);
+            _tile_zero(3);
+            _tile_zero(4);
+            _tile_zero(5);
+#pragma omp barrier
+#pragma omp single
+            t0 = wall();
+            peak_loop();
+#pragma omp barrier
+#pragma omp single
+            t1 = wall();
+            _tile_release();
+        }
+        double g = 6.0 * PEAK_ITERS * 16 * 16 * 32 * 2 * ran / (t1 - t0) * 1e-9;
+        if (r > 0 && g > best) best = g;
+    }
+    return best;
+}
