@@ -1,5 +1,6 @@
 // modeldir.c - see modeldir.h
-#define _POSIX_C_SOURCE 200809L // defines: strdup
+#define _POSIX_C_SOURCE 200809L // defines: strdup, sysconf
+#define _DEFAULT_SOURCE         // defines: madvise, MADV_DONTNEED
 #include "io/modeldir.h"
 
 #include "io/config_json.h"
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h> // defines: madvise
 #include <unistd.h>
 
 static char *path_join(const char *dir, const char *leaf) {
@@ -289,6 +291,17 @@ static bool finite32(const void *data, size_t n) {
     return bad == 0;
 }
 
+// The load's checks read every tensor of the checkpoint; without this its pages would stay in
+// the process: a pipeline stage would hold every other stage's blocks, and a run that computes no
+// logits the LM head. The pages wholly inside t's bytes are dropped from this process's mapping
+// (read-only and private, never written: they come back from the page cache or the file when the
+// forward pass reads them), so a rank holds what its forward passes touch.
+static void release_pages(const struct st_tensor *t) {
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)t->data;
+    uintptr_t lo = (a + pg - 1) / pg * pg, hi = (a + t->nbytes) / pg * pg;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED); // advice: a failure changes nothing
+}
+
 // 0, or an error naming the file, the tensor and the first non-finite element
 static int check_finite(const struct st_tensor *t, const char *file, struct ah_error *err) {
     size_t n = t->nbytes / st_dtype_size(t->dtype), at = n;
@@ -331,12 +344,14 @@ int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_
     if ((rc = check_finite(t, file, err)) < 0) return rc;
     if ((uintptr_t)t->data % 2 == 0) {
         *out = t->data;
+        release_pages(t);
         return 0;
     }
     uint16_t *buf = own(md, t->nbytes);
     if (!buf) return -AH_ENOMEM;
     memcpy(buf, t->data, t->nbytes);
     *out = buf;
+    release_pages(t);
     return 0;
 }
 
@@ -360,6 +375,7 @@ int md_tensor_fp8(struct modeldir *md, const char *name, int ndim, const int64_t
                            "be finite (a damaged checkpoint?)",
                            file, name, i);
     *out = b;
+    release_pages(t);
     return 0;
 }
 
@@ -389,6 +405,7 @@ int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t
     size_t n = t->nbytes / st_dtype_size(t->dtype);
     if (t->dtype == ST_F32 && ((uintptr_t)t->data % 4) == 0) {
         *out = t->data;
+        release_pages(t);
         return 0;
     }
     float *buf = own(md, n * sizeof(float));
@@ -404,5 +421,6 @@ int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t
         buf[i] = t->dtype == ST_F16 ? hc_f16_to_f32(h) : hc_bf16_to_f32(h);
     }
     *out = buf;
+    release_pages(t);
     return 0;
 }

@@ -1,6 +1,7 @@
 // test_safetensors.c - st_write/st_open round trip in F32, F16 and BF16, widening through
 // md_tensor_f32, and refusal of broken headers (fractional shapes and offsets, overlapping data,
-// a name twice), of FIFOs, of fractional config integers and of non-finite weights.
+// a name twice), of FIFOs, of fractional config integers and of non-finite weights; the pages the
+// load's checks read are released from the process, and read back right.
 #define _POSIX_C_SOURCE 200809L // defines: mkdtemp
 #include "io/halfconv.h"
 #include "io/modeldir.h"
@@ -243,6 +244,60 @@ static void test_nonfinite_weights_are_refused(void) {
     md_close(&md);
 }
 
+// Resident kB of the mapping of this process that contains p (/proc/self/smaps), -1 if unknown
+static long resident_kb(const void *p) {
+    FILE *fp = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool in = false;
+    long kb = -1;
+    while (fp && fgets(line, sizeof line, fp)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2) // a mapping's first line
+            in = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+        else if (in && sscanf(line, "Rss: %ld kB", &kb) == 1)
+            break;
+    }
+    if (fp) fclose(fp);
+    return kb;
+}
+
+// 2 MiB of BF16 and 2 MiB of F32, checked (so read) by the load: afterwards at most the pages
+// the tensors share with the header stay resident, and the views read the file's values
+static void test_checked_pages_are_released(void) {
+    enum { N = 1 << 20, NF = 1 << 19 };
+    float *a = malloc(NF * sizeof *a), *w = malloc(N * sizeof *w);
+    uint16_t *b = malloc(N * sizeof *b);
+    CHECK(a && w && b);
+    if (!a || !w || !b) return;
+    check_fill(a, NF, 3);
+    check_fill(w, N, 4);
+    hc_f32_to_bf16_n(b, w, N);
+    struct st_wtensor t[] = {{"w", ST_BF16, 1, {N}, b}, {"f", ST_F32, 1, {NF}, a}};
+    char path[128], cfg[128];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    write_file(cfg, "{}", 2);
+    struct ah_error err = {0};
+    CHECK_EQ(st_write(path, t, 2, &err), 0);
+    struct modeldir md;
+    CHECK_EQ(md_open(&md, dir, false, &err), 0);
+    int64_t sn[1] = {N}, snf[1] = {NF};
+    const uint16_t *u = NULL;
+    const float *v = NULL;
+    CHECK_EQ(md_tensor_bf16(&md, "w", 1, sn, &u, &err), 0);
+    CHECK_EQ(md_tensor_f32(&md, "f", 1, snf, &v, &err), 0);
+    long kb = u ? resident_kb(u) : -1;
+    if (kb >= 0 && kb > 64) { // of 4 MiB mapped and read by the checks
+        fprintf(stderr, "after the load: %ld kB of the checkpoint resident, expected <= 64\n", kb);
+        check_failures++;
+    }
+    CHECK(u && memcmp(u, b, N * sizeof *b) == 0); // read back from the file
+    CHECK(v && memcmp(v, a, NF * sizeof *a) == 0);
+    CHECK(kb < 0 || resident_kb(u) >= 4096); // and now resident again
+    md_close(&md);
+    free(a), free(w), free(b);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/ah_st_XXXXXX");
     if (!mkdtemp(dir)) return EXIT_FAILURE;
@@ -251,6 +306,7 @@ int main(void) {
     test_fifo_is_refused();
     test_config_int_refuses_fractions();
     test_nonfinite_weights_are_refused();
+    test_checked_pages_are_released();
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     if (system(cmd) != 0) check_failures++;
