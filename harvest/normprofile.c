@@ -374,7 +374,7 @@ struct npfold {
     const char *value;
     const struct npdims *z;
     double *total, *buf; // (L) each
-    struct h5prof_src src;
+    struct h5part_src src;
 };
 
 static int np_batches(void *u, const struct h5out_record *r, int64_t **b, int64_t *m,
@@ -404,7 +404,7 @@ static int np_fold(const struct plan *pl, const struct h5out_record *rec, int n_
     if (!(f.buf = malloc((size_t)z->L * sizeof *f.buf)))
         return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile");
     part_reset(z, total);
-    h5prof_src_init(&f.src);
+    h5part_src_init(&f.src);
     int64_t missing = -1;
     int rc = parts_fold_listed(rec, n_rec, pl->place.B, pl->place.K, np_batches, np_row, &f,
                                "the norm profile's partials", &missing, err);
@@ -412,7 +412,7 @@ static int np_fold(const struct plan *pl, const struct h5out_record *rec, int n_
         rc = ah_fail(err, AH_EIO,
                      "%s: no listed segment holds the norm profile of \"%s\" for batch %lld",
                      pl->j.out_path, value, (long long)missing);
-    h5prof_src_close(&f.src);
+    h5part_src_close(&f.src);
     free(f.buf);
     return rc;
 }
