@@ -14,6 +14,7 @@
 // A partial is L = 4T + H + 2 + 4K doubles: count (T), sum (T), sum_sq (T), max (T; -inf when
 // no norm), hist (H = 130), n_nan, n_out, then n_out outliers (prompt, position, token, norm)
 // largest first (K slots). Counts are exact as doubles (below 2^53).
+#include "harvest/partials.h" // parts_hold, parts_gather, parts_fold_listed
 #include "harvest/run.h"
 #include "io/h5profile.h"
 #include "io/output.h" // out_parts_path
@@ -218,12 +219,10 @@ struct nprofile {
     int *val_of_id; // (n_cat) the value index of a catalogue id, or -1
     int *id_of_val; // (n_vals) its catalogue id
     int n_vals;
-    bool takes;    // this rank computes the values (expert shard 0)
-    uint8_t *want; // (n_cat) what it takes; owned
-    double *part;  // (n_vals, L) the batch in hand
-    int64_t n_held, cap_held;
-    int64_t *held_batch; // (n_held) batches since the last flush
-    double *held;        // (n_held, n_vals, L) their partials
+    bool takes;             // this rank computes the values (expert shard 0)
+    uint8_t *want;          // (n_cat) what it takes; owned
+    double *part;           // (n_vals, L) the batch in hand
+    struct parts_held held; // batches since the last flush: (n, n_vals, L) their partials
 };
 
 static void np_free(void *u) {
@@ -234,8 +233,7 @@ static void np_free(void *u) {
     free(np->id_of_val);
     free(np->want);
     free(np->part);
-    free(np->held_batch);
-    free(np->held);
+    parts_held_free(&np->held);
     free(np);
 }
 
@@ -271,21 +269,34 @@ static int np_begin(void *u, const struct cbatch *bt, struct ah_error *err) {
 static int np_end(void *u, const struct cbatch *bt, struct ah_error *err) {
     struct nprofile *np = u;
     if (!np->takes) return 0;
-    int64_t B = (int64_t)np->n_vals * np->z.L; // doubles a batch
-    if (np->n_held == np->cap_held) {
-        int64_t c = np->cap_held * 2 + 8;
-        int64_t *nb = realloc(np->held_batch, (size_t)c * sizeof *nb);
-        if (nb) np->held_batch = nb;
-        double *nh = nb ? realloc(np->held, (size_t)(c * B) * sizeof *nh) : NULL;
-        if (!nh)
-            return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile of %lld batches",
-                           (long long)c);
-        np->held = nh;
-        np->cap_held = c;
-    }
-    memcpy(np->held + np->n_held * B, np->part, (size_t)B * sizeof *np->held);
-    np->held_batch[np->n_held++] = bt->k;
+    double *at = parts_hold(&np->held, bt->k, "the norm profile", err);
+    if (!at) return -AH_ENOMEM;
+    memcpy(at, np->part, (size_t)np->held.L * sizeof *at);
     return 0;
+}
+
+// rank 0 of the stage: the gathered partials v (total, n_vals, L) of batches batch written per
+// value, (total, L) each, into seg_path
+static int np_write(const struct nprofile *np, const char *seg_path, const int64_t *batch,
+                    int total, const double *v, struct ah_error *err) {
+    int64_t L = np->z.L;
+    const char **names = calloc((size_t)np->n_vals, sizeof *names);
+    const double **vals = calloc((size_t)np->n_vals, sizeof *vals);
+    double *per = malloc(((size_t)total * (size_t)(np->n_vals * L) + 1) * sizeof *per);
+    int rc = 0;
+    if (!names || !vals || !per)
+        rc = ah_fail(err, AH_ENOMEM, "out of memory: %d batches' norm profiles", total);
+    for (int k = 0; rc == 0 && k < np->n_vals; k++) { // (n, n_vals, L) -> n_vals of (n, L)
+        for (int i = 0; i < total; i++)
+            memcpy(per + ((size_t)k * total + i) * L, v + ((size_t)i * np->n_vals + k) * L,
+                   (size_t)L * sizeof *per);
+        names[k] = np->pl->m.cat[np->id_of_val[k]].name;
+        vals[k] = per + (size_t)k * total * L;
+    }
+    if (rc == 0)
+        rc = h5prof_write_partials(seg_path, batch, total, np->n_vals, names, vals, L, err);
+    free(names), free(vals), free(per);
+    return rc;
 }
 
 // Collective over the stage (comm): the partials held since the last flush go into the closed
@@ -297,55 +308,14 @@ static int np_segment(void *u, const struct out_ops *out, MPI_Comm comm, const c
     struct nprofile *np = u;
     char seg_path[4400];
     out_parts_path(seg_path, sizeof seg_path, out_path, file);
-    int me = 0, size = 1, rc = 0, total = 0, mine = (int)np->n_held;
+    int me = 0, total = 0;
     CHECK_MPI(MPI_Comm_rank(comm, &me));
-    CHECK_MPI(MPI_Comm_size(comm, &size));
-    int B = np->n_vals * (int)np->z.L;
-    int *cnt = NULL, *dsp = NULL, *cntv = NULL, *dspv = NULL;
     int64_t *batch = NULL;
-    double *v = NULL, *per = NULL;
-    if (me == 0) {
-        cnt = calloc((size_t)size, sizeof *cnt), dsp = calloc((size_t)size, sizeof *dsp);
-        cntv = calloc((size_t)size, sizeof *cntv), dspv = calloc((size_t)size, sizeof *dspv);
-        if (!cnt || !dsp || !cntv || !dspv) rc = -AH_ENOMEM;
-    }
-    CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT, cnt, 1, MPI_INT, 0, comm));
-    for (int m = 0; me == 0 && rc == 0 && m < size; m++) {
-        dsp[m] = total, cntv[m] = cnt[m] * B, dspv[m] = total * B;
-        total += cnt[m];
-    }
-    if (me == 0 && rc == 0) {
-        batch = malloc(((size_t)total + 1) * sizeof *batch);
-        v = malloc(((size_t)total * (size_t)B + 1) * sizeof *v);
-        per = malloc(((size_t)total * (size_t)B + 1) * sizeof *per);
-        if (!batch || !v || !per) rc = -AH_ENOMEM;
-    }
-    if (rc < 0) ah_fail(err, AH_ENOMEM, "out of memory: %d batches' norm profiles", total);
-    CHECK_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, comm)); // no one sends to a rank 0 without room
-    if (rc < 0) goto done;
-    CHECK_MPI(
-        MPI_Gatherv(np->held_batch, mine, MPI_INT64_T, batch, cnt, dsp, MPI_INT64_T, 0, comm));
-    CHECK_MPI(MPI_Gatherv(np->held, mine * B, MPI_DOUBLE, v, cntv, dspv, MPI_DOUBLE, 0, comm));
-    const char **names = me == 0 ? calloc((size_t)np->n_vals, sizeof *names) : NULL;
-    const double **vals = me == 0 ? calloc((size_t)np->n_vals, sizeof *vals) : NULL;
-    if (me == 0 && (!names || !vals))
-        rc = ah_fail(err, AH_ENOMEM, "out of memory: %d batches' norm profiles", total);
-    if (me == 0 && rc == 0) { // (n, n_vals, L) -> n_vals of (n, L)
-        int64_t L = np->z.L;
-        for (int k = 0; k < np->n_vals; k++) {
-            for (int i = 0; i < total; i++)
-                memcpy(per + ((size_t)k * total + i) * L, v + ((size_t)i * np->n_vals + k) * L,
-                       (size_t)L * sizeof *per);
-            names[k] = np->pl->m.cat[np->id_of_val[k]].name;
-            vals[k] = per + (size_t)k * total * L;
-        }
-        rc = h5prof_write_partials(seg_path, batch, total, np->n_vals, names, vals, L, err);
-    }
-    free(names);
-    free(vals);
-done:
-    np->n_held = 0;
-    free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v), free(per);
+    double *v = NULL;
+    int rc = parts_gather(&np->held, comm, &batch, &v, &total, "norm profiles", err);
+    np->held.n = 0;
+    if (rc == 0 && me == 0) rc = np_write(np, seg_path, batch, total, v, err);
+    free(batch), free(v);
     return rc;
 }
 
@@ -378,6 +348,7 @@ static int np_make(struct consumer *c, const struct consumer_env *env, struct ah
     }
     np->takes = g->shard == 0;
     dims_of(&np->z, pl->place.S);
+    parts_held_init(&np->held, np->n_vals * np->z.L);
     if (!(np->part = malloc((size_t)(np->n_vals * np->z.L) * sizeof *np->part))) {
         np_free(np);
         return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile");
@@ -396,81 +367,53 @@ static int np_make(struct consumer *c, const struct consumer_env *env, struct ah
 // ---------------------------------------------------------------------------------------------
 // the final merge (rank 0, every batch in)
 
-struct npentry {
-    int64_t batch, row;
-    int rec;
+// the fold of one value's partials: what np_batches and np_row share
+struct npfold {
+    const struct plan *pl;
+    const struct h5out_record *rec;
+    const char *value;
+    const struct npdims *z;
+    double *total, *buf; // (L) each
+    struct h5part_src src;
 };
 
-static int cmp_npentry(const void *a, const void *b) {
-    const struct npentry *x = a, *y = b;
-    return x->batch != y->batch ? (x->batch < y->batch ? -1 : 1) : x->rec - y->rec;
-}
-
-// whether record r lists prompt p's rows (a batch trimmed on resume is not listed)
-static bool lists_prompt(const struct h5out_record *r, int64_t p) {
-    for (int j = 0; j < r->n_runs; j++)
-        if (p >= r->runs[j].p0 && p < r->runs[j].p1) return true;
-    return false;
-}
-
-// every listed batch partial of value `value`: (*e, *n) malloc'd, sorted
-static int np_entries(const struct plan *pl, const struct h5out_record *rec, int n_rec,
-                      const char *value, struct npentry **e, int64_t *n, struct ah_error *err) {
-    int64_t cap = 0;
-    *e = NULL;
-    *n = 0;
+static int np_batches(void *u, const struct h5out_record *r, int64_t **b, int64_t *m,
+                      struct ah_error *err) {
+    const struct npfold *f = u;
     char path[4400];
-    for (int r = 0; r < n_rec; r++) {
-        out_parts_path(path, sizeof path, pl->j.out_path, rec[r].file);
-        int64_t *b = NULL, m = 0;
-        int got = h5prof_batches(path, value, &b, &m);
-        if (got < 0)
-            return ah_fail(err, AH_EIO, "%s: cannot read the norm profile's partials", path);
-        if (*n + m > cap) {
-            struct npentry *ne = realloc(*e, (size_t)(cap = 2 * cap + m) * sizeof *ne);
-            if (!ne) {
-                free(b);
-                return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile's partials");
-            }
-            *e = ne;
-        }
-        for (int64_t j = 0; j < m; j++)
-            if (lists_prompt(&rec[r], b[j] * pl->place.B))
-                (*e)[(*n)++] = (struct npentry){b[j], j, r};
-        free(b);
-    }
-    qsort(*e, (size_t)*n, sizeof **e, cmp_npentry);
+    out_parts_path(path, sizeof path, f->pl->j.out_path, r->file);
+    if (h5prof_batches(path, f->value, b, m) < 0)
+        return ah_fail(err, AH_EIO, "%s: cannot read the norm profile's partials", path);
     return 0;
 }
 
-// the batch partials of entries e merged, batch after batch, into total
-static int np_fold(const struct plan *pl, const struct h5out_record *rec, const struct npentry *e,
-                   int64_t n, const char *value, const struct npdims *z, double *total,
-                   struct ah_error *err) {
-    double *buf = malloc((size_t)z->L * sizeof *buf);
-    if (!buf) return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile");
-    part_reset(z, total);
-    struct h5prof_src src;
-    h5prof_src_init(&src);
+static int np_row(void *u, const struct part_entry *x, struct ah_error *err) {
+    struct npfold *f = u;
     char path[4400];
-    int64_t next = 0;
-    int rc = 0;
-    for (int64_t i = 0; rc == 0 && i < n; i++) {
-        if (e[i].batch < next) continue; // a batch listed twice: its first listing
-        if (e[i].batch > next) break;
-        out_parts_path(path, sizeof path, pl->j.out_path, rec[e[i].rec].file);
-        if (h5prof_read_row(&src, path, value, e[i].row, z->L, buf) < 0)
-            rc = ah_fail(err, AH_EIO, "%s: cannot read the norm profile's partials", path);
-        else
-            part_merge(z, total, buf);
-        next++;
-    }
-    if (rc == 0 && next < pl->place.K)
+    out_parts_path(path, sizeof path, f->pl->j.out_path, f->rec[x->rec].file);
+    if (h5prof_read_row(&f->src, path, f->value, x->row, f->z->L, f->buf) < 0)
+        return ah_fail(err, AH_EIO, "%s: cannot read the norm profile's partials", path);
+    part_merge(f->z, f->total, f->buf);
+    return 0;
+}
+
+// every listed batch partial of value `value` merged, batch after batch, into total
+static int np_fold(const struct plan *pl, const struct h5out_record *rec, int n_rec,
+                   const char *value, const struct npdims *z, double *total, struct ah_error *err) {
+    struct npfold f = {.pl = pl, .rec = rec, .value = value, .z = z, .total = total};
+    if (!(f.buf = malloc((size_t)z->L * sizeof *f.buf)))
+        return ah_fail(err, AH_ENOMEM, "out of memory: the norm profile");
+    part_reset(z, total);
+    h5part_src_init(&f.src);
+    int64_t missing = -1;
+    int rc = parts_fold_listed(rec, n_rec, pl->place.B, pl->place.K, np_batches, np_row, &f,
+                               "the norm profile's partials", &missing, err);
+    if (rc == 0 && missing >= 0)
         rc = ah_fail(err, AH_EIO,
                      "%s: no listed segment holds the norm profile of \"%s\" for batch %lld",
-                     pl->j.out_path, value, (long long)next);
-    h5prof_src_close(&src);
-    free(buf);
+                     pl->j.out_path, value, (long long)missing);
+    h5part_src_close(&f.src);
+    free(f.buf);
     return rc;
 }
 
@@ -531,17 +474,13 @@ static int np_final(const struct plan *pl, const struct out_ops *out,
     for (int i = 0; rc == 0 && i < pl->m.n_cat; i++) {
         if (!x.want[i]) continue;
         const char *value = pl->m.cat[i].name;
-        struct npentry *e = NULL;
-        int64_t ne = 0;
-        rc = np_entries(pl, rec, n_rec, value, &e, &ne, err);
-        if (rc == 0) rc = np_fold(pl, rec, e, ne, value, &z, total, err);
+        rc = np_fold(pl, rec, n_rec, value, &z, total, err);
         if (rc == 0 && np_item(&z, total, &items[n], &i64[n], &f64[n]) < 0)
             rc = ah_fail(err, AH_ENOMEM, "out of memory: the norm profile");
         if (rc == 0) {
             items[n].value = value;
             items[n++].name = x.alias[i] ? x.alias[i] : value;
         }
-        free(e);
     }
     if (rc == 0) rc = h5prof_store(pl->j.out_path, items, n, err);
     for (int k = 0; k <= n && i64 && f64; k++)

@@ -14,6 +14,7 @@
 // resume: each batch's partial is made by one rank in prompt order and added in batch order.
 //
 // The partial layout: harvest/saepart.h.
+#include "harvest/partials.h" // parts_hold, parts_gather, parts_fold_listed
 #include "harvest/run.h"
 #include "harvest/saelat.h"
 #include "harvest/saepart.h" // struct sdims, saepart_*
@@ -163,10 +164,8 @@ struct saes {
     float *pre, *val;       // (S, Dmax) each
     int32_t *idx;           // (S, Dmax)
     int64_t *indptr, *pos;  // (S + 1), (S)
-    int64_t n_held, cap_held;
-    int64_t *held_batch; // (n_held) batches since the last flush
-    double *held;        // (n_held, Lsum) their partials
-    double *held_ex;     // (n_ex, 2) their exemplars, batch after batch, SAE after SAE
+    struct parts_held held; // batches since the last flush: (n, Lsum) their partials
+    double *held_ex;        // (n_ex, 2) their exemplars, batch after batch, SAE after SAE
     int64_t n_ex, cap_ex;
     int64_t rows; // rows encoded at once (sae_pre's (rows, d_sae) buffer)
 };
@@ -179,7 +178,7 @@ static void saes_free(void *u) {
     free(sa->r), free(sa->of), free(sa->want), free(sa->part);
     free(sa->x), free(sa->u), free(sa->y), free(sa->nrm), free(sa->pre), free(sa->val);
     free(sa->idx), free(sa->indptr), free(sa->pos);
-    free(sa->held_batch), free(sa->held), free(sa->held_ex);
+    parts_held_free(&sa->held), free(sa->held_ex);
     free(sa);
 }
 
@@ -252,7 +251,7 @@ static int hold_ex(struct saes *sa, struct ah_error *err) {
         double *ne = realloc(sa->held_ex, (size_t)(2 * c) * sizeof *ne);
         if (!ne)
             return ah_fail(err, AH_ENOMEM, "out of memory: the SAEs' exemplars of %lld batches",
-                           (long long)sa->n_held + 1);
+                           (long long)sa->held.n + 1);
         sa->held_ex = ne, sa->cap_ex = c;
     }
     for (int k = 0; k < sa->n; k++)
@@ -266,20 +265,9 @@ static int saes_end(void *u, const struct cbatch *bt, struct ah_error *err) {
     if (!sa->takes) return 0;
     int rc = hold_ex(sa, err);
     if (rc < 0) return rc;
-    int64_t B = sa->Lsum; // doubles a batch
-    if (sa->n_held == sa->cap_held) {
-        int64_t c = sa->cap_held * 2 + 8;
-        int64_t *nb = realloc(sa->held_batch, (size_t)c * sizeof *nb);
-        if (nb) sa->held_batch = nb;
-        double *nh = nb ? realloc(sa->held, (size_t)(c * B) * sizeof *nh) : NULL;
-        if (!nh)
-            return ah_fail(err, AH_ENOMEM, "out of memory: the SAEs' partials of %lld batches",
-                           (long long)c);
-        sa->held = nh;
-        sa->cap_held = c;
-    }
-    memcpy(sa->held + sa->n_held * B, sa->part, (size_t)B * sizeof *sa->held);
-    sa->held_batch[sa->n_held++] = bt->k;
+    double *at = parts_hold(&sa->held, bt->k, "the SAEs' partials", err);
+    if (!at) return -AH_ENOMEM;
+    memcpy(at, sa->part, (size_t)sa->Lsum * sizeof *at);
     return 0;
 }
 
@@ -373,44 +361,21 @@ static int saes_segment(void *u, const struct out_ops *out, MPI_Comm comm, const
     struct saes *sa = u;
     char seg_path[4400];
     out_parts_path(seg_path, sizeof seg_path, out_path, file);
-    int me = 0, size = 1, rc = 0, total = 0, mine = (int)sa->n_held;
+    int me = 0, size = 1, total = 0;
     CHECK_MPI(MPI_Comm_rank(comm, &me));
     CHECK_MPI(MPI_Comm_size(comm, &size));
-    int B = (int)sa->Lsum;
-    int *cnt = NULL, *dsp = NULL, *cntv = NULL, *dspv = NULL;
     int64_t *batch = NULL, n_gx = 0;
     double *v = NULL, *gx = NULL;
-    if (me == 0) {
-        cnt = calloc((size_t)size, sizeof *cnt), dsp = calloc((size_t)size, sizeof *dsp);
-        cntv = calloc((size_t)size, sizeof *cntv), dspv = calloc((size_t)size, sizeof *dspv);
-        if (!cnt || !dsp || !cntv || !dspv) rc = -AH_ENOMEM;
-    }
-    CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT, cnt, 1, MPI_INT, 0, comm));
-    for (int m = 0; me == 0 && rc == 0 && m < size; m++) {
-        dsp[m] = total, cntv[m] = cnt[m] * B, dspv[m] = total * B;
-        total += cnt[m];
-    }
-    if (me == 0 && rc == 0) {
-        batch = malloc(((size_t)total + 1) * sizeof *batch);
-        v = malloc(((size_t)total * (size_t)B + 1) * sizeof *v);
-        if (!batch || !v) rc = -AH_ENOMEM;
-    }
-    if (rc < 0) ah_fail(err, AH_ENOMEM, "out of memory: %d batches' SAE partials", total);
-    CHECK_MPI(MPI_Bcast(&rc, 1, MPI_INT, 0, comm)); // no one sends to a rank 0 without room
-    if (rc < 0) goto done;
-    CHECK_MPI(
-        MPI_Gatherv(sa->held_batch, mine, MPI_INT64_T, batch, cnt, dsp, MPI_INT64_T, 0, comm));
-    CHECK_MPI(MPI_Gatherv(sa->held, mine * B, MPI_DOUBLE, v, cntv, dspv, MPI_DOUBLE, 0, comm));
-    if ((rc = gather_ex(sa, comm, me, size, &gx, &n_gx)) < 0)
+    int rc = parts_gather(&sa->held, comm, &batch, &v, &total, "SAE partials", err);
+    if (rc == 0 && (rc = gather_ex(sa, comm, me, size, &gx, &n_gx)) < 0)
         ah_fail(err, AH_ENOMEM,
                 "out of memory: the exemplars of %d batches' SAE partials (a "
                 "shorter output.checkpoint_seconds holds fewer)",
                 total);
-    else if (me == 0)
+    else if (rc == 0 && me == 0)
         rc = write_gathered(sa, seg_path, batch, total, v, gx, n_gx, err);
-done:
-    sa->n_held = 0, sa->n_ex = 0;
-    free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v), free(gx);
+    sa->held.n = 0, sa->n_ex = 0;
+    free(batch), free(v), free(gx);
     for (int k = 0; k < sa->n; k++) { // every rank, whatever failed: each flush is collective
         struct ah_error e = {0};
         int r = saelat_flush(&sa->r[k].lat, comm, seg_path, sa->pl->j.saes[sa->of[k]].name, &e);
@@ -446,6 +411,7 @@ static int saes_open(struct saes *sa, const struct grid *g, struct ah_error *err
         Dmax = r->z.D > Dmax ? r->z.D : Dmax;
     }
     if (sa->n == 0) return 0;
+    parts_held_init(&sa->held, sa->Lsum);
     sa->part = malloc((size_t)sa->Lsum * sizeof *sa->part);
     for (int k = 0, off = 0; sa->part && k < sa->n; off += (int)sa->r[k++].z.L)
         sa->r[k].part = sa->part + off;
@@ -494,89 +460,64 @@ static int saes_make(struct consumer *c, const struct consumer_env *env, struct 
 // ---------------------------------------------------------------------------------------------
 // the final merge (rank 0, every batch in)
 
-struct sentry {
-    int64_t batch, row;
-    int rec;
+// the fold of one SAE's partials: what sae_batches and sae_row share
+struct sfold {
+    const struct plan *pl;
+    const struct h5out_record *rec;
+    const char *name;
+    const struct sdims *z;
+    double *total, *tex; // (L), (D, N, 2): the merged partial and its exemplar table
+    double *buf, *bex;   // (L), (D N, 2): a batch's partial and its exemplars, read back
+    struct h5sae_src src;
 };
 
-static int cmp_sentry(const void *a, const void *b) {
-    const struct sentry *x = a, *y = b;
-    return x->batch != y->batch ? (x->batch < y->batch ? -1 : 1) : x->rec - y->rec;
-}
-
-// whether record r lists prompt p's rows (a batch trimmed on resume is not listed)
-static bool lists_prompt(const struct h5out_record *r, int64_t p) {
-    for (int j = 0; j < r->n_runs; j++)
-        if (p >= r->runs[j].p0 && p < r->runs[j].p1) return true;
-    return false;
-}
-
-// every listed batch partial of SAE `name`: (*e, *n) malloc'd, sorted
-static int sae_entries(const struct plan *pl, const struct h5out_record *rec, int n_rec,
-                       const char *name, struct sentry **e, int64_t *n, struct ah_error *err) {
-    int64_t cap = 0;
-    *e = NULL;
-    *n = 0;
+static int sae_batches(void *u, const struct h5out_record *r, int64_t **b, int64_t *m,
+                       struct ah_error *err) {
+    const struct sfold *f = u;
     char path[4400];
-    for (int r = 0; r < n_rec; r++) {
-        out_parts_path(path, sizeof path, pl->j.out_path, rec[r].file);
-        int64_t *b = NULL, m = 0;
-        if (h5sae_batches(path, name, &b, &m) < 0)
-            return ah_fail(err, AH_EIO, "%s: cannot read the SAE partials of \"%s\"", path, name);
-        if (*n + m > cap) {
-            struct sentry *ne = realloc(*e, (size_t)(cap = 2 * cap + m) * sizeof *ne);
-            if (!ne) {
-                free(b);
-                return ah_fail(err, AH_ENOMEM, "out of memory: the SAE partials");
-            }
-            *e = ne;
-        }
-        for (int64_t j = 0; j < m; j++)
-            if (lists_prompt(&rec[r], b[j] * pl->place.B))
-                (*e)[(*n)++] = (struct sentry){b[j], j, r};
-        free(b);
-    }
-    qsort(*e, (size_t)*n, sizeof **e, cmp_sentry);
+    out_parts_path(path, sizeof path, f->pl->j.out_path, r->file);
+    if (h5sae_batches(path, f->name, b, m) < 0)
+        return ah_fail(err, AH_EIO, "%s: cannot read the SAE partials of \"%s\"", path, f->name);
     return 0;
 }
 
-// the batch partials of entries e merged, batch after batch, into total (exemplar table tex)
-static int sae_fold(const struct plan *pl, const struct h5out_record *rec, const struct sentry *e,
-                    int64_t n, const char *name, const struct sdims *z, double *total, double *tex,
-                    struct ah_error *err) {
-    double *buf = malloc((size_t)z->L * sizeof *buf);
-    double *bex = malloc(((size_t)(2 * z->D * z->N) + 1) * sizeof *bex);
-    if (!buf || !bex) {
-        free(buf), free(bex);
-        return ah_fail(err, AH_ENOMEM, "out of memory: the SAE partials");
-    }
-    saepart_reset(z, total);
-    struct h5sae_src src;
-    h5sae_src_init(&src);
+static int sae_row(void *u, const struct part_entry *x, struct ah_error *err) {
+    struct sfold *f = u;
+    const struct sdims *z = f->z;
     char path[4400];
-    int64_t next = 0;
-    int rc = 0;
-    for (int64_t i = 0; rc == 0 && i < n; i++) {
-        if (e[i].batch < next) continue; // a batch listed twice: its first listing
-        if (e[i].batch > next) break;
-        out_parts_path(path, sizeof path, pl->j.out_path, rec[e[i].rec].file);
-        int64_t m = 0;
-        bool ok = h5sae_read_row(&src, path, name, e[i].row, z->L, buf) == 0;
-        if (ok) m = saepart_ex_count(z, buf);
-        ok = ok && m <= z->D * z->N &&
-             h5sae_read_ex(&src, path, name, (int64_t)buf[z->exo], m, bex) == 0;
-        if (!ok)
-            rc = ah_fail(err, AH_EIO, "%s: cannot read the SAE partials of \"%s\"", path, name);
-        else
-            saepart_merge(z, total, tex, buf, bex);
-        next++;
-    }
-    if (rc == 0 && next < pl->place.K)
+    out_parts_path(path, sizeof path, f->pl->j.out_path, f->rec[x->rec].file);
+    int64_t m = 0;
+    bool ok = h5sae_read_row(&f->src, path, f->name, x->row, z->L, f->buf) == 0;
+    if (ok) m = saepart_ex_count(z, f->buf);
+    ok = ok && m <= z->D * z->N &&
+         h5sae_read_ex(&f->src, path, f->name, (int64_t)f->buf[z->exo], m, f->bex) == 0;
+    if (!ok)
+        return ah_fail(err, AH_EIO, "%s: cannot read the SAE partials of \"%s\"", path, f->name);
+    saepart_merge(z, f->total, f->tex, f->buf, f->bex);
+    return 0;
+}
+
+// every listed batch partial of SAE `name` merged, batch after batch, into total (exemplar
+// table tex)
+static int sae_fold(const struct plan *pl, const struct h5out_record *rec, int n_rec,
+                    const char *name, const struct sdims *z, double *total, double *tex,
+                    struct ah_error *err) {
+    struct sfold f = {.pl = pl, .rec = rec, .name = name, .z = z, .total = total, .tex = tex};
+    f.buf = malloc((size_t)z->L * sizeof *f.buf);
+    f.bex = malloc(((size_t)(2 * z->D * z->N) + 1) * sizeof *f.bex);
+    int64_t missing = -1;
+    int rc = f.buf && f.bex ? 0 : ah_fail(err, AH_ENOMEM, "out of memory: the SAE partials");
+    if (rc == 0) saepart_reset(z, total);
+    h5sae_src_init(&f.src);
+    if (rc == 0)
+        rc = parts_fold_listed(rec, n_rec, pl->place.B, pl->place.K, sae_batches, sae_row, &f,
+                               "the SAE partials", &missing, err);
+    if (rc == 0 && missing >= 0)
         rc = ah_fail(err, AH_EIO,
                      "%s: no listed segment holds the partials of SAE \"%s\" for batch %lld",
-                     pl->j.out_path, name, (long long)next);
-    h5sae_src_close(&src);
-    free(buf), free(bex);
+                     pl->j.out_path, name, (long long)missing);
+    h5sae_src_close(&f.src);
+    free(f.buf), free(f.bex);
     return rc;
 }
 
@@ -649,13 +590,10 @@ static int sae_result(const struct plan *pl, int i, const struct h5out_record *r
     if (rc < 0) return rc;
     struct sdims z;
     saepart_dims(&z, f.s.d_sae, f.s.d_in, js->top_n);
-    struct sentry *e = NULL;
-    int64_t ne = 0;
     double *total = malloc((size_t)z.L * sizeof *total);
     double *tex = malloc(((size_t)(2 * z.D * z.N) + 1) * sizeof *tex);
     if (!total || !tex) rc = ah_fail(err, AH_ENOMEM, "out of memory: the SAE \"%s\"", js->name);
-    if (rc == 0) rc = sae_entries(pl, rec, n_rec, js->name, &e, &ne, err);
-    if (rc == 0) rc = sae_fold(pl, rec, e, ne, js->name, &z, total, tex, err);
+    if (rc == 0) rc = sae_fold(pl, rec, n_rec, js->name, &z, total, tex, err);
     if (rc == 0 && sae_item(&z, total, tex, &f, it, i64, f64) < 0)
         rc = ah_fail(err, AH_ENOMEM, "out of memory: the SAE \"%s\"", js->name);
     if (rc == 0) {
@@ -664,7 +602,7 @@ static int sae_result(const struct plan *pl, int i, const struct h5out_record *r
         it->path = js->path;
         it->ctx_before = js->ctx_before, it->ctx_after = js->ctx_after;
     }
-    free(e), free(total), free(tex);
+    free(total), free(tex);
     sae_close(&f);
     return rc;
 }

@@ -1,7 +1,8 @@
 // wstats.c - see wstats.h. F = features of a set's row, L = doubles of a batch's packed partials.
 #include "harvest/wstats.h"
 
-#include "io/h5profile.h" // h5prof_has_group
+#include "harvest/partials.h" // parts_hold, parts_gather, parts_fold_listed
+#include "io/h5profile.h"     // h5prof_has_group
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,9 +27,7 @@ struct wstats {
     bool takes;         // this rank computes them (else it only joins the flushes)
     float *buf;         // (T, F) the chosen rows of a view
     size_t cap;
-    int64_t n_held, cap_held;
-    int64_t *held_batch; // (n_held) the batches since the last flush
-    double *held;        // (n_held, L) their packed partials
+    struct parts_held held; // the batches since the last flush: (n, L) their packed partials
 };
 
 // the catalogue id of dataset i (plan.dset_of_id's inverse)
@@ -85,6 +84,7 @@ int wstats_init(struct wstats **out, const struct plan *pl, int i0, int i1, bool
         rc = stats_init(&w->part[k], w->set[k].F);
         w->L += stats_buf_len(w->set[k].F);
     }
+    parts_held_init(&w->held, w->L);
     *out = w;
     return rc < 0 ? ah_fail(err, AH_ENOMEM, "out of memory: statistics accumulators") : 0;
 }
@@ -98,8 +98,7 @@ void wstats_free(struct wstats *w) {
     free(w->set_of_id);
     free(w->want);
     free(w->buf);
-    free(w->held_batch);
-    free(w->held);
+    parts_held_free(&w->held);
     free(w);
 }
 
@@ -136,24 +135,12 @@ static int wstats_begin(void *u, const struct cbatch *bt, struct ah_error *err) 
 static int wstats_end(void *u, const struct cbatch *bt, struct ah_error *err) {
     struct wstats *w = u;
     if (!w->takes) return 0; // expert shards other than 0 hold nothing
-    int64_t k = bt->k;
-    if (w->n_held == w->cap_held) {
-        int64_t c = w->cap_held * 2 + 8;
-        int64_t *nb = realloc(w->held_batch, (size_t)c * sizeof *nb);
-        if (nb) w->held_batch = nb;
-        double *nh = nb ? realloc(w->held, (size_t)(c * w->L) * sizeof *nh) : NULL;
-        if (!nh)
-            return ah_fail(err, AH_ENOMEM, "out of memory: the partials of %lld batches",
-                           (long long)c);
-        w->held = nh;
-        w->cap_held = c;
-    }
-    double *at = w->held + w->n_held * w->L;
+    double *at = parts_hold(&w->held, bt->k, "the partials", err);
+    if (!at) return -AH_ENOMEM;
     for (int s = 0; s < w->n_sets; s++) {
         stats_pack(&w->part[s], at);
         at += stats_buf_len(w->set[s].F);
     }
-    w->held_batch[w->n_held++] = k;
     return 0;
 }
 
@@ -162,157 +149,113 @@ static int wstats_end(void *u, const struct cbatch *bt, struct ah_error *err) {
 
 int wstats_flush(struct wstats *w, const struct out_ops *out, MPI_Comm comm, const char *out_path,
                  const char *file, struct ah_error *err) {
-    int me = 0, size = 1, rc = 0;
+    int me = 0, total = 0;
     CHECK_MPI(MPI_Comm_rank(comm, &me));
-    CHECK_MPI(MPI_Comm_size(comm, &size));
-    int mine = (int)w->n_held, *cnt = NULL, *dsp = NULL, *cntv = NULL, *dspv = NULL, total = 0;
     int64_t *batch = NULL;
     double *v = NULL;
-    if (me == 0) {
-        cnt = calloc((size_t)size, sizeof *cnt), dsp = calloc((size_t)size, sizeof *dsp);
-        cntv = calloc((size_t)size, sizeof *cntv), dspv = calloc((size_t)size, sizeof *dspv);
-    }
-    CHECK_MPI(MPI_Gather(&mine, 1, MPI_INT, cnt, 1, MPI_INT, 0, comm));
-    for (int m = 0; me == 0 && m < size; m++) { // batches a member, then their partials
-        dsp[m] = total;
-        cntv[m] = cnt[m] * (int)w->L;
-        dspv[m] = total * (int)w->L;
-        total += cnt[m];
-    }
-    if (me == 0) {
-        batch = malloc(((size_t)total + 1) * sizeof *batch);
-        v = malloc(((size_t)total * (size_t)w->L + 1) * sizeof *v);
-        if (!batch || !v)
-            rc = ah_fail(err, AH_ENOMEM, "out of memory: %d batches' partials", total);
-    }
-    CHECK_MPI(MPI_Gatherv(w->held_batch, mine, MPI_INT64_T, batch, cnt, dsp, MPI_INT64_T, 0, comm));
-    CHECK_MPI(
-        MPI_Gatherv(w->held, mine * (int)w->L, MPI_DOUBLE, v, cntv, dspv, MPI_DOUBLE, 0, comm));
+    int rc = parts_gather(&w->held, comm, &batch, &v, &total, "partials", err);
     if (me == 0 && rc == 0) rc = out->partials_put(out_path, file, batch, v, total, w->L, err);
-    w->n_held = 0;
-    free(cnt), free(dsp), free(cntv), free(dspv), free(batch), free(v);
+    w->held.n = 0;
+    free(batch), free(v);
     return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
 // the final fold (rank 0)
 
-struct entry {
-    int64_t batch, row;
-    int rec;
-};
-
-static int cmp_entry(const void *a, const void *b) {
-    const struct entry *x = a, *y = b;
-    return x->batch != y->batch ? (x->batch < y->batch ? -1 : 1) : x->rec - y->rec;
-}
-
-// whether record r lists prompt p's rows (a batch trimmed on resume is not listed)
-static bool lists_prompt(const struct h5out_record *r, int64_t p) {
-    for (int j = 0; j < r->n_runs; j++)
-        if (p >= r->runs[j].p0 && p < r->runs[j].p1) return true;
-    return false;
-}
-
 static void seg_file(const struct plan *pl, const struct h5out_record *r, char *buf, size_t n) {
     out_parts_path(buf, n, pl->j.out_path, r->file);
 }
 
-// every listed batch partial of the stage whose datasets are [i0, i1): (*e, *n) malloc'd
-static int gather_entries(const struct plan *pl, const struct out_ops *out,
-                          const struct h5out_record *rec, int n_rec, int i0, struct entry **e,
-                          int64_t *n, struct ah_error *err) {
-    int64_t cap = 0;
-    *e = NULL;
-    *n = 0;
-    char path[4400];
-    for (int r = 0; r < n_rec; r++) {
-        if (rec[r].i0 != i0) continue;
-        int64_t m = 0, *b = NULL;
-        bool ok = out->partials_batches(pl->j.out_path, rec[r].file, &b, &m) == 0;
-        struct entry *ne =
-            ok && *n + m > cap ? realloc(*e, (size_t)(cap = 2 * cap + m) * sizeof *ne) : *e;
-        if (ne) *e = ne;
-        for (int64_t j = 0; ok && ne && j < m; j++)
-            if (lists_prompt(&rec[r], b[j] * pl->place.B))
-                (*e)[(*n)++] = (struct entry){b[j], j, r};
-        free(b);
-        if (!ok || !ne) {
-            seg_file(pl, &rec[r], path, sizeof path);
-            return ah_fail(err, AH_EIO,
-                           "%s: no statistics' partials (/stats/batch) in this listed segment: "
-                           "take the statistics with `harvest stats %s`",
-                           path, pl->j.out_path);
-        }
-    }
-    qsort(*e, (size_t)*n, sizeof **e, cmp_entry);
-    return 0;
-}
-
-// the segment last read from: batches in order come mostly from one segment after another
-struct row_src {
+// the fold of one stage's statistics (its datasets [i0, i1)): what w_batches and w_row share
+struct wfold {
+    const struct plan *pl;
     const struct out_ops *out;
-    int rec; // -1: none open
+    const struct h5out_record *rec;
+    int i0;
+    const struct wset *set;
+    int n_sets;
+    struct stats *tmp;          // (n_sets) a batch's partials, unpacked
+    struct h5stats_item *items; // (n_sets) the totals
+    int64_t L;
+    double *buf; // (L) a batch's packed partials
+    // the segment last read from (record `open`, -1: none): batches in order come mostly from
+    // one segment after another
+    int open;
     struct out_partials *r;
 };
 
-static void row_src_close(struct row_src *x) {
-    x->out->partials_close(x->r);
-    x->rec = -1;
-    x->r = NULL;
-}
-
-// row `row` of segment rec's partials into buf (L doubles)
-static int read_row(struct row_src *x, const struct plan *pl, const struct h5out_record *rec, int r,
-                    int64_t row, int64_t L, double *buf) {
-    if (x->rec != r) {
-        row_src_close(x);
-        x->rec = r;
-        x->r = x->out->partials_open(pl->j.out_path, rec[r].file);
-    }
-    return x->out->partials_row(x->r, row, L, buf);
-}
-
-// batch after batch, the partials of entries e (sorted) merged into the sets' totals
-static int fold_entries(const struct plan *pl, const struct out_ops *fmt,
-                        const struct h5out_record *rec, const struct entry *e, int64_t n,
-                        const struct wset *set, int n_sets, struct h5stats_item *out,
-                        struct ah_error *err) {
-    int64_t L = 0, next = 0;
-    int rc = 0;
-    struct stats *tmp = calloc((size_t)n_sets, sizeof *tmp);
-    for (int k = 0; tmp && k < n_sets; k++) {
-        L += stats_buf_len(set[k].F);
-        if (stats_init(&tmp[k], set[k].F) < 0 || stats_init(&out[k].s, set[k].F) < 0) rc = -1;
-    }
-    double *buf = malloc(((size_t)L + 1) * sizeof *buf);
-    if (!tmp || !buf || rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: statistics");
+// the batches of the stage's partials in record r's segment (none: a record of another stage)
+static int w_batches(void *u, const struct h5out_record *r, int64_t **b, int64_t *m,
+                     struct ah_error *err) {
+    const struct wfold *f = u;
+    if (r->i0 != f->i0) return 0;
+    if (f->out->partials_batches(f->pl->j.out_path, r->file, b, m) == 0) return 0;
+    free(*b);
+    *b = NULL;
     char path[4400];
-    struct row_src src = {fmt, -1, NULL};
-    for (int64_t i = 0; rc == 0 && i < n; i++) {
-        if (e[i].batch < next) continue; // a batch listed twice: its first listing
-        if (e[i].batch > next) break;
-        seg_file(pl, &rec[e[i].rec], path, sizeof path);
-        if (read_row(&src, pl, rec, e[i].rec, e[i].row, L, buf) < 0)
-            rc = ah_fail(err, AH_EIO, "%s: cannot read the statistics' partials", path);
-        for (int k = 0, at = 0; rc == 0 && k < n_sets; at += (int)stats_buf_len(set[k++].F)) {
-            if (stats_unpack(&tmp[k], buf + at, stats_buf_len(set[k].F)) < 0)
-                rc = ah_fail(err, AH_EFORMAT, "%s: damaged statistics' partials", path);
-            else
-                stats_merge(&out[k].s, &tmp[k]);
-        }
-        next++;
+    seg_file(f->pl, r, path, sizeof path);
+    return ah_fail(err, AH_EIO,
+                   "%s: no statistics' partials (/stats/batch) in this listed segment: take the "
+                   "statistics with `harvest stats %s`",
+                   path, f->pl->j.out_path);
+}
+
+// entry x's packed partials read and merged into the sets' totals
+static int w_row(void *u, const struct part_entry *x, struct ah_error *err) {
+    struct wfold *f = u;
+    char path[4400];
+    seg_file(f->pl, &f->rec[x->rec], path, sizeof path);
+    if (f->open != x->rec) {
+        f->out->partials_close(f->r);
+        f->open = x->rec;
+        f->r = f->out->partials_open(f->pl->j.out_path, f->rec[x->rec].file);
     }
-    if (rc == 0 && next < pl->place.K)
+    if (f->out->partials_row(f->r, x->row, f->L, f->buf) < 0)
+        return ah_fail(err, AH_EIO, "%s: cannot read the statistics' partials", path);
+    for (int k = 0, at = 0; k < f->n_sets; at += (int)stats_buf_len(f->set[k++].F)) {
+        if (stats_unpack(&f->tmp[k], f->buf + at, stats_buf_len(f->set[k].F)) < 0)
+            return ah_fail(err, AH_EFORMAT, "%s: damaged statistics' partials", path);
+        stats_merge(&f->items[k].s, &f->tmp[k]);
+    }
+    return 0;
+}
+
+// batch after batch, every listed partial of the stage whose datasets begin at i0 merged into
+// the sets' totals out
+static int fold_stage(const struct plan *pl, const struct out_ops *fmt,
+                      const struct h5out_record *rec, int n_rec, int i0, const struct wset *set,
+                      int n_sets, struct h5stats_item *out, struct ah_error *err) {
+    struct wfold f = {.pl = pl,
+                      .out = fmt,
+                      .rec = rec,
+                      .i0 = i0,
+                      .set = set,
+                      .n_sets = n_sets,
+                      .items = out,
+                      .open = -1};
+    int rc = 0;
+    f.tmp = calloc((size_t)n_sets, sizeof *f.tmp);
+    for (int k = 0; f.tmp && k < n_sets; k++) {
+        f.L += stats_buf_len(set[k].F);
+        if (stats_init(&f.tmp[k], set[k].F) < 0 || stats_init(&out[k].s, set[k].F) < 0) rc = -1;
+    }
+    f.buf = malloc(((size_t)f.L + 1) * sizeof *f.buf);
+    if (!f.tmp || !f.buf || rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: statistics");
+    int64_t missing = -1;
+    if (rc == 0)
+        rc = parts_fold_listed(rec, n_rec, pl->place.B, pl->place.K, w_batches, w_row, &f,
+                               "the statistics' partials", &missing, err);
+    if (rc == 0 && missing >= 0)
         rc = ah_fail(err, AH_EIO,
                      "%s: no listed segment holds the statistics' partials of batch %lld: take "
                      "the statistics with `harvest stats %s`",
-                     pl->j.out_path, (long long)next, pl->j.out_path);
-    row_src_close(&src);
-    for (int k = 0; tmp && k < n_sets; k++)
-        stats_free(&tmp[k]);
-    free(tmp);
-    free(buf);
+                     pl->j.out_path, (long long)missing, pl->j.out_path);
+    fmt->partials_close(f.r);
+    for (int k = 0; f.tmp && k < n_sets; k++)
+        stats_free(&f.tmp[k]);
+    free(f.tmp);
+    free(f.buf);
     return rc;
 }
 
@@ -338,9 +281,6 @@ int wstats_final(const struct plan *pl, const struct out_ops *out, const struct 
             seen = rec[q].i0 == rec[r].i0;
         int n_sets = seen ? 0 : sets_of(pl, rec[r].i0, rec[r].i1, set);
         if (n_sets == 0) continue;
-        struct entry *e = NULL;
-        int64_t n = 0;
-        rc = gather_entries(pl, out, rec, n_rec, rec[r].i0, &e, &n, err);
         for (int k = 0; k < n_sets; k++) {
             struct h5stats_item *it = &items[n_items + k];
             const struct h5out_dset *d = &pl->names.dsets[set[k].dset];
@@ -349,10 +289,9 @@ int wstats_final(const struct plan *pl, const struct out_ops *out, const struct 
             it->nf = set[k].nf;
             memcpy(it->fdims, set[k].fdims, sizeof it->fdims);
         }
-        if (rc == 0) rc = fold_entries(pl, out, rec, e, n, set, n_sets, items + n_items, err);
+        rc = fold_stage(pl, out, rec, n_rec, rec[r].i0, set, n_sets, items + n_items, err);
         if (rc == 0) warn_nonfinite(pl->j.out_path, items + n_items, n_sets);
         n_items += n_sets;
-        free(e);
     }
     if (rc == 0) rc = out->stats_store(pl->j.out_path, items, n_items, err);
     for (int k = 0; items && k < n_items; k++)

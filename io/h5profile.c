@@ -1,17 +1,17 @@
-// h5profile.c - see h5profile.h.
-#define _POSIX_C_SOURCE 200809L // defines: fsync
+// h5profile.c - see h5profile.h. The partials are written and read back through io/h5part.c's
+// steps, which the SAEs' files share.
 #include "io/h5profile.h"
 
-#include "io/fsutil.h" // fs_sync_path, fs_replace
-#include "io/h5attr.h" // h5attr_put_str, h5attr_put_num
+#include "io/h5attr.h"     // h5attr_put_str, h5attr_put_num
+#include "io/h5part_hid.h" // h5part_put_array, h5part_group_new, h5part_store, ...
 #include "model/ah.h"
 
-#include <fcntl.h>
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#define PART "norm_profile_part"
 
 bool h5prof_has_group(const char *path, const char *name) {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -20,126 +20,48 @@ bool h5prof_has_group(const char *path, const char *name) {
     return yes;
 }
 
-// a dataset loc/name of rank nd (dims d) of file type ft, written from buf of memory type mt
-static herr_t put_array(hid_t loc, const char *name, int nd, const hsize_t *d, hid_t ft, hid_t mt,
-                        const void *buf) {
-    hid_t s = H5Screate_simple(nd, d, NULL);
-    hid_t ds = s < 0 ? -1 : H5Dcreate2(loc, name, ft, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    herr_t r = ds < 0 ? -1 : 0;
-    hssize_t elems = s < 0 ? 0 : H5Sget_simple_extent_npoints(s);
-    if (r >= 0 && elems > 0) r = H5Dwrite(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf);
-    if (ds >= 0 && H5Dclose(ds) < 0) r = -1;
-    if (s >= 0) H5Sclose(s);
-    return r;
-}
-
 int h5prof_write_partials(const char *seg_path, const int64_t *batch, int64_t n, int n_values,
                           const char *const *names, const double *const *v, int64_t L,
                           struct ah_error *err) {
-    hid_t f = H5Fopen(seg_path, H5F_ACC_RDWR, H5P_DEFAULT), g = H5I_INVALID_HID;
-    herr_t r = f < 0 ? -1 : 0;
-    if (r >= 0) r = g = H5Gcreate2(f, "norm_profile_part", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    hid_t f = H5Fopen(seg_path, H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = f < 0 ? H5I_INVALID_HID : H5Gcreate2(f, PART, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     hsize_t d[2] = {(hsize_t)n, (hsize_t)L};
-    if (r >= 0) r = put_array(g, "batch", 1, d, H5T_STD_I64LE, H5T_NATIVE_INT64, batch);
+    herr_t r =
+        g < 0 ? -1 : h5part_put_array(g, "batch", 1, d, H5T_STD_I64LE, H5T_NATIVE_INT64, batch);
     for (int k = 0; r >= 0 && k < n_values; k++)
-        r = put_array(g, names[k], 2, d, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v[k]);
+        r = h5part_put_array(g, names[k], 2, d, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, v[k]);
     if (g >= 0 && H5Gclose(g) < 0) r = -1;
-    if (f >= 0 && H5Fclose(f) < 0) r = -1;
-    if (r >= 0 && fs_sync_path(seg_path) != 0) r = -1;
-    return r < 0 ? ah_fail(err, AH_EIO, "%s: cannot write the norm profile's partials (disk full?)",
-                           seg_path)
-                 : 0;
-}
-
-void h5prof_src_init(struct h5prof_src *x) {
-    x->path[0] = 0;
-    x->f = x->d = H5I_INVALID_HID;
-}
-
-void h5prof_src_close(struct h5prof_src *x) {
-    if (x->d >= 0) H5Dclose(x->d);
-    if (x->f >= 0) H5Fclose(x->f);
-    h5prof_src_init(x);
+    if (h5part_close_sync(f, seg_path, r) < 0)
+        return ah_fail(err, AH_EIO, "%s: cannot write the norm profile's partials (disk full?)",
+                       seg_path);
+    return 0;
 }
 
 int h5prof_batches(const char *path, const char *value, int64_t **batch, int64_t *n) {
-    *batch = NULL;
-    *n = 0;
-    char name[512];
-    snprintf(name, sizeof name, "norm_profile_part/%s", value);
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return -1;
-    int rc = 0;
-    if (H5Lexists(f, "norm_profile_part", H5P_DEFAULT) > 0 && H5Lexists(f, name, H5P_DEFAULT) > 0)
-        rc = 1;
-    hid_t d = rc == 1 ? H5Dopen2(f, "norm_profile_part/batch", H5P_DEFAULT) : H5I_INVALID_HID;
-    hid_t s = d >= 0 ? H5Dget_space(d) : H5I_INVALID_HID;
-    hsize_t m = 0;
-    if (rc == 1 && (s < 0 || H5Sget_simple_extent_dims(s, &m, NULL) != 1)) rc = -1;
-    if (rc == 1 && !(*batch = malloc((size_t)m * sizeof **batch + 8))) rc = -1;
-    if (rc == 1 && m > 0 && H5Dread(d, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, *batch) < 0)
-        rc = -1;
-    if (s >= 0) H5Sclose(s);
-    if (d >= 0) H5Dclose(d);
-    H5Fclose(f);
-    if (rc < 0) {
-        free(*batch);
-        *batch = NULL;
-    }
-    *n = rc == 1 ? (int64_t)m : 0;
-    return rc;
+    return h5part_batches(path, PART, value, batch, n);
 }
 
-int h5prof_read_row(struct h5prof_src *x, const char *path, const char *value, int64_t row,
+int h5prof_read_row(struct h5part_src *x, const char *path, const char *value, int64_t row,
                     int64_t L, double *buf) {
-    if (strcmp(x->path, path)) {
-        h5prof_src_close(x);
-        snprintf(x->path, sizeof x->path, "%s", path);
-        char name[512];
-        snprintf(name, sizeof name, "norm_profile_part/%s", value);
-        x->f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-        x->d = x->f < 0 ? -1 : H5Dopen2(x->f, name, H5P_DEFAULT);
-    }
-    hid_t fs = x->d < 0 ? -1 : H5Dget_space(x->d);
-    hsize_t st[2] = {(hsize_t)row, 0}, cnt[2] = {1, (hsize_t)L};
-    hid_t ms = H5Screate_simple(2, cnt, NULL);
-    herr_t r = fs < 0 ? -1 : H5Sselect_hyperslab(fs, H5S_SELECT_SET, st, NULL, cnt, NULL);
-    if (r >= 0) r = H5Dread(x->d, H5T_NATIVE_DOUBLE, ms, fs, H5P_DEFAULT, buf);
-    H5Sclose(ms);
-    if (fs >= 0) H5Sclose(fs);
-    return r < 0 ? -1 : 0;
-}
-
-// copies from to `to` and fsyncs it
-static int copy_file(const char *from, const char *to) {
-    int in = open(from, O_RDONLY), out = open(to, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int rc = in < 0 || out < 0 ? -1 : 0;
-    char buf[1 << 16];
-    for (ssize_t n; rc == 0 && (n = read(in, buf, sizeof buf)) != 0;)
-        if (n < 0 || write(out, buf, (size_t)n) != n) rc = -1;
-    if (rc == 0 && fsync(out) < 0) rc = -1;
-    if (in >= 0) close(in);
-    if (out >= 0 && close(out) < 0) rc = -1;
-    return rc;
+    return h5part_read_rows(x, path, PART, value, row, 1, L, buf);
 }
 
 // group loc/it->name with the item's datasets and attributes
-static herr_t put_item(hid_t loc, const struct h5prof_item *it) {
-    if (H5Lexists(loc, it->name, H5P_DEFAULT) > 0 && H5Ldelete(loc, it->name, H5P_DEFAULT) < 0)
-        return -1;
-    hid_t g = H5Gcreate2(loc, it->name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+static herr_t put_item(hid_t loc, const void *items, int i) {
+    const struct h5prof_item *it = (const struct h5prof_item *)items + i;
+    hid_t g = h5part_group_new(loc, it->name);
     if (g < 0) return -1;
     hsize_t t[1] = {(hsize_t)it->T}, h[1] = {NORM_PROFILE_BINS}, o[1] = {(hsize_t)it->n_out};
     hid_t i64 = H5T_STD_I64LE, f64 = H5T_IEEE_F64LE, mi = H5T_NATIVE_INT64, md = H5T_NATIVE_DOUBLE;
-    herr_t r = put_array(g, "count", 1, t, i64, mi, it->count);
-    if (r >= 0) r = put_array(g, "sum", 1, t, f64, md, it->sum);
-    if (r >= 0) r = put_array(g, "sum_sq", 1, t, f64, md, it->sum_sq);
-    if (r >= 0) r = put_array(g, "max", 1, t, f64, md, it->max);
-    if (r >= 0) r = put_array(g, "hist", 1, h, i64, mi, it->hist);
-    if (r >= 0) r = put_array(g, "outlier_prompt", 1, o, i64, mi, it->o_prompt);
-    if (r >= 0) r = put_array(g, "outlier_position", 1, o, i64, mi, it->o_pos);
-    if (r >= 0) r = put_array(g, "outlier_token", 1, o, i64, mi, it->o_tok);
-    if (r >= 0) r = put_array(g, "outlier_norm", 1, o, f64, md, it->o_norm);
+    herr_t r = h5part_put_array(g, "count", 1, t, i64, mi, it->count);
+    if (r >= 0) r = h5part_put_array(g, "sum", 1, t, f64, md, it->sum);
+    if (r >= 0) r = h5part_put_array(g, "sum_sq", 1, t, f64, md, it->sum_sq);
+    if (r >= 0) r = h5part_put_array(g, "max", 1, t, f64, md, it->max);
+    if (r >= 0) r = h5part_put_array(g, "hist", 1, h, i64, mi, it->hist);
+    if (r >= 0) r = h5part_put_array(g, "outlier_prompt", 1, o, i64, mi, it->o_prompt);
+    if (r >= 0) r = h5part_put_array(g, "outlier_position", 1, o, i64, mi, it->o_pos);
+    if (r >= 0) r = h5part_put_array(g, "outlier_token", 1, o, i64, mi, it->o_tok);
+    if (r >= 0) r = h5part_put_array(g, "outlier_norm", 1, o, f64, md, it->o_norm);
     if (r >= 0) r = h5attr_put_str(g, "value", it->value);
     if (r >= 0) r = h5attr_put_num(g, "n_nan", i64, mi, &it->n_nan);
     hsize_t e[1] = {NORM_PROFILE_BINS - 1};
@@ -153,29 +75,7 @@ static herr_t put_item(hid_t loc, const struct h5prof_item *it) {
 }
 
 int h5prof_store(const char *path, const struct h5prof_item *items, int n, struct ah_error *err) {
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (copy_file(path, tmp) < 0) {
-        unlink(tmp);
-        return ah_fail(err, AH_EIO, "%s: cannot copy the master to %s (disk full?)", path, tmp);
-    }
-    hid_t f = H5Fopen(tmp, H5F_ACC_RDWR, H5P_DEFAULT), g = H5I_INVALID_HID;
-    herr_t r = f < 0 ? -1 : 0;
-    if (r >= 0 && H5Lexists(f, "norm_profile", H5P_DEFAULT) > 0)
-        r = g = H5Gopen2(f, "norm_profile", H5P_DEFAULT);
-    else if (r >= 0)
-        r = g = H5Gcreate2(f, "norm_profile", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-    for (int i = 0; r >= 0 && i < n; i++)
-        r = put_item(g, &items[i]);
-    if (g >= 0 && H5Gclose(g) < 0) r = -1;
-    if (f >= 0 && H5Fclose(f) < 0) r = -1;
-    if (r >= 0 && fs_replace(tmp, path) < 0) r = -1;
-    if (r < 0) {
-        unlink(tmp);
-        return ah_fail(err, AH_EIO,
-                       "%s: cannot write the norm profile into the master (disk full?)", path);
-    }
-    return 0;
+    return h5part_store(path, "norm_profile", put_item, items, n, "the norm profile", err);
 }
 
 struct list_acc {
@@ -196,12 +96,6 @@ static herr_t list_one(hid_t g, const char *name, const H5L_info_t *info, void *
 int h5prof_list(const char *path, char *buf, size_t n) {
     buf[0] = 0;
     struct list_acc a = {buf, n, 0};
-    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-    hid_t g = f >= 0 && H5Lexists(f, "norm_profile", H5P_DEFAULT) > 0
-                  ? H5Gopen2(f, "norm_profile", H5P_DEFAULT)
-                  : H5I_INVALID_HID;
-    if (g >= 0) H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, NULL, list_one, &a);
-    if (g >= 0) H5Gclose(g);
-    if (f >= 0) H5Fclose(f);
+    h5part_iterate(path, "norm_profile", list_one, &a);
     return a.count;
 }

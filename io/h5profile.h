@@ -9,6 +9,8 @@
 #ifndef AH_H5PROFILE_H
 #define AH_H5PROFILE_H
 
+#include "io/h5part.h" // struct h5part_src
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -26,19 +28,13 @@ int h5prof_write_partials(const char *seg_path, const int64_t *batch, int64_t n,
                           const char *const *names, const double *const *v, int64_t L,
                           struct ah_error *err);
 
-// A segment's partials of one value, read row by row (the file stays open between reads).
-struct h5prof_src {
-    char path[4400]; // the file open ("" when none)
-    int64_t f, d;    // its handles (hid_t)
-};
-void h5prof_src_init(struct h5prof_src *x);
 // The batches of segment path whose partials of `value` it holds: *batch malloc'd (*n of them).
 // Returns 1, 0 when it holds none of that value (no such group or dataset), -1 on a read error.
 int h5prof_batches(const char *path, const char *value, int64_t **batch, int64_t *n);
-// Row `row` (L doubles) of segment path's partials of value into buf. 0 or -1.
-int h5prof_read_row(struct h5prof_src *x, const char *path, const char *value, int64_t row,
+// Row `row` (L doubles) of segment path's partials of value into buf, through reader x (kept
+// open between reads of one segment's value; io/h5part.h). 0 or -1.
+int h5prof_read_row(struct h5part_src *x, const char *path, const char *value, int64_t row,
                     int64_t L, double *buf);
-void h5prof_src_close(struct h5prof_src *x);
 
 // One value's merged profile: T positions, K' outliers (largest norm first).
 struct h5prof_item {

@@ -11,6 +11,8 @@
 #ifndef AH_H5SAE_H
 #define AH_H5SAE_H
 
+#include "io/h5part.h" // struct h5part_src
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -35,9 +37,7 @@ int h5sae_write_latents(const char *seg_path, const char *name, int64_t nb, cons
 
 // A segment's partials of one SAE, read row by row (the file stays open between reads).
 struct h5sae_src {
-    char path[4400]; // the file open ("" when none)
-    char name[512];  // the SAE whose dataset is open
-    int64_t f, d, e; // its handles (hid_t): the file, the partials, the exemplars
+    struct h5part_src rows, ex; // the partials, the exemplars (io/h5part.h)
 };
 void h5sae_src_init(struct h5sae_src *x);
 // The batches of segment path whose partials of SAE `name` it holds: *batch malloc'd (*n).
