@@ -4,6 +4,8 @@
 //                                  OUT.indices.npy (int32), OUT.values.npy (float32) and
 //                                  OUT.recon.npy (float32 (N, d_in): the decode); prints one line
 //                                  "layout L arch A d_in C d_sae M k K b_dec_in B norm N".
+//   sae_encode SAE_DIR X1.npy OUT1 X2.npy OUT2 ...   each pair as above, one GEMM each, the SAE
+//                                  read once (tests/test_saes.py: one batch of rows a prompt).
 // Exit 1 on bad input (the message names the file, key or tensor), 2 on a system failure.
 #define _POSIX_C_SOURCE 200809L
 #include "io/sae.h"
@@ -84,9 +86,25 @@ static int encode(const struct sae *s, const float *x, int64_t N, const char *ou
     return rc;
 }
 
+// x from path encoded into out; 0, or the exit code after a message
+static int encode_file(const struct sae *s, const char *path, const char *out) {
+    char *buf = NULL;
+    struct sae_npy a;
+    int code = read_x(path, s, &buf, &a);
+    if (code == 0) {
+        float *x = malloc(a.nbytes + 4); // aligned copy of the data
+        if (!x) return 2;
+        memcpy(x, a.data, a.nbytes);
+        code = encode(s, x, a.shape[0], out);
+        free(x);
+    }
+    free(buf);
+    return code;
+}
+
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: sae_encode SAE_DIR X.npy OUT\n");
+    if (argc < 4 || argc % 2) {
+        fprintf(stderr, "usage: sae_encode SAE_DIR X.npy OUT [X.npy OUT ...]\n");
         return 2;
     }
     struct sae_file f;
@@ -98,17 +116,9 @@ int main(int argc, char **argv) {
     printf("layout %s arch %s d_in %lld d_sae %lld k %d b_dec_in %d norm %s\n",
            sae_layout_name(f.layout), arch[f.s.arch], (long long)f.s.d_in, (long long)f.s.d_sae,
            f.s.k, f.s.b_dec_in, norm[f.s.norm]);
-    char *buf = NULL;
-    struct sae_npy a;
-    int code = read_x(argv[2], &f.s, &buf, &a);
-    if (code == 0) {
-        float *x = malloc(a.nbytes + 4); // aligned copy of the data
-        if (!x) return 2;
-        memcpy(x, a.data, a.nbytes);
-        code = encode(&f.s, x, a.shape[0], argv[3]);
-        free(x);
-    }
-    free(buf);
+    int code = 0;
+    for (int i = 2; i + 1 < argc && code == 0; i += 2)
+        code = encode_file(&f.s, argv[i], argv[i + 1]);
     sae_close(&f);
     return code;
 }

@@ -3,7 +3,11 @@ shards and in exactly one of train/val (no document in both), each row equal to 
 float32, float16 and bfloat16 (raw bits widened); the same shards on np 1 and np 2; a SIGKILL
 mid-export then the same command gives the same shards (a damaged shard is rewritten); peak memory
 flat in the corpus size (0.5 M vs 4 M tokens); the named errors; the reader yields every token
-exactly once an epoch, over ranks too, and open_output equals h5py on both layouts."""
+exactly once an epoch, over ranks too, and open_output equals h5py on both layouts.
+Run by test_pip_install.py against the installed package (HARVEST_DATA_INSTALLED=1), it makes the
+checks that call the reader (harvest_data) and the runs they read, not those of the harvest binary
+alone (the named errors, --allow-partial, np 2, the kill, memory): this test's own run makes those,
+with the same binary and the same runs."""
 import hashlib
 import json
 import os
@@ -20,6 +24,7 @@ from util import (EXPORT_LENGTHS as LENGTHS, MPI_ENV, ExportFixture, args, check
                   synthetic_output)
 
 hd = reader()  # io/python, or the installed package (test_pip_install.py)
+READER_ONLY = os.environ.get("HARVEST_DATA_INSTALLED") == "1"  # see the docstring
 
 harvest, work = args()
 fx = ExportFixture(harvest, work)
@@ -162,43 +167,53 @@ def error(label, want, *a, src=tok):
           f"{label}: exit 1 naming {want}, got {p.returncode}: {p.stderr.strip()[-300:]}")
 
 
-error("unknown name", ["--names", "encoder_9_output", "decoder_0_output"], "--names",
-      "encoder_9_output")
-error("name with a key axis", ["encoder_0_attn_probs", "key axis"], "--names",
-      "encoder_0_attn_probs", src=pr)
-error("shard size below one row", ["--shard-size", "smaller than one token row"],
-      "--shard-size", "100")
-error("zero shard tokens", ["--shard-tokens"], "--shard-tokens", "0")
-error("memory below one shard", ["--memory"], "--memory", "1K")
-error("not an output", ["not a harvest output"], src=f"{work}/model/model.safetensors")
-before = file_hashes(f"{work}/sh-float32")
-p = export(tok, f"{work}/sh-float32", "--shard-tokens", "64", "--val", "0.25", "--seed", "8",
-           rc=None)
-check(p.returncode == 1 and "different export" in p.stderr and '"seed"' in p.stderr,
-      f"an existing folder with another manifest: exit 1 naming the key: {p.stderr.strip()}")
-check(file_hashes(f"{work}/sh-float32") == before, "... and its files untouched")
+def errors():
+    """the named errors of export"""
+    error("unknown name", ["--names", "encoder_9_output", "decoder_0_output"], "--names",
+          "encoder_9_output")
+    error("name with a key axis", ["encoder_0_attn_probs", "key axis"], "--names",
+          "encoder_0_attn_probs", src=pr)
+    error("shard size below one row", ["--shard-size", "smaller than one token row"],
+          "--shard-size", "100")
+    error("zero shard tokens", ["--shard-tokens"], "--shard-tokens", "0")
+    error("memory below one shard", ["--memory"], "--memory", "1K")
+    error("not an output", ["not a harvest output"], src=f"{work}/model/model.safetensors")
+    before = file_hashes(f"{work}/sh-float32")
+    p = export(tok, f"{work}/sh-float32", "--shard-tokens", "64", "--val", "0.25", "--seed", "8",
+               rc=None)
+    check(p.returncode == 1 and "different export" in p.stderr and '"seed"' in p.stderr,
+          f"an existing folder with another manifest: exit 1 naming the key: {p.stderr.strip()}")
+    check(file_hashes(f"{work}/sh-float32") == before, "... and its files untouched")
 
-# incomplete: the last checkpoint's rows dropped from the master's listing
+
+def allow_partial(seg):
+    """an incomplete copy of seg (the last checkpoint's rows dropped from the master's
+    listing): refused, and exported with --allow-partial"""
+    inc = f"{work}/inc.h5"
+    with open(seg, "rb") as a, open(inc, "wb") as b:
+        b.write(a.read())
+    os.symlink(f"{seg}.parts", f"{inc}.parts")
+    with h5py.File(inc, "r+") as f:
+        segs = json.loads(f.attrs["segments"])
+        dropped = segs.pop()
+        f.attrs["segments"] = json.dumps(segs)
+        f.attrs["complete"] = 0
+    gone = set(p for r in dropped["runs"] for p in range(int(r[0]), int(r[1])))
+    check(len(segs) >= 1 and gone, "the incomplete copy lacks some prompts")
+    error("incomplete output", ["incomplete", "--allow-partial"], src=inc)
+    if export(inc, f"{work}/sh-inc", "--allow-partial", "--shard-tokens", "50").returncode == 0:
+        m, ex = read_export(f"{work}/sh-inc")
+        got = set(ex["train"]["prompt_index"].tolist())
+        want = set(range(len(LENGTHS))) - gone
+        check(got == want, f"--allow-partial exports exactly the complete prompts ({len(got)})")
+        check(len(ex["train"]["position"]) == sum(LENGTHS[q] for q in want),
+              "--allow-partial: each of their tokens once")
+
+
 seg = harvest_out("seg", "token", "float32", checkpoint_seconds=0)
-inc = f"{work}/inc.h5"
-with open(seg, "rb") as a, open(inc, "wb") as b:
-    b.write(a.read())
-os.symlink(f"{seg}.parts", f"{inc}.parts")
-with h5py.File(inc, "r+") as f:
-    segs = json.loads(f.attrs["segments"])
-    dropped = segs.pop()
-    f.attrs["segments"] = json.dumps(segs)
-    f.attrs["complete"] = 0
-gone = set(p for r in dropped["runs"] for p in range(int(r[0]), int(r[1])))
-check(len(segs) >= 1 and gone, "the incomplete copy lacks some prompts")
-error("incomplete output", ["incomplete", "--allow-partial"], src=inc)
-if export(inc, f"{work}/sh-inc", "--allow-partial", "--shard-tokens", "50").returncode == 0:
-    m, ex = read_export(f"{work}/sh-inc")
-    got = set(ex["train"]["prompt_index"].tolist())
-    want = set(range(len(LENGTHS))) - gone
-    check(got == want, f"--allow-partial exports exactly the complete prompts ({len(got)})")
-    check(len(ex["train"]["position"]) == sum(LENGTHS[q] for q in want),
-          "--allow-partial: each of their tokens once")
+if not READER_ONLY:
+    errors()
+    allow_partial(seg)
 
 # ---- a bigger synthetic output: MPI, kill and resume, memory --------------------------------
 def synthetic(path, n_tokens):
@@ -208,40 +223,44 @@ def synthetic(path, n_tokens):
 big = synthetic(f"{work}/big.h5", 500_000)
 OPTS = ["--shard-tokens", "40000", "--val", "0.1", "--seed", "3", "--memory", "3M"]
 export(big, f"{work}/np1", *OPTS)
-export(big, f"{work}/np2", *OPTS, np_=2)
-h1 = file_hashes(f"{work}/np1")
-check(len(h1) > 10 and h1 == file_hashes(f"{work}/np2"),
-      f"np 1 and np 2 write the same shards, byte for byte ({len(h1)} files)")
-m, ex = read_export(f"{work}/np1")
-for split, g in ex.items():
-    t = g["prompt_index"] * 128 + g["position"]
-    check(np.array_equal(g["act/x"][:, 0], t.astype(np.float32)), f"big {split}: rows follow")
-allt = np.concatenate([ex[s]["prompt_index"] * 128 + ex[s]["position"] for s in ex])
-check(np.array_equal(np.sort(allt), np.arange(500_000)), "big: every token exactly once")
 
-# SIGKILL once some shards are finished, then the same command
-k = f"{work}/killed"
-env = dict(MPI_ENV)
-p = subprocess.Popen([harvest, "export", big, "--shards", k, *OPTS], env=env,
-                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-t0 = time.time()
-while p.poll() is None and time.time() - t0 < 120:
-    if os.path.isdir(k) and any(n.endswith(".h5") for n in os.listdir(k)):
-        break
-    time.sleep(0.005)
-p.send_signal(signal.SIGKILL)
-p.wait()
-left = [n for n in os.listdir(k) if n.endswith(".h5")] if os.path.isdir(k) else []
-check(0 < len(left) < len(h1) - 1, f"the kill landed mid-export ({len(left)} shards finished)")
-export(big, k, *OPTS)
-check(file_hashes(k) == h1, "killed, then the same command: the same shards")
-# a damaged finished shard is found and rewritten
-victim = f"{k}/train-00002.h5"
-with open(victim, "r+b") as f:
-    f.seek(os.path.getsize(victim) - 100)
-    f.write(b"\xff" * 8)
-export(big, k, *OPTS)
-check(file_hashes(k) == h1, "a damaged shard is rewritten on the next run")
+
+def np2_kill(big):
+    """np 2 == np 1; SIGKILL mid-export then the same command; a damaged shard rewritten"""
+    export(big, f"{work}/np2", *OPTS, np_=2)
+    h1 = file_hashes(f"{work}/np1")
+    check(len(h1) > 10 and h1 == file_hashes(f"{work}/np2"),
+          f"np 1 and np 2 write the same shards, byte for byte ({len(h1)} files)")
+    m, ex = read_export(f"{work}/np1")
+    for split, g in ex.items():
+        t = g["prompt_index"] * 128 + g["position"]
+        check(np.array_equal(g["act/x"][:, 0], t.astype(np.float32)), f"big {split}: rows follow")
+    allt = np.concatenate([ex[s]["prompt_index"] * 128 + ex[s]["position"] for s in ex])
+    check(np.array_equal(np.sort(allt), np.arange(500_000)), "big: every token exactly once")
+
+    # SIGKILL once some shards are finished, then the same command
+    k = f"{work}/killed"
+    env = dict(MPI_ENV)
+    p = subprocess.Popen([harvest, "export", big, "--shards", k, *OPTS], env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    t0 = time.time()
+    while p.poll() is None and time.time() - t0 < 120:
+        if os.path.isdir(k) and any(n.endswith(".h5") for n in os.listdir(k)):
+            break
+        time.sleep(0.005)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    left = [n for n in os.listdir(k) if n.endswith(".h5")] if os.path.isdir(k) else []
+    check(0 < len(left) < len(h1) - 1, f"the kill landed mid-export ({len(left)} shards finished)")
+    export(big, k, *OPTS)
+    check(file_hashes(k) == h1, "killed, then the same command: the same shards")
+    # a damaged finished shard is found and rewritten
+    victim = f"{k}/train-00002.h5"
+    with open(victim, "r+b") as f:
+        f.seek(os.path.getsize(victim) - 100)
+        f.write(b"\xff" * 8)
+    export(big, k, *OPTS)
+    check(file_hashes(k) == h1, "a damaged shard is rewritten on the next run")
 
 
 # ---- memory flat in the corpus size ---------------------------------------------------------
@@ -255,15 +274,22 @@ def peak_rss_kb(*a):
     return int(out.stdout.strip() or 0)
 
 
-small, huge = f"{work}/big.h5", synthetic(f"{work}/huge.h5", 4_000_000)
-MEM = ["--shard-tokens", "65536", "--memory", "16M", "--quiet"]
-r_small = peak_rss_kb(harvest, "export", small, "--shards", f"{work}/m-small", *MEM)
-r_huge = peak_rss_kb(harvest, "export", huge, "--shards", f"{work}/m-huge", *MEM)
-print(f"peak RSS: 0.5 M tokens {r_small / 1024:.1f} MB, 4 M tokens {r_huge / 1024:.1f} MB")
-check(abs(r_huge - r_small) < 6 * 1024,
-      f"peak RSS flat: {r_small / 1024:.1f} MB vs {r_huge / 1024:.1f} MB (8x the tokens)")
-os.remove(huge)
-subprocess.run(["rm", "-rf", f"{work}/m-huge", f"{work}/m-small"])
+def memory_flat(big):
+    """peak RSS of exports of 0.5 M and 4 M tokens within 6 MB"""
+    small, huge = big, synthetic(f"{work}/huge.h5", 4_000_000)
+    MEM = ["--shard-tokens", "65536", "--memory", "16M", "--quiet"]
+    r_small = peak_rss_kb(harvest, "export", small, "--shards", f"{work}/m-small", *MEM)
+    r_huge = peak_rss_kb(harvest, "export", huge, "--shards", f"{work}/m-huge", *MEM)
+    print(f"peak RSS: 0.5 M tokens {r_small / 1024:.1f} MB, 4 M tokens {r_huge / 1024:.1f} MB")
+    check(abs(r_huge - r_small) < 6 * 1024,
+          f"peak RSS flat: {r_small / 1024:.1f} MB vs {r_huge / 1024:.1f} MB (8x the tokens)")
+    os.remove(huge)
+    subprocess.run(["rm", "-rf", f"{work}/m-huge", f"{work}/m-small"])
+
+
+if not READER_ONLY:
+    np2_kill(big)
+    memory_flat(big)
 
 # ---- the reader -----------------------------------------------------------------------------
 for d, name in ((f"{work}/np1", "x"), (f"{work}/sh-bfloat16", "encoder_1_output")):

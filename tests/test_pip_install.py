@@ -1,9 +1,11 @@
 """`pip install ./io/python` in a fresh virtual environment with the system's site packages (numpy,
 h5py and torch from Debian; no network: --no-index --no-build-isolation) gives `import
-harvest_data` from the environment, its version is the project's (the file VERSION), and the
-reader tests (test_export.py, test_probe.py) pass against the installed package: run by the
-environment's python with HARVEST_DATA_INSTALLED=1, which makes tests/util.py's reader() import
-the installed module and refuse the source tree's."""
+harvest_data` from the environment, its version is the project's (the file VERSION), the
+installed module is io/python/harvest_data.py byte for byte, and the reader tests (test_export.py,
+test_probe.py) pass against the installed package: run by the environment's python with
+HARVEST_DATA_INSTALLED=1, which makes tests/util.py's reader() import the installed module and
+refuse the source tree's, and makes those tests check what calls the reader (the checks of the
+harvest binary alone are their own runs', with the same binary: see their docstrings)."""
 import os
 import subprocess
 import sys
@@ -29,6 +31,9 @@ where, v_mod, v_dist = q.stdout.split()
 check(where.startswith(venv), f"harvest_data comes from the environment: {where}")
 check(v_mod == version and v_dist == version,
       f"the installed version is the project's {version}: module {v_mod}, distribution {v_dist}")
+same = open(where, "rb").read() == open(os.path.join(ROOT, "io", "python", "harvest_data.py"),
+                                        "rb").read()
+check(same, f"the installed {where} is io/python/harvest_data.py byte for byte")
 print(f"ok: pip install ./io/python: harvest-data {version} in {venv}")
 
 env = dict(os.environ, HARVEST_DATA_INSTALLED="1")

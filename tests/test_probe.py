@@ -3,7 +3,11 @@ string, defaults; empty prompts skipped; packed contexts take their document's f
 rewritten index give the same); the job's "pool" and `harvest export --probe DIR` give pooled
 last/mean equal to numpy on the stored values, in both layouts and every storage dtype; the reader
 (harvest_data.Probe) loads them; the output's statistics travel into the shards; errors name the
-file, the line and the field."""
+file, the line and the field.
+Run by test_pip_install.py against the installed package (HARVEST_DATA_INSTALLED=1), it makes the
+checks that call the reader (harvest_data) and the runs they read, not those of the harvest binary
+alone (np 2, the rewritten index, packing, the other pool layouts, select, --allow-partial, the
+errors): this test's own run makes those, with the same binary and the same runs."""
 import json
 import os
 import random
@@ -17,6 +21,7 @@ import numpy as np
 from util import MPI_ENV, args, check, finish, init_model, reader, run, write_job
 
 hd = reader()  # io/python, or the installed package (test_pip_install.py)
+READER_ONLY = os.environ.get("HARVEST_DATA_INSTALLED") == "1"  # see the docstring
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=11)
@@ -84,24 +89,31 @@ with h5py.File(f"{work}/pr.h5", "r") as f:
     check(6 not in f["prompts/source_index"][:] and len(f["prompts/length"]) == 22,
           "the empty prompt is skipped (and its fields with it)")
     check_fields(f, "prompt layout")
-# np 2 (rank 0 reads the data and writes the index) gives the same tables
-p = harvest_run("pr2", np_=2)
-check(p.returncode == 0, f"np 2: {p.stderr[-500:]}")
-with h5py.File(f"{work}/pr.h5", "r") as a, h5py.File(f"{work}/pr2.h5", "r") as b:
-    check(all(np.array_equal(a["prompts/" + k][:], b["prompts/" + k][:]) for k in a["prompts"]),
-          "np 2: the same /prompts, fields included")
-# a lost index.h5 is written again on --resume, with the fields
-os.remove(f"{work}/pr.h5.parts/index.h5")
-harvest_run("pr", "--resume")
-with h5py.File(f"{work}/pr.h5", "r") as f:
-    check_fields(f, "index.h5 rewritten by --resume")
-# packing: a context takes the fields of the document its first token comes from
-harvest_run("pk", data={"path": "data.jsonl", "fields": FIELDS, "pack": {"separator": 1}})
-with h5py.File(f"{work}/pk.h5", "r") as f:
-    src = f["prompts/source_index"][:]
-    check(len(src) > 10 and np.array_equal(f["prompts/label"][:], want_field("label", src)),
-          "pack: each context has its first document's fields")
 
+
+def fields_np2_resume_pack():
+    """np 2, a rewritten index.h5 and packing keep the fields"""
+    # np 2 (rank 0 reads the data and writes the index) gives the same tables
+    p = harvest_run("pr2", np_=2)
+    check(p.returncode == 0, f"np 2: {p.stderr[-500:]}")
+    with h5py.File(f"{work}/pr.h5", "r") as a, h5py.File(f"{work}/pr2.h5", "r") as b:
+        check(all(np.array_equal(a["prompts/" + k][:], b["prompts/" + k][:])
+                  for k in a["prompts"]), "np 2: the same /prompts, fields included")
+    # a lost index.h5 is written again on --resume, with the fields
+    os.remove(f"{work}/pr.h5.parts/index.h5")
+    harvest_run("pr", "--resume")
+    with h5py.File(f"{work}/pr.h5", "r") as f:
+        check_fields(f, "index.h5 rewritten by --resume")
+    # packing: a context takes the fields of the document its first token comes from
+    harvest_run("pk", data={"path": "data.jsonl", "fields": FIELDS, "pack": {"separator": 1}})
+    with h5py.File(f"{work}/pk.h5", "r") as f:
+        src = f["prompts/source_index"][:]
+        check(len(src) > 10 and np.array_equal(f["prompts/label"][:], want_field("label", src)),
+              "pack: each context has its first document's fields")
+
+
+if not READER_ONLY:
+    fields_np2_resume_pack()
 
 # ---- pool and --probe: equal to numpy on the stored values -----------------------------------
 def stored_tokens(f, name, p):
@@ -135,7 +147,8 @@ def check_pooled(f, g, prompts, label, pools=("last", "mean")):
     print(f"{label}: pooled values checked")
 
 
-for layout, dtype in (("prompt", "float32"), ("token", "bfloat16"), ("token", "float16")):
+POOLS = [("prompt", "float32"), ("token", "bfloat16"), ("token", "float16")]
+for layout, dtype in POOLS[1:2] if READER_ONLY else POOLS:  # the reader reads token bfloat16's
     name = f"pool-{layout}-{dtype}"
     harvest_run(name, layout=layout, dtype=dtype, pool=["last", "mean"])
     with h5py.File(f"{work}/{name}.h5", "r") as f:
@@ -157,16 +170,23 @@ for layout, dtype in (("prompt", "float32"), ("token", "bfloat16"), ("token", "f
               and np.array_equal(g["prompts/source_index"][:], f["prompts/source_index"][:]),
               f"--probe of {name}: prompt_index, source_index")
 
-# killed after completing the output but before pooling: --resume adds /pooled
-name = "pool-token-float16"
-with h5py.File(f"{work}/{name}.h5", "r") as f:
-    before = {n: f[f"pooled/{n}/mean"][:] for n in NAMES}
-with h5py.File(f"{work}/{name}.h5", "r+") as f:
-    del f["pooled"]
-run(harvest, "run", f"{work}/{name}.json", "--quiet", "--resume", check=0)
-with h5py.File(f"{work}/{name}.h5", "r") as f:
-    check("pooled" in f and all(np.array_equal(f[f"pooled/{n}/mean"][:], before[n]) for n in NAMES),
-          "--resume of a complete output without /pooled adds it")
+
+def resume_adds_pooled():
+    """killed after completing the output but before pooling: --resume adds /pooled"""
+    name = "pool-token-float16"
+    with h5py.File(f"{work}/{name}.h5", "r") as f:
+        before = {n: f[f"pooled/{n}/mean"][:] for n in NAMES}
+    with h5py.File(f"{work}/{name}.h5", "r+") as f:
+        del f["pooled"]
+    run(harvest, "run", f"{work}/{name}.json", "--quiet", "--resume", check=0)
+    with h5py.File(f"{work}/{name}.h5", "r") as f:
+        check("pooled" in f and
+              all(np.array_equal(f[f"pooled/{n}/mean"][:], before[n]) for n in NAMES),
+              "--resume of a complete output without /pooled adds it")
+
+
+if not READER_ONLY:
+    resume_adds_pooled()
 
 # an output without "pool": --probe computes them; --pool last alone; the reader
 run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/probe", "--quiet", check=0)
@@ -203,57 +223,66 @@ try:
 except ImportError:
     print("torch not installed: Probe.torch_dataset not checked")
 
-# the prompt layout under `select` marks the chosen tokens in /tokens/selected: mean over them
-# (NaN for a prompt with none), last is still the prompt's last token
-sel_out = f"{work}/sel.h5"
-shutil.copy(f"{work}/pr.h5", sel_out)
-os.symlink(f"{work}/pr.h5.parts", f"{sel_out}.parts")
-with h5py.File(sel_out, "r+") as f:
-    L, off = f["prompts/length"][:], f["prompts/token_offset"][:]
-    mask = np.random.default_rng(1).random(int(L.sum())) < 0.6
-    mask[off[2]:off[2] + L[2]] = False
-    f["tokens/selected"] = mask.astype(np.uint8)
-run(harvest, "export", sel_out, "--probe", f"{work}/probe-sel", "--quiet", check=0)
-with h5py.File(f"{work}/probe-sel/probe.h5", "r") as g, h5py.File(sel_out, "r") as f:
-    ok = True
-    for n in NAMES:
-        for p in range(len(L)):
-            x = stored_tokens(f, n, p).astype(np.float64)
-            m = mask[off[p]:off[p] + L[p]]
-            want = (np.cumsum(x[m], axis=0)[-1] / m.sum()).astype(np.float32) if m.any() else \
-                np.full(x.shape[1:], np.nan, np.float32)
-            ok &= np.array_equal(g[f"pooled/{n}/mean"][p], want, equal_nan=True)
-            ok &= np.array_equal(g[f"pooled/{n}/last"][p], x[-1].astype(np.float32))
-    check(ok and np.isnan(g[f"pooled/{NAMES[0]}/mean"][2]).all(),
-          "/tokens/selected: mean over the selected tokens, last unchanged, none -> NaN")
+def selected_mean():
+    """the prompt layout under `select` marks the chosen tokens in /tokens/selected: mean over
+    them (NaN for a prompt with none), last is still the prompt's last token"""
+    sel_out = f"{work}/sel.h5"
+    shutil.copy(f"{work}/pr.h5", sel_out)
+    os.symlink(f"{work}/pr.h5.parts", f"{sel_out}.parts")
+    with h5py.File(sel_out, "r+") as f:
+        L, off = f["prompts/length"][:], f["prompts/token_offset"][:]
+        mask = np.random.default_rng(1).random(int(L.sum())) < 0.6
+        mask[off[2]:off[2] + L[2]] = False
+        f["tokens/selected"] = mask.astype(np.uint8)
+    run(harvest, "export", sel_out, "--probe", f"{work}/probe-sel", "--quiet", check=0)
+    with h5py.File(f"{work}/probe-sel/probe.h5", "r") as g, h5py.File(sel_out, "r") as f:
+        ok = True
+        for n in NAMES:
+            for p in range(len(L)):
+                x = stored_tokens(f, n, p).astype(np.float64)
+                m = mask[off[p]:off[p] + L[p]]
+                want = (np.cumsum(x[m], axis=0)[-1] / m.sum()).astype(np.float32) if m.any() else \
+                    np.full(x.shape[1:], np.nan, np.float32)
+                ok &= np.array_equal(g[f"pooled/{n}/mean"][p], want, equal_nan=True)
+                ok &= np.array_equal(g[f"pooled/{n}/last"][p], x[-1].astype(np.float32))
+        check(ok and np.isnan(g[f"pooled/{NAMES[0]}/mean"][2]).all(),
+              "/tokens/selected: mean over the selected tokens, last unchanged, none -> NaN")
 
-# --allow-partial: the complete prompts only, with their fields
-inc = f"{work}/inc.h5"
-j = json.load(open(job("seg")))
-j["output"]["checkpoint_seconds"] = 0
-json.dump(j, open(f"{work}/seg.json", "w"))
-run(harvest, "run", f"{work}/seg.json", "--quiet", check=0)
-shutil.copy(f"{work}/seg.h5", inc)
-os.symlink(f"{work}/seg.h5.parts", f"{inc}.parts")
-with h5py.File(inc, "r+") as f:
-    segs = json.loads(f.attrs["segments"])
-    dropped = segs.pop(0)  # the first batch: the kept prompts are not 0, 1, ...
-    f.attrs["segments"] = json.dumps(segs)
-    f.attrs["complete"] = 0
-gone = set(p for r in dropped["runs"] for p in range(int(r[0]), int(r[1])))
-p = run(harvest, "export", inc, "--probe", f"{work}/probe-inc", "--quiet")
-check(p.returncode == 1 and "incomplete" in p.stderr and "--allow-partial" in p.stderr and
-      not os.path.exists(f"{work}/probe-inc/probe.h5"),
-      f"--probe of an incomplete output: exit 1 naming --allow-partial: {p.stderr.strip()}")
-run(harvest, "export", inc, "--probe", f"{work}/probe-inc", "--allow-partial", "--quiet", check=0)
-with h5py.File(f"{work}/probe-inc/probe.h5", "r") as g, h5py.File(f"{work}/seg.h5", "r") as f:
-    keep = np.array(sorted(set(range(22)) - gone))
-    check(len(gone) > 0 and np.array_equal(g["prompts/prompt_index"][:], keep),
-          f"--allow-partial: exactly the complete prompts ({len(keep)} of 22)")
-    check(np.array_equal(g["prompts/label"][:], f["prompts/label"][:][keep]) and
-          np.array_equal(g["prompts/tag"][:], f["prompts/tag"][:][keep]),
-          "--allow-partial: their fields")
-    check_pooled(f, g, keep, "--allow-partial")
+
+def probe_allow_partial():
+    """--allow-partial: the complete prompts only, with their fields"""
+    inc = f"{work}/inc.h5"
+    j = json.load(open(job("seg")))
+    j["output"]["checkpoint_seconds"] = 0
+    json.dump(j, open(f"{work}/seg.json", "w"))
+    run(harvest, "run", f"{work}/seg.json", "--quiet", check=0)
+    shutil.copy(f"{work}/seg.h5", inc)
+    os.symlink(f"{work}/seg.h5.parts", f"{inc}.parts")
+    with h5py.File(inc, "r+") as f:
+        segs = json.loads(f.attrs["segments"])
+        dropped = segs.pop(0)  # the first batch: the kept prompts are not 0, 1, ...
+        f.attrs["segments"] = json.dumps(segs)
+        f.attrs["complete"] = 0
+    gone = set(p for r in dropped["runs"] for p in range(int(r[0]), int(r[1])))
+    p = run(harvest, "export", inc, "--probe", f"{work}/probe-inc", "--quiet")
+    check(p.returncode == 1 and "incomplete" in p.stderr and "--allow-partial" in p.stderr and
+          not os.path.exists(f"{work}/probe-inc/probe.h5"),
+          f"--probe of an incomplete output: exit 1 naming --allow-partial: {p.stderr.strip()}")
+    run(harvest, "export", inc, "--probe", f"{work}/probe-inc", "--allow-partial", "--quiet",
+        check=0)
+    with h5py.File(f"{work}/probe-inc/probe.h5", "r") as g, h5py.File(f"{work}/seg.h5", "r") as f:
+        keep = np.array(sorted(set(range(22)) - gone))
+        check(len(gone) > 0 and np.array_equal(g["prompts/prompt_index"][:], keep),
+              f"--allow-partial: exactly the complete prompts ({len(keep)} of 22)")
+        check(np.array_equal(g["prompts/label"][:], f["prompts/label"][:][keep]) and
+              np.array_equal(g["prompts/tag"][:], f["prompts/tag"][:][keep]),
+              "--allow-partial: their fields")
+        check_pooled(f, g, keep, "--allow-partial")
+
+
+if not READER_ONLY:
+    selected_mean()
+    probe_allow_partial()
 
 # ---- statistics travel into the shards -------------------------------------------------------
 run(harvest, "stats", f"{work}/pool-token-bfloat16.h5", "--quiet", check=0)
@@ -268,13 +297,15 @@ for s in [s for k in ("train", "val") for s in man["splits"][k]["shards"]]:
     with h5py.File(f"{work}/sh/{s['file']}", "r") as g:
         check(all(np.array_equal(g[f"stats/{n}/mean"][:], want[n]["mean"]) for n in NAMES),
               f"{s['file']}: /stats/NAME copied")
-p = subprocess.run(["mpirun", "-np", "2", harvest, "export", f"{work}/pool-token-bfloat16.h5",
-                    "--shards", f"{work}/sh-np2", "--val", "0.3", "--shard-tokens", "100",
-                    "--quiet"], capture_output=True, text=True, env=MPI_ENV, timeout=600)
-same = p.returncode == 0 and sorted(os.listdir(f"{work}/sh")) == sorted(os.listdir(f"{work}/sh-np2"))
-for n in os.listdir(f"{work}/sh") if same else []:
-    same &= open(f"{work}/sh/{n}", "rb").read() == open(f"{work}/sh-np2/{n}", "rb").read()
-check(same, f"shards with statistics: np 2 writes the same bytes as np 1 {p.stderr[-300:]}")
+if not READER_ONLY:  # np 2 writes the same shards
+    p = subprocess.run(["mpirun", "-np", "2", harvest, "export", f"{work}/pool-token-bfloat16.h5",
+                        "--shards", f"{work}/sh-np2", "--val", "0.3", "--shard-tokens", "100",
+                        "--quiet"], capture_output=True, text=True, env=MPI_ENV, timeout=600)
+    same = p.returncode == 0 and \
+        sorted(os.listdir(f"{work}/sh")) == sorted(os.listdir(f"{work}/sh-np2"))
+    for n in os.listdir(f"{work}/sh") if same else []:
+        same &= open(f"{work}/sh/{n}", "rb").read() == open(f"{work}/sh-np2/{n}", "rb").read()
+    check(same, f"shards with statistics: np 2 writes the same bytes as np 1 {p.stderr[-300:]}")
 check("pooled" in h5py.File(f"{work}/pool-token-bfloat16.h5", "r"),
       "harvest stats keeps /pooled")
 # shards written before `harvest stats` are rewritten with them (same command again)
@@ -304,24 +335,30 @@ def refused(label, want, data_lines, fields=FIELDS, **kw):
           f"{label}: exit 1 naming {want}: {p.stderr.strip()[-300:]}")
 
 
-ok = {"input_ids": [1, 2], "label": 1, "ok": True}
-refused("a field missing on line 3", ["bad.jsonl: line 3", 'field "label" is missing'],
-        [ok, ok, {"input_ids": [3], "ok": False}, ok])
-refused("an int field holding 2.5", ["bad.jsonl: line 2", '"label"', "a fraction"],
-        [ok, dict(ok, label=2.5)])
-refused("a bool field holding 1", ["bad.jsonl: line 1", '"ok"', "true or false"],
-        [dict(ok, ok=1)])
-refused("a string field holding a list", ["bad.jsonl: line 2", '"tag"', "a string", "an array"],
-        [ok, dict(ok, tag=["x"])])
-refused("a float field holding a string", ["bad.jsonl: line 1", '"score"', "a number"],
-        [dict(ok, score="1.5")])
-p = run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/probe-err", "--names",
-        "encoder_9_output", "--quiet")
-check(p.returncode == 1 and "encoder_9_output" in p.stderr and "--names" in p.stderr,
-      f"--probe, unknown name: exit 1 naming it: {p.stderr.strip()[-200:]}")
-p = run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/probe-err", "--pool", "max")
-check(p.returncode == 1 and "--pool" in p.stderr, f"--pool max: exit 1: {p.stderr.strip()}")
-p = run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/p", "--shards", f"{work}/s")
-check(p.returncode == 1 and "--shards" in p.stderr and "--probe" in p.stderr,
-      "--probe and --shards together: exit 1 naming both")
+def errors():
+    """each names the file, the line and the field"""
+    ok = {"input_ids": [1, 2], "label": 1, "ok": True}
+    refused("a field missing on line 3", ["bad.jsonl: line 3", 'field "label" is missing'],
+            [ok, ok, {"input_ids": [3], "ok": False}, ok])
+    refused("an int field holding 2.5", ["bad.jsonl: line 2", '"label"', "a fraction"],
+            [ok, dict(ok, label=2.5)])
+    refused("a bool field holding 1", ["bad.jsonl: line 1", '"ok"', "true or false"],
+            [dict(ok, ok=1)])
+    refused("a string field holding a list", ["bad.jsonl: line 2", '"tag"', "a string", "an array"],
+            [ok, dict(ok, tag=["x"])])
+    refused("a float field holding a string", ["bad.jsonl: line 1", '"score"', "a number"],
+            [dict(ok, score="1.5")])
+    p = run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/probe-err", "--names",
+            "encoder_9_output", "--quiet")
+    check(p.returncode == 1 and "encoder_9_output" in p.stderr and "--names" in p.stderr,
+          f"--probe, unknown name: exit 1 naming it: {p.stderr.strip()[-200:]}")
+    p = run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/probe-err", "--pool", "max")
+    check(p.returncode == 1 and "--pool" in p.stderr, f"--pool max: exit 1: {p.stderr.strip()}")
+    p = run(harvest, "export", f"{work}/pr.h5", "--probe", f"{work}/p", "--shards", f"{work}/s")
+    check(p.returncode == 1 and "--shards" in p.stderr and "--probe" in p.stderr,
+          "--probe and --shards together: exit 1 naming both")
+
+
+if not READER_ONLY:
+    errors()
 finish()

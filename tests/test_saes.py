@@ -4,7 +4,7 @@ latents"), spec model, 40 prompts of 0..43 tokens (one empty), batches of 2, fou
 topk on encoder_1_ffn_output), the sites stored in "activations" too:
 - the latents: each prompt's stored activation (kept tokens) is encoded by tests/sae_encode.c
   (model/sae.c; the same rows in one GEMM as the run's view, on the
-  OpenBLAS core the run names), which agrees with
+  OpenBLAS core the run names; one sae_encode process for all the prompts of an SAE), which agrees with
   tests/ref/sae_ref.py's float64 encoding (<= 1e-4 relative to the largest value); the run's
   CSR latents (harvest_data sae_latents, from the segments) are those bit for bit (positions,
   indptr, indices, float32 values);
@@ -146,15 +146,20 @@ def same_saes(a, b, label, want=SAES):
     return ok
 
 
-def c_encode(folder, x):
-    """(indptr, indices, values, recon) of the C encoding of x (N, d_in), one GEMM"""
-    xp, out = os.path.join(work, "x.npy"), os.path.join(work, "enc")
-    np.save(xp, np.ascontiguousarray(x, dtype=np.float32))
+def c_encode(folder, xs):
+    """[(indptr, indices, values, recon)] of the C encoding of each x (N, d_in) of xs, one GEMM
+    each, in one sae_encode process"""
+    pairs = []
+    for i, x in enumerate(xs):
+        xp, out = os.path.join(work, f"x{i}.npy"), os.path.join(work, f"enc{i}")
+        np.save(xp, np.ascontiguousarray(x, dtype=np.float32))
+        pairs += [xp, out]
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
     if CORE[0]:  # harvest re-executes itself with its chosen core (harvest/blascheck.h)
         env["OPENBLAS_CORETYPE"] = CORE[0]
-    subprocess.run([ENC, folder, xp, out], check=True, capture_output=True, timeout=120, env=env)
-    return tuple(np.load(f"{out}.{k}.npy") for k in ("indptr", "indices", "values", "recon"))
+    subprocess.run([ENC, folder, *pairs], check=True, capture_output=True, timeout=600, env=env)
+    return [tuple(np.load(f"{out}.{k}.npy") for k in ("indptr", "indices", "values", "recon"))
+            for out in pairs[1::2]]
 
 
 def rel(a, b):
@@ -180,15 +185,16 @@ def reference(path, name, selected):
          "max": np.zeros(d_sae), "l0_hist": np.zeros(d_sae + 1, np.int64)}
     xs, ys, yr = [], [], []
     csr = {"position": [], "n": [], "indices": [], "values": []}
+    rows = []  # (x, pos) of each prompt with kept tokens
     for p in range(o.n_prompts):
         x = o.prompt(site, p)
         pos = int(off[p]) + np.arange(x.shape[0])
         if sel is not None:
             keep = sel[off[p]:off[p] + x.shape[0]].astype(bool)
             x, pos = x[keep], pos[keep]
-        if x.shape[0] == 0:
-            continue
-        ip, idx, val, rec = c_encode(folder, x)
+        if x.shape[0]:
+            rows.append((x, pos))
+    for (x, pos), (ip, idx, val, rec) in zip(rows, c_encode(folder, [x for x, _ in rows])):
         csr["position"].append(pos)
         csr["n"].append(np.diff(ip))
         csr["indices"].append(idx)
