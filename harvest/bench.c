@@ -212,7 +212,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
         return 1;
     }
     if (bench_compute() < 0) return 2;
-    int rc = model_load(&m, model_dir, false, &err), ffn = 0, pick = -1;
+    int rc = model_load(&m, model_dir, false, NULL, &err), ffn = 0, pick = -1;
     if (rc == 0 && T > m.max_pos)
         rc = ah_fail(&err, AH_EINVAL, "bench: --T %d: the model takes at most %d tokens", T,
                      m.max_pos);

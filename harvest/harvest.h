@@ -27,10 +27,31 @@ struct model {
     int n_blocks; // blocks of the layer loop
     int max_pos;  // longest prompt the model takes
     int64_t vocab;
+    struct model_tensor *later; // (n_later) tensors bound but not yet checked (model_check); owned
+    int n_later;
 };
 
-// Loads DIR; with weights false only config.json is read (for `activations`). Errors name the file.
-int model_load(struct model *m, const char *dir, bool weights, struct ah_error *err);
+// The part of a model a rank computes with: blocks [b0, b1), the embedding (the stage running
+// block 0), the final norm and head (the last stage), and of the routed experts shard `shard` of
+// n_shards (experts [E shard / n_shards, E (shard + 1) / n_shards), as struct expert_shard;
+// n_shards 1: every expert). Tensors no family assigns to a part (MT_EVERY) are in every part.
+struct model_part {
+    int b0, b1;
+    bool embed, head;
+    int shard, n_shards;
+};
+
+// Loads DIR; with weights false only config.json is read (for `activations`). With weights every
+// tensor is bound, its presence, shape and dtype checked from the headers; those of `part` (NULL:
+// the whole model) have their values checked (finite) and are widened or realigned where needed
+// now, the others wait for model_check: their data pages are not read, and their views are NULL
+// where a copy is needed (no forward pass may use them before). Errors name the file and tensor.
+int model_load(struct model *m, const char *dir, bool weights, const struct model_part *part,
+               struct ah_error *err);
+// Checks (and copies) the tensors of `part` (NULL: all) that model_load left waiting; an error
+// names the file, the tensor and its first non-finite element. A rank calls it with the part it
+// computes with before its forward passes; tensors already checked are not read again.
+int model_check(struct model *m, const struct model_part *part, struct ah_error *err);
 void model_free(struct model *m); // safe on a zeroed struct
 // Length of a fixed axis of a value computed by `block` (tap_desc.block): Laguna's query heads
 // differ from block to block.

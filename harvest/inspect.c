@@ -70,7 +70,7 @@ int cmd_activations(int argc, char **argv) {
     }
     struct model m;
     struct ah_error err = {0};
-    int rc = model_load(&m, dir, false, &err);
+    int rc = model_load(&m, dir, false, NULL, &err);
     if (rc < 0) return report(rc, &err);
     if (aliases) {
         rc = list_aliases(&m, glob, json);

@@ -20,24 +20,67 @@ static bool is_bf16_of(void *u, const char *name) {
     return md_tensor_is_bf16(u, name);
 }
 
-// the family's model from config.json, with its tensors bound unless config-only
-static int open_family(struct model *m, bool weights, struct ah_error *err) {
+// binds tensor t (md_tensor_as): read false the header's checks alone
+static int bind(struct modeldir *md, const struct model_tensor *t, bool read,
+                struct ah_error *err) {
+    enum md_as as = t->fp8 ? MD_AS_FP8 : t->u8 ? MD_AS_U8 : t->bf16 ? MD_AS_BF16 : MD_AS_F32;
+    const void *p = NULL;
+    int rc = md_tensor_as(md, t->name, t->ndim, t->shape, as, read, &p, err);
+    if (t->fp8)
+        *t->fp8 = p;
+    else if (t->u8)
+        *t->u8 = p;
+    else if (t->bf16)
+        *t->bf16 = p;
+    else
+        *t->dst = p;
+    return rc;
+}
+
+// whether tensor t is of part p (NULL: the whole model) of a model with E routed experts
+static bool in_part(const struct model_part *p, int E, const struct model_tensor *t) {
+    if (!p) return true;
+    bool in = t->block >= 0               ? t->block >= p->b0 && t->block < p->b1
+              : t->block == MT_EMBED      ? p->embed
+              : t->block == MT_HEAD       ? p->head
+              : t->block == MT_EMBED_HEAD ? p->embed || p->head
+                                          : true;
+    if (!in || t->expert < 0 || p->n_shards <= 1) return in;
+    return t->expert >= (int64_t)E * p->shard / p->n_shards &&
+           t->expert < (int64_t)E * (p->shard + 1) / p->n_shards;
+}
+
+int model_check(struct model *m, const struct model_part *part, struct ah_error *err) {
+    int E = m->fam ? model_n_experts(m) : 0, k = 0;
+    for (int i = 0; i < m->n_later; i++) {
+        if (!in_part(part, E, &m->later[i])) {
+            m->later[k++] = m->later[i]; // still waiting
+            continue;
+        }
+        int rc = bind(&m->md, &m->later[i], true, err);
+        if (rc < 0) return rc;
+    }
+    m->n_later = k;
+    if (k == 0) free(m->later), m->later = NULL;
+    return 0;
+}
+
+// the family's model from config.json, with its tensors bound unless config-only: those of part
+// checked now, the others from the header only, for model_check
+static int open_family(struct model *m, bool weights, const struct model_part *part,
+                       struct ah_error *err) {
     struct config cf = config_json(m->md.config, m->md.config_path);
     struct model_dims dims = {dims_of, &m->md, is_bf16_of};
-    struct model_tensor *lt = NULL;
     struct model_info in;
     int rc = model_family_of(&cf, &m->fam, err);
     if (rc < 0) return rc;
     m->family = m->fam->name;
-    int n = m->fam->open(&m->fm, &cf, weights ? &dims : NULL, weights ? &lt : NULL, err);
+    int n = m->fam->open(&m->fm, &cf, weights ? &dims : NULL, weights ? &m->later : NULL, err);
     rc = n < 0 ? n : 0;
-    for (int i = 0; weights && i < n && rc == 0; i++)
-        rc = lt[i].fp8  ? md_tensor_fp8(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].fp8, err)
-             : lt[i].u8 ? md_tensor_u8(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].u8, err)
-             : lt[i].bf16
-                 ? md_tensor_bf16(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].bf16, err)
-                 : md_tensor_f32(&m->md, lt[i].name, lt[i].ndim, lt[i].shape, lt[i].dst, err);
-    free(lt);
+    m->n_later = n > 0 ? n : 0;
+    for (int i = 0; weights && i < m->n_later && rc == 0; i++)
+        rc = bind(&m->md, &m->later[i], false, err);
+    if (rc == 0 && weights) rc = model_check(m, part, err);
     if (rc < 0) return rc;
     m->n_cat = m->fam->n_taps(m->fm);
     if (!(m->cat = calloc((size_t)m->n_cat, sizeof *m->cat))) return -AH_ENOMEM;
@@ -49,14 +92,15 @@ static int open_family(struct model *m, bool weights, struct ah_error *err) {
     return 0;
 }
 
-int model_load(struct model *m, const char *dir, bool weights, struct ah_error *err) {
+int model_load(struct model *m, const char *dir, bool weights, const struct model_part *part,
+               struct ah_error *err) {
     memset(m, 0, sizeof *m);
     int rc = md_open(&m->md, dir, !weights, err);
     if (rc < 0) return rc;
     char tp[4200];
     snprintf(tp, sizeof tp, "%s/tokenizer.json", m->md.dir);
     if (weights && access(tp, F_OK) == 0 && (rc = tok_load(&m->tok, tp, err)) < 0) goto fail;
-    if ((rc = open_family(m, weights, err)) == 0) return 0;
+    if ((rc = open_family(m, weights, part, err)) == 0) return 0;
 fail:
     model_free(m);
     return rc;
@@ -68,6 +112,7 @@ void model_free(struct model *m) {
     tok_free(m->tok);
     md_close(&m->md);
     free(m->cat);
+    free(m->later);
     memset(m, 0, sizeof *m);
 }
 

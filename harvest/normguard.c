@@ -274,8 +274,10 @@ static int ng_pass(struct plan *pl, bool quiet, bool (*stopped)(void), struct ah
                 "harvest: norm guard: a pass through %s over %lld batches, every rank running "
                 "whole batches, before the run\n",
                 blocks, (long long)place_batches(&g.pc));
-    int rc = ng_setup(&g);
-    if (rc < 0) rc = ah_fail(err, AH_ENOMEM, "out of memory: the norm guard's pass");
+    struct model_part part = {0, g.b1, true, block >= pl->m.n_blocks, 0, 1}; // every expert
+    int rc = run_agree(model_check(&pl->m, &part, err), err);
+    if (rc == 0 && (rc = ng_setup(&g)) < 0)
+        rc = ah_fail(err, AH_ENOMEM, "out of memory: the norm guard's pass");
     if ((rc = run_agree(rc, err)) == 0) rc = ng_forward(&g, err);
     if ((rc = run_agree(rc, err)) == 0) rc = ng_median(&g, err);
     if ((rc = run_agree(rc, err)) == 0) rc = ng_drops(&g, err);

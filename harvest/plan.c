@@ -162,7 +162,7 @@ int cmd_plan(int argc, char **argv) {
     // config.json alone: a .json path, or DIR/config.json (the weights are not needed)
     struct model m;
     struct ah_error err = {0};
-    int rc = model_load(&m, path, false, &err);
+    int rc = model_load(&m, path, false, NULL, &err);
     if (rc < 0) return report(rc, &err);
     if (S > m.n_blocks || E > plan_max_shards(&m))
         rc = ah_fail(&err, AH_EINVAL,

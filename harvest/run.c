@@ -328,6 +328,10 @@ static int run_prepare(struct plan *pl, struct grid *g, struct rank_run *rr,
         fprintf(stderr, "harvest: norm guard: median norm %.6g, %lld tokens dropped\n",
                 pl->ng.median, (long long)pl->ng.n_drop);
     if (rc == 0) rc = run_agree(grid_make(g, pl, rank, size, err), err);
+    struct model_part part = {
+        g->b0,    g->b1,      g->b0 == 0, g->b1 == pl->m.n_blocks,
+        g->shard, g->n_shards}; // the weights this rank computes with: their values
+    if (rc == 0) rc = run_agree(model_check(&pl->m, &part, err), err);
     if (rc == 0) rc = run_agree(consumers_check(pl, g, err), err); // the consumers' job keys
     if (rc < 0) return rc;
     say_stage(pl, g, o->quiet);

@@ -23,7 +23,7 @@ static int fits_model(const struct tokenizer *t, const char *path, struct ah_err
     snprintf(cfg, sizeof cfg, "%s/config.json", path);
     if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode) || stat(cfg, &st) != 0) return 0;
     struct model m;
-    int rc = model_load(&m, path, false, err); // config.json only
+    int rc = model_load(&m, path, false, NULL, err); // config.json only
     if (rc < 0) return rc;
     rc = tok_check_vocab(t, m.vocab, cfg, err);
     model_free(&m);

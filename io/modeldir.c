@@ -332,86 +332,58 @@ static int check_finite(const struct st_tensor *t, const char *file, struct ah_e
                             : "-Inf");
 }
 
-int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
-                   const uint16_t **out, struct ah_error *err) {
-    const struct st_tensor *t;
-    const char *file;
-    int rc = locate(md, name, ndim, shape, &t, &file, err);
-    if (rc < 0) return rc;
-    if (t->dtype != ST_BF16)
-        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected BF16", file, name,
-                       st_dtype_name(t->dtype));
-    if ((rc = check_finite(t, file, err)) < 0) return rc;
-    if ((uintptr_t)t->data % 2 == 0) {
-        *out = t->data;
-        release_pages(t);
-        return 0;
-    }
-    uint16_t *buf = own(md, t->nbytes);
-    if (!buf) return -AH_ENOMEM;
-    memcpy(buf, t->data, t->nbytes);
-    *out = buf;
-    release_pages(t);
-    return 0;
-}
+// ---- binding: md_tensor_as and its per-dtype wrappers ----
 
-int md_tensor_fp8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
-                  const uint8_t **out, struct ah_error *err) {
-    const struct st_tensor *t;
-    const char *file;
-    int rc = locate(md, name, ndim, shape, &t, &file, err);
-    if (rc < 0) return rc;
-    if (t->dtype != ST_F8_E4M3)
+// the dtypes a binding as `as` takes; 0, or the error naming the file, the tensor and its dtype
+static int dtype_ok(const struct st_tensor *t, const char *file, enum md_as as,
+                    struct ah_error *err) {
+    enum st_dtype d = t->dtype;
+    if (as == MD_AS_F32 && d != ST_F32 && d != ST_F16 && d != ST_BF16)
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected F32, F16 or BF16",
+                       file, t->name, st_dtype_name(d));
+    if ((as == MD_AS_BF16 && d != ST_BF16) || (as == MD_AS_U8 && d != ST_U8))
+        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected %s", file, t->name,
+                       st_dtype_name(d), as == MD_AS_U8 ? "U8" : "BF16");
+    if (as == MD_AS_FP8 && d != ST_F8_E4M3)
         return ah_fail(err, AH_EFORMAT,
                        "%s: tensor \"%s\": dtype %s, expected F8_E4M3 (config.json's "
                        "quantization_config makes it an FP8 weight; modules_to_not_convert keeps a "
                        "module as it is)",
-                       file, name, st_dtype_name(t->dtype));
+                       file, t->name, st_dtype_name(d));
+    return 0;
+}
+
+// 0, or the error naming the file, the tensor and its first NaN byte
+static int check_fp8(const struct st_tensor *t, const char *file, struct ah_error *err) {
     const uint8_t *b = t->data;
     for (size_t i = 0; i < t->nbytes; i++)
         if ((b[i] & 0x7F) == 0x7F)
             return ah_fail(err, AH_EFORMAT,
                            "%s: tensor \"%s\": element %zu (flat index) is NaN: the weights must "
                            "be finite (a damaged checkpoint?)",
-                           file, name, i);
-    *out = b;
-    release_pages(t);
+                           file, t->name, i);
     return 0;
 }
 
-int md_tensor_u8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
-                 const uint8_t **out, struct ah_error *err) {
-    const struct st_tensor *t;
-    const char *file;
-    int rc = locate(md, name, ndim, shape, &t, &file, err);
-    if (rc < 0) return rc;
-    if (t->dtype != ST_U8)
-        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected U8", file, name,
-                       st_dtype_name(t->dtype));
-    *out = t->data;
-    return 0;
+// whether a binding as `as` hands out t's bytes in the mapping as they are (no copy)
+static bool is_view(const struct st_tensor *t, enum md_as as) {
+    return as == MD_AS_FP8 || as == MD_AS_U8 || (as == MD_AS_BF16 && (uintptr_t)t->data % 2 == 0) ||
+           (as == MD_AS_F32 && t->dtype == ST_F32 && (uintptr_t)t->data % 4 == 0);
 }
 
-int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
-                  const float **out, struct ah_error *err) {
-    const struct st_tensor *t;
-    const char *file;
-    int rc = locate(md, name, ndim, shape, &t, &file, err);
-    if (rc < 0) return rc;
-    if (t->dtype != ST_F32 && t->dtype != ST_F16 && t->dtype != ST_BF16)
-        return ah_fail(err, AH_EFORMAT, "%s: tensor \"%s\": dtype %s, expected F32, F16 or BF16",
-                       file, name, st_dtype_name(t->dtype));
-    if ((rc = check_finite(t, file, err)) < 0) return rc;
+// t's values as a binding as `as` hands them out: the mapping itself, or a copy the modeldir owns
+// (float32 widened from F16/BF16, or realigned); NULL when out of memory
+static const void *values(struct modeldir *md, const struct st_tensor *t, enum md_as as) {
     size_t n = t->nbytes / st_dtype_size(t->dtype);
-    if (t->dtype == ST_F32 && ((uintptr_t)t->data % 4) == 0) {
-        *out = t->data;
-        release_pages(t);
-        return 0;
+    if (is_view(t, as)) return t->data;
+    if (as == MD_AS_BF16) {
+        uint16_t *buf = own(md, t->nbytes);
+        if (buf) memcpy(buf, t->data, t->nbytes);
+        return buf;
     }
     float *buf = own(md, n * sizeof(float));
-    if (!buf) return -AH_ENOMEM;
     const unsigned char *src = t->data;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; buf && i < n; i++) {
         uint16_t h;
         if (t->dtype == ST_F32) {
             memcpy(&buf[i], src + 4 * i, 4);
@@ -420,7 +392,60 @@ int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t
         memcpy(&h, src + 2 * i, 2);
         buf[i] = t->dtype == ST_F16 ? hc_f16_to_f32(h) : hc_bf16_to_f32(h);
     }
-    *out = buf;
+    return buf;
+}
+
+int md_tensor_as(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                 enum md_as as, bool read, const void **out, struct ah_error *err) {
+    const struct st_tensor *t;
+    const char *file;
+    *out = NULL;
+    int rc = locate(md, name, ndim, shape, &t, &file, err);
+    if (rc == 0) rc = dtype_ok(t, file, as, err);
+    if (rc < 0) return rc;
+    if (!read) { // the header alone: no data page is touched
+        *out = is_view(t, as) ? t->data : NULL;
+        return 0;
+    }
+    if (as == MD_AS_U8) { // MXFP4 blocks and scales: every byte is a value
+        *out = t->data;
+        return 0;
+    }
+    rc = as == MD_AS_FP8 ? check_fp8(t, file, err) : check_finite(t, file, err);
+    if (rc < 0) return rc;
+    if (!(*out = values(md, t, as))) return -AH_ENOMEM;
     release_pages(t);
     return 0;
+}
+
+int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const float **out, struct ah_error *err) {
+    const void *p;
+    int rc = md_tensor_as(md, name, ndim, shape, MD_AS_F32, true, &p, err);
+    *out = p;
+    return rc;
+}
+
+int md_tensor_bf16(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                   const uint16_t **out, struct ah_error *err) {
+    const void *p;
+    int rc = md_tensor_as(md, name, ndim, shape, MD_AS_BF16, true, &p, err);
+    *out = p;
+    return rc;
+}
+
+int md_tensor_fp8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                  const uint8_t **out, struct ah_error *err) {
+    const void *p;
+    int rc = md_tensor_as(md, name, ndim, shape, MD_AS_FP8, true, &p, err);
+    *out = p;
+    return rc;
+}
+
+int md_tensor_u8(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                 const uint8_t **out, struct ah_error *err) {
+    const void *p;
+    int rc = md_tensor_as(md, name, ndim, shape, MD_AS_U8, true, &p, err);
+    *out = p;
+    return rc;
 }

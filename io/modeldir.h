@@ -48,6 +48,20 @@ int md_tensor_dims(const struct modeldir *md, const char *name, int64_t *shape, 
 // Whether tensor `name` is there and stored BF16.
 bool md_tensor_is_bf16(const struct modeldir *md, const char *name);
 
+// How a tensor is bound: float32 (F32 borrowed, F16/BF16 widened), BF16 as it is, F8_E4M3 as it
+// is, U8 raw bytes (MXFP4 blocks and scales).
+enum md_as { MD_AS_F32, MD_AS_BF16, MD_AS_FP8, MD_AS_U8 };
+
+// Finds `name` and checks its ndim/shape and dtype from the header (errors name the file and the
+// tensor). read false: no data page is touched; *out is the mapping's view where the bytes serve
+// as they are, NULL where a copy would be needed (widened, realigned). read true: its values are
+// checked too (finite; an FP8 tensor without NaN bytes: an error names the first bad element),
+// *out is the view or the copy, and its pages are then released from this process (they come back
+// from the page cache or the file when read again). The md_tensor_* below are md_tensor_as with
+// read true.
+int md_tensor_as(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
+                 enum md_as as, bool read, const void **out, struct ah_error *err);
+
 // Finds `name`, checks ndim/shape, and returns a float32 view. Errors name the file and tensor.
 int md_tensor_f32(struct modeldir *md, const char *name, int ndim, const int64_t *shape,
                   const float **out, struct ah_error *err);

@@ -25,7 +25,17 @@ void model_tensor_add(struct model_tensor *t, int *n, const uint16_t **bf16, con
     e->shape[1] = d1;
     e->bf16 = bf16;
     e->dst = dst;
+    e->fp8 = NULL;
     e->u8 = NULL;
+    e->block = prefix ? layer : MT_EVERY;
+    e->expert = -1;
+}
+
+void model_tensor_mark(struct model_tensor *t, int from, int to, int block, int expert) {
+    for (int i = from; t && i < to; i++) {
+        t[i].block = block;
+        t[i].expert = expert;
+    }
 }
 
 void model_tensor_add_u8(struct model_tensor *t, int *n, const uint8_t **dst, int ndim,
@@ -41,6 +51,8 @@ void model_tensor_add_u8(struct model_tensor *t, int *n, const uint8_t **dst, in
     for (int i = 0; i < ndim && i < 4; i++)
         e->shape[i] = shape[i];
     e->u8 = dst;
+    e->block = MT_EVERY;
+    e->expert = -1;
 }
 
 static int64_t allocated;

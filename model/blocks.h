@@ -22,14 +22,25 @@ struct model_tensor {
     const float **dst;
     const uint8_t **fp8; // an FP8 (F8_E4M3) matrix borrowed from the mapping (set after the add)
     const uint8_t **u8;  // raw bytes as stored (MXFP4 blocks and scales: dtype U8), if not NULL
+    int block;           // the block that computes with it (>= 0), else one of MT_* below
+    int expert;          // the routed expert it belongs to, -1: none (every expert shard's)
 };
 
-// Appends "{prefix}.{layer}.{leaf}" (prefix set) or leaf alone to t[*n], shape (d0) if d1 == 0
-// else (d0, d1), and counts it; t NULL only counts.
+// A tensor's part of the model (model_tensor.block) when it is no block's: the embedding (the
+// stage running block 0 reads it), the final norm and head (the last stage's), a tied embedding
+// (both), or a tensor any stage may read (the default where a family does not say)
+enum { MT_EMBED = -1, MT_HEAD = -2, MT_EMBED_HEAD = -3, MT_EVERY = -4 };
+
+// Sets block and expert of t[from, to); t NULL (counting): nothing.
+void model_tensor_mark(struct model_tensor *t, int from, int to, int block, int expert);
+
+// Appends "{prefix}.{layer}.{leaf}" (prefix set: block `layer`) or leaf alone (MT_EVERY) to
+// t[*n], shape (d0) if d1 == 0 else (d0, d1), and counts it; t NULL only counts.
 void model_tensor_add(struct model_tensor *t, int *n, const uint16_t **bf16, const float **dst,
                       int64_t d0, int64_t d1, const char *prefix, int layer, const char *leaf);
 
-// Appends a U8 tensor `name` of ndim (<= 4) dims kept as stored (MXFP4's blocks and scales).
+// Appends a U8 tensor `name` of ndim (<= 4) dims kept as stored (MXFP4's blocks and scales),
+// MT_EVERY until marked.
 void model_tensor_add_u8(struct model_tensor *t, int *n, const uint8_t **dst, int ndim,
                          const int64_t *shape, const char *name);
 

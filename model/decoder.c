@@ -316,20 +316,30 @@ static const char *tname(char *name, size_t n, const struct dec_config *c, int l
     return name;
 }
 
+// the part of the model (model_tensor.block) of layer's tensor leaf: the layer's block, else the
+// embedding (tied: also the head's), the final norm or the head
+static int part_of(const struct dec_config *c, int layer, const char *leaf) {
+    if (layer >= 0) return layer;
+    if (leaf != c->names->embed) return MT_HEAD;
+    return c->blk.tied ? MT_EMBED_HEAD : MT_EMBED;
+}
+
 // Appends matrix leaf.weight of layer (< 0: the model's): borrowed if stored BF16
 static void mat(struct model_tensor *t, int *n, struct decoder *m, const struct model_dims *dims,
                 struct dec_mat *dst, int64_t d0, int64_t d1, int layer, const char *leaf) {
     char name[128];
+    int n0 = *n;
     tname(name, sizeof name, &m->cfg, layer, leaf, ".weight");
     bool embedding = layer < 0 && leaf == m->cfg.names->embed; // an nn.Embedding: never FP8
     bool param = m->cfg.fp8.keep_router && leaf == m->cfg.names->router;
     if (m->cfg.fp8.on && !embedding && !param && dec_fp8_converts(&m->cfg, name)) {
         fp8_mat(t, n, m, dst, d0, d1, layer, name);
-        return;
+    } else {
+        bool h = t && dims && dims->is_bf16 && dims->is_bf16(dims->u, name);
+        m->any_bf16 |= h;
+        model_tensor_add(t, n, h ? &dst->h : NULL, h ? NULL : &dst->f, d0, d1, NULL, 0, name);
     }
-    bool h = t && dims && dims->is_bf16 && dims->is_bf16(dims->u, name);
-    m->any_bf16 |= h;
-    model_tensor_add(t, n, h ? &dst->h : NULL, h ? NULL : &dst->f, d0, d1, NULL, 0, name);
+    model_tensor_mark(t, n0, *n, part_of(&m->cfg, layer, leaf), -1);
 }
 
 // Appends float32 vector leaf{suffix} of layer (< 0: the model's), shape (d0)
@@ -338,6 +348,7 @@ static void vec(struct model_tensor *t, int *n, const struct dec_config *c, cons
     char name[128];
     model_tensor_add(t, n, NULL, dst, d0, 0, NULL, 0,
                      tname(name, sizeof name, c, layer, leaf, suffix));
+    model_tensor_mark(t, *n - 1, *n, part_of(c, layer, leaf), -1);
 }
 
 // one mixture block's router and experts ({experts}.{e}.{egate} ...)
@@ -349,13 +360,14 @@ static void expert_tensors(struct model_tensor *t, int *n, struct decoder *m,
     char leaf[96];
     mat(t, n, m, dims, &w->router, c->n_expert, D, i, nm->router);
     int64_t w0 = m->q8_w ? m->q8_w[i + 1] : 0, s0 = m->q8_w ? m->q8_w[c->n_layer + 1 + i + 1] : 0;
-    for (int e = 0; e < c->n_expert; e++) {
+    for (int e = 0, e0 = *n; e < c->n_expert; e++, e0 = *n) {
         snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->egate);
         mat(t, n, m, dims, &w->eg[e], Ie, D, i, leaf);
         snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->eup);
         mat(t, n, m, dims, &w->eu[e], Ie, D, i, leaf);
         snprintf(leaf, sizeof leaf, "%s.%d.%s", nm->experts, e, nm->edown);
         mat(t, n, m, dims, &w->ed[e], D, Ie, i, leaf);
+        model_tensor_mark(t, e0, *n, i, e); // expert e's: its shard's alone
     }
     fp8_experts(m, i, w0, s0);
 }

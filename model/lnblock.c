@@ -100,7 +100,9 @@ int lnb_init(struct lnb_model *m, const struct lnb_names *nm, const struct model
     // config only (bench, plan): borrowed under bf16 as torch_dtype says
     m->any_bf16 = !list && op_compute() == OP_COMPUTE_BF16 && !strcmp(c->stored, "bfloat16");
     matrix(t, &n, m, dims, &m->embed, &m->embed16, V, D, NULL, 0, nm->embed);
+    model_tensor_mark(t, 0, n, c->tied ? MT_EMBED_HEAD : MT_EMBED, -1);
     if (c->n_pos) model_tensor_add(t, &n, NULL, &m->pos, c->n_pos, D, NULL, 0, nm->pos);
+    model_tensor_mark(t, n - (c->n_pos > 0), n, MT_EMBED, -1);
     for (int i = 0; i < L; i++)
         for (int k = 0; k < LNB_N_LEAF; k++) {
             int64_t d0, d1;
@@ -112,9 +114,11 @@ int lnb_init(struct lnb_model *m, const struct lnb_names *nm, const struct model
                 model_tensor_add(t, &n, NULL, &m->w[i][k], d0, d1, nm->layer_prefix, i,
                                  nm->leaf[k]);
         }
+    int n0 = n;
     model_tensor_add(t, &n, NULL, &m->lnf_w, D, 0, NULL, 0, nm->lnf_w);
     model_tensor_add(t, &n, NULL, &m->lnf_b, D, 0, NULL, 0, nm->lnf_b);
     if (!c->tied) matrix(t, &n, m, dims, &m->head, &m->head16, V, D, NULL, 0, nm->head);
+    model_tensor_mark(t, n0, n, MT_HEAD, -1);
     if (list) *list = t;
     return n;
 }

@@ -127,6 +127,7 @@ int encdec_init(struct encdec *m, const struct encdec_config *c, struct model_te
             model_tensor_add(t, &n, NULL, &b->wgate, F, C, p, l, "ffn.gate_proj.weight");
             model_tensor_add(t, &n, NULL, &b->wup, F, C, p, l, "ffn.up_proj.weight");
             model_tensor_add(t, &n, NULL, &b->wdown, C, F, p, l, "ffn.down_proj.weight");
+            if (dec) model_tensor_mark(t, n - 11, n, c->n_layer_enc + l, -1); // blocks enc, dec
         }
     }
     model_tensor_add(t, &n, NULL, &m->enc_norm, C, 0, NULL, 0, "encoder.norm.weight");

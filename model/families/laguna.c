@@ -213,6 +213,7 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor *
 
     int n = 0;
     model_tensor_add(t, &n, &m->embed, NULL, c->vocab, D, NULL, 0, "model.embed_tokens.weight");
+    model_tensor_mark(t, 0, n, MT_EMBED, -1);
     for (int i = 0, moe = 0; i < L; i++) {
         struct laguna_block_w *w = &m->blk[i];
         int64_t HD = (int64_t)c->n_head[i] * Dh, G = c->gate_per_element ? HD : c->n_head[i];
@@ -251,12 +252,14 @@ int laguna_init(struct laguna *m, struct laguna_config *c, struct model_tensor *
             BF(&w->eu[e], c->expert_ffn, D, leaf);
             snprintf(leaf, sizeof leaf, "mlp.experts.%d.down_proj.weight", e);
             BF(&w->ed[e], D, c->expert_ffn, leaf);
+            model_tensor_mark(t, n - 3, n, i, e); // expert e's: its shard's alone
         }
 #undef BF
 #undef FV
     }
     model_tensor_add(t, &n, NULL, &m->norm, D, 0, NULL, 0, "model.norm.weight");
     model_tensor_add(t, &n, &m->lm_head, NULL, c->vocab, D, NULL, 0, "lm_head.weight");
+    model_tensor_mark(t, n - 2, n, MT_HEAD, -1);
     if (list) *list = t;
     return n;
 }
