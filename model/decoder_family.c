@@ -30,24 +30,14 @@ const struct dec_quant dec_quant_fp8[] = {{"fp8", dec_read_fp8}, {NULL, NULL}};
 
 int dec_read_quant(const struct config *cf, struct dec_config *c, const struct dec_quant *q,
                    struct ah_error *err) {
-    const struct cfg_value *qc = cfg_get(cf, NULL, "quantization_config");
-    if (cfg_kind(cf, qc) <= CFG_NULL) return 0;
-    if (cfg_kind(cf, qc) != CFG_OBJECT)
-        return ah_fail(err, AH_EINVAL, "%s: \"quantization_config\": expected an object", cf->path);
-    const struct cfg_value *m = cfg_get(cf, qc, "quant_method");
-    if (cfg_kind(cf, m) <= CFG_NULL)
-        return ah_fail(err, AH_EINVAL, "%s: \"quantization_config.quant_method\": missing",
-                       cf->path);
-    const char *s = cfg_string(cf, m);
-    for (const struct dec_quant *p = q; s && p && p->method; p++)
-        if (!strcmp(s, p->method)) return p->read(cf, c, err);
-    char known[128] = "none";
-    for (size_t k = 0; q && q->method && k < sizeof known; q++)
-        k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", q->method);
-    return ah_fail(err, AH_EINVAL,
-                   "%s: \"quantization_config.quant_method\": %s%s%s is not implemented (known: "
-                   "%s)",
-                   cf->path, s ? "\"" : "", s ? s : "a non-string", s ? "\"" : "", known);
+    const char *methods[8] = {NULL}; // q's, for the check every family makes (model/family.h)
+    int n = 0, which;
+    for (const struct dec_quant *p = q; p && p->method; p++) {
+        AH_ASSERT(n < DEC_N(methods) - 1);
+        methods[n++] = p->method;
+    }
+    int rc = model_quant_method(cf, methods, &which, err);
+    return rc < 0 || which < 0 ? rc : q[which].read(cf, c, err);
 }
 
 int dec_fam_open(const struct dec_family *f, void **fm, const struct config *cf,

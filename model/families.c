@@ -3,6 +3,7 @@
 
 #include "model/ah.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define MODEL_FAMILIES(X) \
@@ -66,4 +67,30 @@ const struct model_family *model_family_named(const char *name) {
     for (int f = 0; name && model_families[f]; f++)
         if (!strcmp(model_families[f]->name, name)) return model_families[f];
     return NULL;
+}
+
+int model_quant_method(const struct config *c, const char *const *methods, int *which,
+                       struct ah_error *err) {
+    const struct cfg_value *qc = cfg_get(c, NULL, "quantization_config");
+    *which = -1;
+    if (cfg_kind(c, qc) <= CFG_NULL) return 0;
+    if (cfg_kind(c, qc) != CFG_OBJECT)
+        return ah_fail(err, AH_EINVAL, "%s: \"quantization_config\": expected an object", c->path);
+    const struct cfg_value *m = cfg_get(c, qc, "quant_method");
+    if (cfg_kind(c, m) <= CFG_NULL)
+        return ah_fail(err, AH_EINVAL, "%s: \"quantization_config.quant_method\": missing",
+                       c->path);
+    const char *s = cfg_string(c, m);
+    for (int i = 0; s && methods && methods[i]; i++)
+        if (!strcmp(s, methods[i])) {
+            *which = i;
+            return 0;
+        }
+    char known[128] = "none";
+    for (size_t i = 0, k = 0; methods && methods[i] && k < sizeof known; i++)
+        k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", k ? ", " : "", methods[i]);
+    return ah_fail(err, AH_EINVAL,
+                   "%s: \"quantization_config.quant_method\": %s%s%s is not implemented (known: "
+                   "%s)",
+                   c->path, s ? "\"" : "", s ? s : "a non-string", s ? "\"" : "", known);
 }

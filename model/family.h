@@ -108,6 +108,15 @@ extern const struct model_family *const model_families[];
 // "model_type", else the spec's "architecture". None known: an error naming config.json and every
 // name that is.
 int model_family_of(const struct config *c, const struct model_family **fam, struct ah_error *err);
+// quantization_config of config.json against the quant_method values a family reads (methods:
+// NULL-ended; NULL: none). Absent or null: 0, *which -1. An object whose quant_method is
+// methods[i]: 0, *which i. Else -AH_EINVAL naming config.json and "quantization_config" (not an
+// object) or "quantization_config.quant_method" (missing, not a string, or another method: "is
+// not implemented (known: ...)"). Every family's open calls it once where it reads config.json,
+// so that no quantized checkpoint is computed as if it were not (Llama-style families through
+// dec_read_quant, model/decoder_family.h).
+int model_quant_method(const struct config *c, const char *const *methods, int *which,
+                       struct ah_error *err);
 // The family whose name is `name` (init-model's --family), or NULL.
 const struct model_family *model_family_named(const char *name);
 // The family one of whose ids ("architectures" entry, model_type, ...) is `id`, or NULL.

@@ -243,6 +243,8 @@ int lnb_cfg_check(const struct config *cf, struct lnb_config *c, const char *hea
     if (!(c->eps > 0.0 && c->eps < 1.0))
         return ah_fail(err, AH_EINVAL, "%s: \"%s\": %g: expected 0 < eps < 1", cf->path, eps_key,
                        c->eps);
-    int rc = cfg_check_unused(cf, err);
+    int which, rc = cfg_check_unused(cf, err);
+    // GPT-2 and GPT-NeoX read no quantization_config: a quantized checkpoint is refused
+    if (rc == 0) rc = model_quant_method(cf, NULL, &which, err);
     return rc < 0 ? rc : lnb_cfg_dtype(cf, c, err);
 }

@@ -103,7 +103,8 @@ int lnb_cfg_dim(const struct config *cf, const char *key, int dflt, int *out, st
 // torch_dtype (or dtype): plan's bytes as published (absent: float32, transformers' default)
 int lnb_cfg_dtype(const struct config *cf, struct lnb_config *c, struct ah_error *err);
 // The checks every family makes once its keys are read: the layer count, heads dividing the
-// hidden size (naming heads_key), the epsilon (eps_key); sets head_dim, then reads the dtype.
+// hidden size (naming heads_key), the epsilon (eps_key); sets head_dim; refuses any
+// quantization_config (model_quant_method: these families read none), then reads the dtype.
 int lnb_cfg_check(const struct config *cf, struct lnb_config *c, const char *heads_key,
                   const char *eps_key, struct ah_error *err);
 

@@ -12,7 +12,13 @@ still run (`harvest run`, finite logits); the spec model with rope_theta 0 or rm
 which ran to all-NaN output with exit 0, is refused by `harvest run` too.
 
 A key harvest never reads and transformers never computes with (token ids, generation
-settings, Laguna's vLLM-only decoder_sparse_step) is IGNORED and not tried."""
+settings, Laguna's vLLM-only decoder_sparse_step) is IGNORED and not tried.
+
+quantization_config: the families that read none (the spec model, Laguna, GPT-2, GPT-NeoX, the
+identity family) refuse quant_method "awq" and "fp8", a quantization_config that is not an object
+(a list, a string) and one without quant_method, exit 1 naming config.json and
+quantization_config (.quant_method); null still plans. Llama, which reads "fp8", plans with it and
+refuses "awq" the same way."""
 import json
 import os
 
@@ -125,10 +131,10 @@ def write_config(path, c, key, value):
         f.write(text)
 
 
-def refused(label, path, key):
+def refused(label, path, key, words=()):
     p = run(harvest, "plan", path)
     ok = check(p.returncode == 1, f"{label}: exit {p.returncode}, expected 1: {p.stderr.strip()}")
-    needles = [path] + key.split(".")
+    needles = [path] + key.split(".") + list(words)
     ok &= check(all(n in p.stderr for n in needles),
                 f"{label}: the message lacks one of {needles}: {p.stderr.strip()}")
     return ok
@@ -207,6 +213,42 @@ with open(f"{work}/identity/config.json", "w") as f:
     json.dump(identity, f)
 check(run(harvest, "plan", f"{work}/identity/config.json").returncode == 0, "identity plans")
 check_family("identity", identity)
+
+# quantization_config: (the value, the key the message names, a word it must hold too)
+QUANT = [({"quant_method": "awq", "bits": 4}, "quantization_config.quant_method", "awq"),
+         ({"quant_method": "fp8", "fmt": "e4m3"}, "quantization_config.quant_method", "fp8"),
+         ([1, 2], "quantization_config", "object"), ("fp8", "quantization_config", "object"),
+         ({"bits": 4}, "quantization_config.quant_method", "missing")]
+
+
+def quant_refused(fam, c):
+    n = bad = 0
+    for i, (q, key, word) in enumerate(QUANT):
+        path = f"{work}/quant/{fam}/{i}/config.json"
+        write_config(path, dict(c, quantization_config=q), "quantization_config", q)
+        n += 1
+        bad += not refused(f"{fam} quantization_config {json.dumps(q)}", path, key, [word])
+    path = f"{work}/quant/{fam}/null/config.json"
+    write_config(path, dict(c, quantization_config=None), "quantization_config", None)
+    p = run(harvest, "plan", path)
+    check(p.returncode == 0, f"{fam} quantization_config null: exit {p.returncode}: {p.stderr.strip()}")
+    print(f"{'ok' if not bad else 'FAIL'}: {fam}: {n - bad} of {n} quantization_config it does not "
+          "read refused, naming config.json and the key; null plans")
+
+
+for fam in ("encdec", "laguna", "gpt2", "gpt_neox"):
+    quant_refused(fam, json.load(open(f"{work}/{fam}/model/config.json")))
+quant_refused("identity", identity)
+llama = json.load(open(f"{work}/llama/model/config.json"))
+path = f"{work}/quant/llama-fp8/config.json"
+write_config(path, dict(llama, quantization_config={"quant_method": "fp8"}), "vocab_size", 96)
+p = run(harvest, "plan", path)
+if check(p.returncode == 0, f"llama fp8: exit {p.returncode}: {p.stderr.strip()}"):
+    print("ok: llama, which reads fp8, plans with it")
+path = f"{work}/quant/llama-awq/config.json"
+write_config(path, dict(llama, quantization_config={"quant_method": "awq"}), "vocab_size", 96)
+if refused("llama awq", path, "quantization_config.quant_method", ["awq"]):
+    print("ok: llama awq: refused")
 
 # Qwen3-MoE's mlp_only_layers: a list of layer indices
 moe = json.load(open(f"{work}/qwen3_moe/model/config.json"))

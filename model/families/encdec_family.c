@@ -33,9 +33,11 @@ static int ed_config(const struct config *cf, struct encdec_config *c, struct ah
         return ah_fail(err, AH_EINVAL, "%s: \"head_dim\": RoPE needs an even head_dim, not %d",
                        cf->path, c->head_dim);
     double eps = 1e-6, theta = 10000.0;
+    int which;
     if ((rc = cfg_num_in(cf, NULL, NULL, "rms_norm_eps", CFG_POSITIVE, false, &eps, err)) < 0 ||
         (rc = cfg_num_in(cf, NULL, NULL, "rope_theta", CFG_POSITIVE, false, &theta, err)) < 0 ||
-        (rc = cfg_check_unused(cf, err)) < 0)
+        (rc = cfg_check_unused(cf, err)) < 0 ||
+        (rc = model_quant_method(cf, NULL, &which, err)) < 0) // the spec model reads none
         return rc;
     c->eps = (float)eps;
     c->rope_theta = theta;

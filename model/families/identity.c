@@ -35,10 +35,11 @@ static int id_open(void **fm, const struct config *cf, const struct model_dims *
     (void)dims;
     struct identity *m = calloc(1, sizeof *m);
     if (!(*fm = m)) return -AH_ENOMEM;
-    int rc;
+    int rc, which;
     if ((rc = cfg_int_in(cf, "hidden_size", true, &m->hidden, 1, 1 << 20, err)) < 0 ||
         (rc = cfg_int_in(cf, "vocab_size", true, &m->vocab, 1, 1 << 20, err)) < 0 ||
-        (rc = cfg_check_unused(cf, err)) < 0)
+        (rc = cfg_check_unused(cf, err)) < 0 ||
+        (rc = model_quant_method(cf, NULL, &which, err)) < 0)
         return rc;
     if (!list) return 0;
     if (!(*list = calloc(1, sizeof **list))) return -AH_ENOMEM;

@@ -27,9 +27,11 @@ static int lg_open(void **fm, const struct config *cf, const struct model_dims *
     struct laguna_config c;
     struct laguna *m = calloc(1, sizeof *m);
     if (!(*fm = m)) return -AH_ENOMEM;
-    int rc = laguna_config_read(cf, &c, err);
+    int which, rc = laguna_config_read(cf, &c, err);
     if (rc < 0) return rc;
-    int n = dims ? gate_rows(dims, &c, err) : 0;
+    // Laguna reads no quantization_config (its releases are BF16): a quantized one is refused
+    int n = model_quant_method(cf, NULL, &which, err);
+    if (n == 0 && dims) n = gate_rows(dims, &c, err);
     if (n == 0) n = laguna_init(m, &c, list);
     laguna_config_free(&c); // zeroed by laguna_init; freed here when it did not run
     return n;
