@@ -47,7 +47,9 @@ static void tiles_on(void) {
         c.colsb[i] = 64;
         c.rows[i] = 16;
     }
-    _tile_loadconfig(&c);
+    // not _tile_loadconfig: GCC 12's declares a read of 8 bytes only (a pointer's worth), so the
+    // stores to the rest of c may be dropped as dead and ldtilecfg faults on stack garbage
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
 }
 
 static bool in_region(void) {
@@ -302,6 +304,30 @@ static double wall(void) {
 #else
     return 0.0;
 #endif
+}
+
+int64_t amx_peak_flops(int threads) {
+    int ran = 1;
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+#pragma omp single
+        ran = omp_get_num_threads();
+#endif
+        static const uint16_t zeros[TILE] = {0};
+        tiles_on();
+        _tile_loadd(6, zeros, 64);
+        _tile_loadd(7, zeros, 64);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_zero(4);
+        _tile_zero(5);
+        peak_loop();
+        _tile_release();
+    }
+    return (int64_t)6 * PEAK_ITERS * 16 * 16 * 32 * 2 * ran;
 }
 
 double amx_peak_gflops(int threads, int reps) {
