@@ -47,7 +47,9 @@ static void tiles_on(void) {
         c.colsb[i] = 64;
         c.rows[i] = 16;
     }
-    _tile_loadconfig(&c);
+    // not _tile_loadconfig: GCC 12's declares a read of 8 bytes only (a pointer's worth), so the
+    // stores to the rest of c may be dropped as dead and ldtilecfg faults on stack garbage
+    __asm__ volatile("ldtilecfg %0" : : "m"(c));
 }
 
 static bool in_region(void) {
@@ -68,27 +70,84 @@ static int64_t b_tile(int64_t j, int64_t t, int64_t n_strips, int64_t nk) {
     return (k0 * n_strips + j * steps + (t - k0)) * TILE;
 }
 
-static void pack_strip(uint16_t *dst, const uint16_t *w, int64_t j, int K, int N, int64_t sn,
-                       int64_t sk) {
-    int64_t nk = steps_of(K), n_strips = pad32(N) / 16;
-    for (int64_t t = 0; t < nk; t++)
-        for (int64_t c = 0; c < 16; c++) {
-            int64_t n = 16 * j + c;
-            uint16_t *d = dst + b_tile(j, t, n_strips, nk) + 2 * c; // row r: d[32 r], d[32 r + 1]
-            for (int64_t r = 0; r < 32; r++) { // r here: the K offset 0..31 in the step
-                int64_t k = 32 * t + r;
-                d[(r / 2) * 32 + (r % 2)] = n < N && k < K ? w[n * sn + k * sk] : 0;
-            }
+// tile (j, t) element by element: the edges (past N or K), and the reference of the others
+static void pack_tile_scalar(uint16_t *d, const uint16_t *w, int64_t j, int64_t t, int K, int N,
+                             int64_t sn, int64_t sk) {
+    for (int64_t c = 0; c < 16; c++) {
+        int64_t n = 16 * j + c;
+        for (int64_t r = 0; r < 32; r++) { // r here: the K offset 0..31 in the step
+            int64_t k = 32 * t + r;
+            d[(r / 2) * 32 + (r % 2) + 2 * c] = n < N && k < K ? w[n * sn + k * sk] : 0;
         }
+    }
+}
+
+// 16 x 16 32-bit elements transposed in place: x[i] lane l <- x[l] lane i
+static void transpose16(__m512i x[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(x[i], x[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(x[i], x[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        x[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        x[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        x[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        x[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int h = 0; h < 16; h += 8)
+        for (int i = 0; i < 4; i++) {
+            t[h + i] = _mm512_shuffle_i32x4(x[h + i], x[h + i + 4], 0x88);
+            t[h + i + 4] = _mm512_shuffle_i32x4(x[h + i], x[h + i + 4], 0xdd);
+        }
+    for (int i = 0; i < 8; i++) {
+        x[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+        x[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+
+// a whole tile of w [N, K]: column c's 32 K values (16 pairs) are 64 bytes at w + n K; the tile
+// is their 16 x 16 transpose as pairs
+static void pack_tile_nk(uint16_t *d, const uint16_t *w, int64_t j, int64_t t, int K) {
+    __m512i x[16];
+    for (int c = 0; c < 16; c++)
+        x[c] = _mm512_loadu_si512(w + (16 * j + c) * (int64_t)K + 32 * t);
+    transpose16(x);
+    for (int r = 0; r < 16; r++)
+        _mm512_store_si512(d + 32 * r, x[r]);
+}
+
+// a whole tile of w (K, N): row r interleaves K rows 2 r and 2 r + 1 of the strip's 16 columns
+static void pack_tile_kn(uint16_t *d, const uint16_t *w, int64_t j, int64_t t, int N) {
+    const uint16_t *p = w + 32 * t * (int64_t)N + 16 * j;
+    for (int r = 0; r < 16; r++) {
+        __m512i e = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + 2 * r * N)));
+        __m512i o =
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p + (2 * r + 1) * N)));
+        _mm512_store_si512(d + 32 * r, _mm512_or_si512(e, _mm512_slli_epi32(o, 16)));
+    }
+}
+
+static void pack_strip(uint16_t *dst, const uint16_t *w, int64_t j, int K, int N, bool kn) {
+    int64_t nk = steps_of(K), n_strips = pad32(N) / 16;
+    int64_t sn = kn ? 1 : K, sk = kn ? N : 1;
+    for (int64_t t = 0; t < nk; t++) {
+        uint16_t *d = dst + b_tile(j, t, n_strips, nk);
+        if (16 * j + 16 > N || 32 * t + 32 > K)
+            pack_tile_scalar(d, w, j, t, K, N, sn, sk);
+        else if (kn)
+            pack_tile_kn(d, w, j, t, N);
+        else
+            pack_tile_nk(d, w, j, t, K);
+    }
 }
 
 void amx_pack(uint16_t *dst, const uint16_t *w, int K, int N, bool kn, int threads) {
     int64_t n_strips = pad32(N) / 16;
-    int64_t sn = kn ? 1 : K, sk = kn ? N : 1;
     int nt = in_region() ? 1 : threads;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t j = 0; j < n_strips; j++)
-        pack_strip(dst, w, j, K, N, sn, sk);
+        pack_strip(dst, w, j, K, N, kn);
 }
 
 // ----------------------------------------------------------------------------
@@ -302,6 +361,30 @@ static double wall(void) {
 #else
     return 0.0;
 #endif
+}
+
+int64_t amx_peak_flops(int threads) {
+    int ran = 1;
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef _OPENMP
+#pragma omp single
+        ran = omp_get_num_threads();
+#endif
+        static const uint16_t zeros[TILE] = {0};
+        tiles_on();
+        _tile_loadd(6, zeros, 64);
+        _tile_loadd(7, zeros, 64);
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        _tile_zero(4);
+        _tile_zero(5);
+        peak_loop();
+        _tile_release();
+    }
+    return (int64_t)6 * PEAK_ITERS * 16 * 16 * 32 * 2 * ran;
 }
 
 double amx_peak_gflops(int threads, int reps) {

@@ -57,4 +57,8 @@ void amx_matmul(float *out, const float *in, const uint16_t *packed, int M, int 
 // peak a benchmark compares with.
 double amx_peak_gflops(int threads, int reps);
 
+// The same loop run once on `threads` threads, untimed: the FLOPs it did (all threads'), for a
+// caller that times it its own way (CPU time on a loaded machine: tests/bench_amx.c).
+int64_t amx_peak_flops(int threads);
+
 #endif

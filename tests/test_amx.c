@@ -8,6 +8,8 @@
 //   - determinism: a row's result is bitwise the same at M 1, 31, 33, 300, at any position, at 1
 //     and 2 threads, and inside a parallel region (the experts' way);
 //   - the kn layout (w16 (K, N)): bitwise the [N, K] product, and its packed copy the same bytes;
+//   - amx_pack (vectorised whole tiles, element by element at the edges) byte for byte an
+//     element-by-element packer written from amx.h's layout, both layouts, 1 and 2 threads;
 //   - packing: once a matrix, its bytes in mm16_packing (amx_packed_bytes), mapped pages of a
 //     malloc'd matrix not released;
 //   - the peak: tdpbf16ps on registers reaches more GFLOP/s than zero (printed, not judged: the
@@ -117,6 +119,50 @@ static void test_kn(const float *o1, const float *in, const uint16_t *w, int M, 
     free(wt), free(o), free(p1), free(p2);
 }
 
+// amx.h's weight layout element by element: tile (j, t) at (k0 n_strips + j steps + t - k0)
+// tiles, k0 its K block's first step, steps the block's
+static void ref_pack(uint16_t *dst, const uint16_t *w, int K, int N) {
+    int64_t nk = (K + 31) / 32, n_strips = (N + 31) / 32 * 2;
+    for (int64_t j = 0; j < n_strips; j++)
+        for (int64_t t = 0; t < nk; t++) {
+            int64_t k0 = t / AMX_KC * AMX_KC, steps = nk - k0 < AMX_KC ? nk - k0 : AMX_KC;
+            uint16_t *d = dst + (k0 * n_strips + j * steps + t - k0) * 512;
+            for (int64_t r = 0; r < 16; r++)
+                for (int64_t c = 0; c < 16; c++)
+                    for (int64_t e = 0; e < 2; e++) {
+                        int64_t n = 16 * j + c, k = 32 * t + 2 * r + e;
+                        d[32 * r + 2 * c + e] = n < N && k < K ? w[n * K + k] : 0;
+                    }
+        }
+}
+
+// amx_pack's bytes (both layouts, 1 and 2 threads) against ref_pack's
+static void test_pack(void) {
+    const int shapes[][2] = {{1, 1},    {31, 17},  {32, 16},   {64, 32},   {95, 48},
+                             {256, 64}, {257, 33}, {520, 530}, {1057, 96}, {2048, 80}};
+    for (int i = 0; i < 10; i++) {
+        int K = shapes[i][0], N = shapes[i][1];
+        uint16_t *w = bf16_matrix((int64_t)N * K, (uint64_t)i + 3);
+        uint16_t *wt = malloc(sizeof(uint16_t) * (size_t)K * N);
+        for (int64_t n = 0; n < N; n++)
+            for (int64_t k = 0; k < K; k++)
+                wt[k * N + n] = w[n * K + k];
+        size_t bytes = (size_t)amx_packed_bytes(K, N);
+        uint16_t *want = aligned_alloc(64, bytes), *got = aligned_alloc(64, bytes);
+        ref_pack(want, w, K, N);
+        for (int kn = 0; kn < 2; kn++)
+            for (int threads = 1; threads <= 2; threads++) {
+                memset(got, 0xa5, bytes);
+                amx_pack(got, kn ? wt : w, K, N, kn, threads);
+                if (memcmp(got, want, bytes))
+                    fprintf(stderr, "pack K %d N %d kn %d threads %d: bytes differ\n", K, N, kn,
+                            threads);
+                CHECK(memcmp(got, want, bytes) == 0);
+            }
+        free(w), free(wt), free(want), free(got);
+    }
+}
+
 static void test_shape(int M, int K, int N) {
     mm16_forget();
     uint16_t *w = bf16_matrix((int64_t)N * K, (uint64_t)K * 131 + (uint64_t)N);
@@ -187,6 +233,7 @@ int main(void) {
     set_threads(1);
     printf("bf16 kernel: %s\n", mm16_kernel());
     test_rounding();
+    test_pack();
     const int shapes[][3] = {{1, 1, 1},       {5, 3, 7},       {17, 31, 15},
                              {33, 33, 33},    {31, 64, 48},    {100, 95, 300},
                              {300, 1057, 17}, {257, 520, 530}, {64, 2048, 96}};

@@ -1,0 +1,121 @@
+// bench_amx.c - harvest's AMX kernel (model/amx.h) against the AMX peak, in one run: the
+// register-only tdpbf16ps peak, then amx_pack and amx_matmul at the models' shapes (M 4096; K, N
+// in {2048, 8192}) on 1 and 2 threads, each as a share of the peak measured on as many threads.
+// Built, not run by CTest (a benchmark, not a test): build/tests/bench_amx [REPS [M]].
+//
+// Two clocks side by side: wall time, and CPU time (CLOCK_THREAD_CPUTIME_ID on 1 thread,
+// CLOCK_PROCESS_CPUTIME_ID on 2: the threads' sum, so a rate per CPU-second is a thread's). On a
+// shared machine the wall figures carry the other processes' share of the cores and move between
+// runs; the CPU figures take that out (not the cache sharing). Figures are the best of REPS.
+#include "model/amx.h"
+#include "model/dnnl.h"
+#include "tests/check.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+struct clocks {
+    double wall, cpu;
+};
+
+static double clock_of(clockid_t id) {
+    struct timespec t;
+    clock_gettime(id, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static struct clocks now(int threads) {
+    clockid_t cpu = threads == 1 ? CLOCK_THREAD_CPUTIME_ID : CLOCK_PROCESS_CPUTIME_ID;
+    return (struct clocks){clock_of(CLOCK_MONOTONIC), clock_of(cpu)};
+}
+
+// best wall and CPU rates of `reps` rounds of the peak loop: GFLOP/s of all threads, and per
+// CPU-second (a thread's)
+static struct clocks peak(int threads, int reps) {
+    struct clocks best = {0, 0};
+    amx_peak_flops(threads); // warm-up
+    for (int r = 0; r < reps; r++) {
+        struct clocks t0 = now(threads);
+        double f = 0.0;
+        for (int i = 0; i < 40; i++) // 0.1 s or so: the process clock's other threads are exact
+            f += (double)amx_peak_flops(threads); // only at their ticks
+        struct clocks t1 = now(threads);
+        double w = f / (t1.wall - t0.wall) * 1e-9, c = f / (t1.cpu - t0.cpu) * 1e-9;
+        best.wall = w > best.wall ? w : best.wall;
+        best.cpu = c > best.cpu ? c : best.cpu;
+    }
+    return best;
+}
+
+static uint16_t *weights(int K, int N) {
+    float *f = malloc(sizeof(float) * (size_t)K * N);
+    uint16_t *w = malloc(sizeof(uint16_t) * (size_t)K * N);
+    if (!f || !w) exit(2);
+    check_fill(f, (int64_t)K * N, (uint64_t)K + (uint64_t)N);
+    for (int64_t i = 0; i < (int64_t)K * N; i++)
+        w[i] = mm16_round(f[i]);
+    free(f);
+    return w;
+}
+
+// one shape on `threads` threads: packing's rate (GB/s of bf16 in) and the product's
+static void shape(int M, int K, int N, int threads, int reps, struct clocks pk) {
+    uint16_t *w = weights(K, N);
+    uint16_t *p = aligned_alloc(64, (size_t)amx_packed_bytes(K, N));
+    float *in = malloc(sizeof(float) * (size_t)M * K), *out = malloc(sizeof(float) * (size_t)M * N);
+    if (!p || !in || !out) exit(2);
+    check_fill(in, (int64_t)M * K, 1);
+    struct clocks t0 = now(threads);
+    amx_pack(p, w, K, N, false, threads);
+    struct clocks t1 = now(threads);
+    double gb = 2e-9 * K * (double)N; // GB of bf16 in
+    struct clocks best = {0, 0};
+    double flops = 2.0 * M * K * (double)N;
+    amx_matmul(out, in, p, M, K, N, threads); // warm-up
+    for (int r = 0; r < reps; r++) {
+        struct clocks a = now(threads);
+        amx_matmul(out, in, p, M, K, N, threads);
+        struct clocks b = now(threads);
+        double wr = flops / (b.wall - a.wall) * 1e-9, cr = flops / (b.cpu - a.cpu) * 1e-9;
+        best.wall = wr > best.wall ? wr : best.wall;
+        best.cpu = cr > best.cpu ? cr : best.cpu;
+    }
+    printf("M %d K %5d N %5d, %d thr: product %7.1f GFLOP/s wall = %3.0f%% | %7.1f per CPU-s = "
+           "%3.0f%% of the peak; packing %5.2f GB/s wall, %5.2f per CPU-s\n",
+           M, K, N, threads, best.wall, 100.0 * best.wall / pk.wall, best.cpu,
+           100.0 * best.cpu / pk.cpu, gb / (t1.wall - t0.wall), gb / (t1.cpu - t0.cpu));
+    fflush(stdout);
+    free(w), free(p), free(in), free(out);
+}
+
+int main(int argc, char **argv) {
+    int reps = argc > 1 ? atoi(argv[1]) : 3, M = argc > 2 ? atoi(argv[2]) : 4096;
+    char msg[256] = "";
+    if (mm16_init(msg, sizeof msg) < 0 || !mm16_set_own_kernel(true)) {
+        fprintf(stderr, "bench_amx: no AMX kernel here: %s\n", msg[0] ? msg : mm16_kernel());
+        return 77;
+    }
+    if (reps < 1 || M < 1) {
+        fprintf(stderr, "usage: bench_amx [REPS >= 1 [M >= 1]]\n");
+        return 1;
+    }
+    printf("AMX kernel (AMX_KC %d, AMX_NB %d, AMX_MB %d); best of %d; wall figures include the "
+           "other processes' share of the cores (load), CPU figures do not\n",
+           AMX_KC, AMX_NB, AMX_MB, reps);
+    const int dims[2] = {2048, 8192};
+    for (int threads = 1; threads <= 2; threads++) {
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+        struct clocks pk = peak(threads, 5);
+        printf("peak, %d thr: tdpbf16ps on registers %7.1f GFLOP/s wall, %7.1f per CPU-s\n",
+               threads, pk.wall, pk.cpu);
+        for (int i = 0; i < 4; i++)
+            shape(M, dims[i / 2], dims[i % 2], threads, reps, pk);
+    }
+    return 0;
+}
