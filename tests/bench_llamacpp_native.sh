@@ -3,17 +3,26 @@
 # one run (a benchmark, not a test).
 #
 #   tests/bench_llamacpp_native.sh HARVEST CHECKPOINT_DIR [WORK=/tmp/llamacpp-native] [T=512]
-#                                  [PROMPTS=8] [FAMILY=llama|laguna]
+#                                  [PROMPTS=8] [FAMILY=llama|laguna] [KEEP_GGUF=1|0]
 #
+# 0. A CHECKPOINT_DIR that does not exist yet is made first with `harvest init-model --layers 4`
+#    from the release's dimensions: Llama-3.2-1B (tests/ref/hf-configs) for llama, Laguna-XS-2.1
+#    (tests/ref/laguna-configs) for laguna, so one command does everything.
 # 1. llama.cpp's source is the git bundle that node-llama-cpp@3.21.1 ships in its npm package
 #    (llama/gitRelease.bundle): `npm pack`, cloned, built once with cmake -DGGML_NATIVE=ON (the
 #    machine's own CPU features: AVX-512, AVX512-BF16, AMX where it has them), llama-bench only.
-# 2. The checkpoint becomes F32 and BF16 GGUFs (tests/gguf/llama_to_gguf.py or
-#    laguna_to_gguf.py; shapes and work of the real model, values not llama.cpp's layout).
-# 3. For 1 and 2 threads: `harvest bench --model` (PROMPTS x T tokens, compute float32 and bf16)
-#    and llama-bench's prefill of T tokens (one prompt, batch T) on both GGUFs with flash
-#    attention off and on, best of 2 repetitions; prints tokens/s side by side and harvest's
-#    ratio to llama.cpp's best.
+# 2. The checkpoint becomes F32 and BF16 GGUFs, WORK/NAME-f32.gguf and WORK/NAME-bf16.gguf for a
+#    checkpoint folder NAME (tests/gguf/llama_to_gguf.py or laguna_to_gguf.py; shapes and work of
+#    the real model), remade when older than the checkpoint's config.json. KEEP_GGUF=0 deletes
+#    each after its llama-bench runs, so one is on disk at a time (Laguna-XS-2.1 at 4 layers: F32
+#    10.8 GB, BF16 5.4 GB; the Llama-3.2-1B cut: 2.0 and 1.0 GB).
+# 3. llama-bench's prefill of T tokens (one prompt, batch T) on each GGUF at 1 and 2 threads with
+#    flash attention off and on, best of 2 repetitions; then for 1 and 2 threads `harvest bench
+#    --model` (PROMPTS x T tokens, compute float32 and bf16, best of 2 runs). Prints tokens/s side
+#    by side (llama.cpp's best and whether flash attention was on for it) and harvest's ratio to
+#    llama.cpp's best.
+# The CPU, the load average before and after and the llama.cpp commit are printed with the figures;
+# llama-bench's messages go to WORK/llama-bench.log.
 set -eu
 H=$(realpath "$1")
 CKPT=$(realpath "$2")
@@ -21,9 +30,21 @@ WORK=${3:-/tmp/llamacpp-native}
 T=${4:-512}
 PROMPTS=${5:-8}
 FAMILY=${6:-llama}
+KEEP=${7:-1}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=/usr/bin/python3
+case $FAMILY in
+    llama) CONFIG=$HERE/ref/hf-configs/Llama-3.2-1B.json ;;
+    laguna) CONFIG=$HERE/ref/laguna-configs/Laguna-XS-2.1.json ;;
+    *) echo "FAMILY must be llama or laguna, not $FAMILY" >&2; exit 1 ;;
+esac
 mkdir -p "$WORK"
+WORK=$(realpath "$WORK")
+if [ ! -e "$CKPT" ]; then
+    echo "making $CKPT: harvest init-model --family $FAMILY --config $CONFIG --layers 4"
+    "$H" init-model --family "$FAMILY" --config "$CONFIG" --layers 4 "$CKPT"
+fi
+NAME=$(basename "$CKPT")
 LB=$WORK/llama.cpp/build/bin/llama-bench
 if [ ! -x "$LB" ]; then
     echo "building llama.cpp (node-llama-cpp@3.21.1's bundled source, GGML_NATIVE) in $WORK"
@@ -35,34 +56,51 @@ if [ ! -x "$LB" ]; then
         -DLLAMA_BUILD_EXAMPLES=OFF >"$WORK/cmake.log" 2>&1
     cmake --build "$WORK/llama.cpp/build" -j "$(nproc)" --target llama-bench >>"$WORK/cmake.log" 2>&1
 fi
-for kind in f32 bf16; do
-    g=$WORK/model-$kind.gguf
+gguf() { # KIND -> WORK/NAME-KIND.gguf, converted when missing or older than the checkpoint
+    g=$WORK/$NAME-$1.gguf
     if [ ! -f "$g" ] || [ "$CKPT/config.json" -nt "$g" ]; then
-        echo "converting $CKPT to $g"
-        if [ "$FAMILY" = laguna ]; then
-            [ "$kind" = bf16 ] || continue # laguna_to_gguf.py writes BF16 only
-            $PY "$HERE/gguf/laguna_to_gguf.py" "$CKPT" "$g.tmp"
-        else
-            $PY "$HERE/gguf/llama_to_gguf.py" "$CKPT" "$g.tmp" "$kind"
-        fi
+        echo "converting $CKPT to $g" >&2
+        $PY "$HERE/gguf/${FAMILY}_to_gguf.py" "$CKPT" "$g.tmp" "$1"
         mv "$g.tmp" "$g"
     fi
-done
+}
 echo "llama.cpp: $(cd "$WORK/llama.cpp" && git log --oneline -1), built with GGML_NATIVE"
-lcpp() { # GGUF THREADS -> the best tokens/s of llama-bench's prefill, flash attention off and on
-    [ -f "$1" ] || { echo 0; return; }
-    "$LB" -m "$1" -p "$T" -n 0 -b "$T" -ub "$T" -t "$2" -fa 0,1 -r 2 -o json 2>/dev/null |
-        $PY -c "import json,sys; print(max(r['avg_ts'] for r in json.load(sys.stdin)))"
+FLAGS=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' |
+    grep -E '^(avx2|avx512f|avx512_bf16|amx_bf16)$' | paste -sd' ')
+echo "CPU: $(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, ${FLAGS}" \
+    "(family $(sed -n 's/^cpu family[^:]*: //p' /proc/cpuinfo | head -1)," \
+    "model $(sed -n 's/^model[^:]*: //p' /proc/cpuinfo | grep -v '[^0-9]' | head -1));" \
+    "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+lcpp() { # GGUF THREADS -> "TOKENS/S FA": llama-bench's best prefill, flash attention off and on
+    "$LB" -m "$1" -p "$T" -n 0 -b "$T" -ub "$T" -t "$2" -fa 0,1 -r 2 -o json \
+        2>>"$WORK/llama-bench.log" |
+        $PY -c "import json,sys; r = max(json.load(sys.stdin), key=lambda r: r['avg_ts'])
+print('%.1f %s' % (r['avg_ts'], {0: 'off', 1: 'on'}.get(int(r['flash_attn']), 'auto')))" ||
+        { echo "llama-bench failed on $1 (see $WORK/llama-bench.log)" >&2; exit 2; }
 }
 hv() { # THREADS COMPUTE -> harvest bench's tokens/s
     "$H" bench --model "$CKPT" --T "$T" --prompts "$PROMPTS" --batch 8 --runs 2 --threads "$1" \
         --compute "$2" | sed -n 's/^ *\([0-9.]*\) tokens\/s.*/\1/p' | head -1
 }
-"$H" bench --model "$CKPT" --T 8 --prompts 1 --batch 1 --runs 1 --threads 1 | grep "BLAS"
-for t in 1 2; do
-    a=$(hv "$t" float32) b=$(hv "$t" bf16) c=$(lcpp "$WORK/model-f32.gguf" "$t")
-    d=$(lcpp "$WORK/model-bf16.gguf" "$t")
-    awk -v t="$t" -v a="$a" -v b="$b" -v c="$c" -v d="$d" -v T="$T" -v P="$PROMPTS" 'BEGIN {
-        printf "threads %d: harvest f32 %.1f, bf16 %.1f tokens/s (%d x %d) | llama.cpp F32 %.1f, BF16 %.1f (1 x %d, best of fa off/on) | harvest f32 / llama.cpp F32 %.2f, bf16 / llama.cpp BF16 %.2f, bf16 / harvest f32 %.2f\n",
-               t, a, b, P, T, c, d, T, (c > 0 ? a / c : 0), (d > 0 ? b / d : 0), (a > 0 ? b / a : 0) }'
+"$H" bench --model "$CKPT" --T 8 --prompts 1 --batch 1 --runs 1 --threads 1 | grep "^ *BLAS"
+R=$WORK/$NAME-llamacpp.txt # "KIND THREADS TOKENS/S FA" lines of this run
+: >"$R"
+for kind in f32 bf16; do
+    gguf "$kind"
+    for t in 1 2; do
+        r=$(lcpp "$WORK/$NAME-$kind.gguf" "$t")
+        echo "$kind $t $r" >>"$R"
+    done
+    [ "$KEEP" = 1 ] || rm -f "$WORK/$NAME-$kind.gguf"
 done
+for t in 1 2; do
+    a=$(hv "$t" float32)
+    b=$(hv "$t" bf16)
+    c=$(sed -n "s/^f32 $t //p" "$R")
+    d=$(sed -n "s/^bf16 $t //p" "$R")
+    awk -v t="$t" -v a="$a" -v b="$b" -v c="${c% *}" -v cf="${c#* }" -v d="${d% *}" \
+        -v df="${d#* }" -v T="$T" -v P="$PROMPTS" 'BEGIN {
+        printf "threads %d: harvest f32 %.1f, bf16 %.1f tokens/s (%d x %d) | llama.cpp F32 %.1f (fa %s), BF16 %.1f (fa %s) (1 x %d, best of fa off/on) | harvest f32 / llama.cpp F32 %.2f, bf16 / llama.cpp BF16 %.2f, bf16 / harvest f32 %.2f\n",
+               t, a, b, P, T, c, cf, d, df, T, (c > 0 ? a / c : 0), (d > 0 ? b / d : 0), (a > 0 ? b / a : 0) }'
+done
+echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1,14 +1,17 @@
 """Converts a harvest Laguna checkpoint (config.json + BF16 safetensors, as `harvest init-model`
-writes them) to a BF16 GGUF that llama.cpp's Laguna loader takes, for tests/bench_llamacpp.sh.
+writes them) to a BF16 or F32 GGUF that llama.cpp's Laguna loader takes, for tests/bench_llamacpp.sh
+and tests/bench_llamacpp_native.sh.
 
-Usage: laguna_to_gguf.py CHECKPOINT_DIR OUT.gguf
+Usage: laguna_to_gguf.py CHECKPOINT_DIR OUT.gguf [bf16|f32]
 
 Names and keys follow llama.cpp's conversion/laguna.py and src/models/laguna.cpp (arch "laguna"):
 per-expert HF tensors are stacked into blk.N.ffn_{gate,up,down}_exps, 1-D tensors are stored as
-F32 (as llama.cpp's converter does), matrices stay BF16. The vocabulary is a stand-in (GPT-2 byte
+F32 (as llama.cpp's converter does), matrices stay BF16 (bf16, the default) or are widened to F32
+(f32: exact, as the checkpoint's BF16 values are). The vocabulary is a stand-in (GPT-2 byte
 tokens, then placeholders up to vocab_size, no merges): the benchmark feeds token ids, so only its
 size matters."""
 import json
+import math
 import os
 import struct
 import sys
@@ -58,7 +61,7 @@ def byte_tokens():
     return [chr(c) for c in cs]
 
 
-def convert(folder, out):
+def convert(folder, out, kind="bf16"):
     c = json.load(open(os.path.join(folder, "config.json")))
     ck = Checkpoint(folder)
     L, D, Dh = c["num_hidden_layers"], c["hidden_size"], c["head_dim"]
@@ -71,7 +74,7 @@ def convert(folder, out):
     a = "laguna"
     w.add("general.architecture", STRING, a)
     w.add("general.name", STRING, os.path.basename(os.path.abspath(folder)))
-    w.add("general.file_type", U32, 32)  # LLAMA_FTYPE_MOSTLY_BF16
+    w.add("general.file_type", U32, 32 if kind == "bf16" else 0)  # MOSTLY_BF16 / ALL_F32
     w.add(f"{a}.vocab_size", U32, c["vocab_size"])
     w.add(f"{a}.context_length", U32, c["max_position_embeddings"])
     w.add(f"{a}.embedding_length", U32, D)
@@ -99,8 +102,12 @@ def convert(folder, out):
               int(full["original_max_position_embeddings"]))
         w.add(f"{a}.rope.scaling.yarn_beta_fast", F32, float(full.get("beta_fast", 32)))
         w.add(f"{a}.rope.scaling.yarn_beta_slow", F32, float(full.get("beta_slow", 1)))
+        # llama.cpp's rope already scales cos and sin by YaRN's default 0.1 ln(factor) + 1 and then
+        # by rope.scaling.attn_factor: store transformers' attention_factor relative to that
+        # default (1 for Laguna's releases), or it is applied twice.
         if "attention_factor" in full:
-            w.add(f"{a}.rope.scaling.attn_factor", F32, float(full["attention_factor"]))
+            rel = float(full["attention_factor"]) / (0.1 * math.log(float(full["factor"])) + 1)
+            w.add(f"{a}.rope.scaling.attn_factor", F32, rel)
     if (c.get("sliding_window") or 0) > 0 and swa:
         w.add(f"{a}.attention.sliding_window", U32, c["sliding_window"])
         w.add(f"{a}.rope.freq_base_swa", F32, float(swa["rope_theta"]))
@@ -119,14 +126,17 @@ def convert(folder, out):
 
     def put(gname, hf):
         path, dtype, shape, off = ck.t[hf]
-        if len(shape) == 1 or dtype == "F32":
+        if len(shape) == 1 or dtype == "F32" or kind == "f32":
             w.add_tensor(gname, shape, GGML_F32, lambda: ck.f32(hf))
         else:
             w.add_tensor(gname, shape, GGML_BF16, lambda: ck.raw(hf))
 
     def stack(gname, names):
         shape = [len(names)] + ck.t[names[0]][2]
-        w.add_tensor(gname, shape, GGML_BF16, lambda: np.stack([ck.raw(n) for n in names]))
+        if kind == "f32":
+            w.add_tensor(gname, shape, GGML_F32, lambda: np.stack([ck.f32(n) for n in names]))
+        else:
+            w.add_tensor(gname, shape, GGML_BF16, lambda: np.stack([ck.raw(n) for n in names]))
 
     put("token_embd.weight", "model.embed_tokens.weight")
     for i in range(L):
@@ -153,6 +163,6 @@ def convert(folder, out):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: laguna_to_gguf.py CHECKPOINT_DIR OUT.gguf")
-    convert(sys.argv[1], sys.argv[2])
+    if len(sys.argv) not in (3, 4) or (len(sys.argv) == 4 and sys.argv[3] not in ("bf16", "f32")):
+        sys.exit("usage: laguna_to_gguf.py CHECKPOINT_DIR OUT.gguf [bf16|f32]")
+    convert(sys.argv[1], sys.argv[2], sys.argv[3] if len(sys.argv) == 4 else "bf16")
