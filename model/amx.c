@@ -363,15 +363,17 @@ static double wall(void) {
 #endif
 }
 
-int64_t amx_peak_flops(int threads) {
-    int ran = 1;
+// one round of peak_loop on every thread of a region of `threads`; *ran the threads it had, and
+// with t0 / t1 set the wall times around the loops (after every thread's tiles are set up)
+static void peak_round(int threads, int *ran, double *t0, double *t1) {
+    static const uint16_t zeros[TILE] = {0}; // the operands' values do not change the rate
+    *ran = 1;
 #pragma omp parallel num_threads(threads)
     {
 #ifdef _OPENMP
 #pragma omp single
-        ran = omp_get_num_threads();
+        *ran = omp_get_num_threads();
 #endif
-        static const uint16_t zeros[TILE] = {0};
         tiles_on();
         _tile_loadd(6, zeros, 64);
         _tile_loadd(7, zeros, 64);
@@ -381,42 +383,33 @@ int64_t amx_peak_flops(int threads) {
         _tile_zero(3);
         _tile_zero(4);
         _tile_zero(5);
+        if (t0) {
+#pragma omp barrier
+#pragma omp single
+            *t0 = wall();
+        }
         peak_loop();
+        if (t1) {
+#pragma omp barrier
+#pragma omp single
+            *t1 = wall();
+        }
         _tile_release();
     }
+}
+
+int64_t amx_peak_flops(int threads) {
+    int ran;
+    peak_round(threads, &ran, NULL, NULL);
     return (int64_t)6 * PEAK_ITERS * 16 * 16 * 32 * 2 * ran;
 }
 
 double amx_peak_gflops(int threads, int reps) {
     double best = 0.0;
-    static const uint16_t ones[TILE] = {0}; // the operands' values do not change the rate
-    for (int r = 0; r <= reps; r++) {       // the first round warms up
+    for (int r = 0; r <= reps; r++) { // the first round warms up
         double t0 = 0.0, t1 = 0.0;
-        int ran = 1;
-#pragma omp parallel num_threads(threads)
-        {
-#ifdef _OPENMP
-#pragma omp single
-            ran = omp_get_num_threads();
-#endif
-            tiles_on();
-            _tile_loadd(6, ones, 64);
-            _tile_loadd(7, ones, 64);
-            _tile_zero(0);
-            _tile_zero(1);
-            _tile_zero(2);
-            _tile_zero(3);
-            _tile_zero(4);
-            _tile_zero(5);
-#pragma omp barrier
-#pragma omp single
-            t0 = wall();
-            peak_loop();
-#pragma omp barrier
-#pragma omp single
-            t1 = wall();
-            _tile_release();
-        }
+        int ran;
+        peak_round(threads, &ran, &t0, &t1);
         double g = 6.0 * PEAK_ITERS * 16 * 16 * 32 * 2 * ran / (t1 - t0) * 1e-9;
         if (r > 0 && g > best) best = g;
     }
