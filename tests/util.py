@@ -164,21 +164,37 @@ def _diff(attrs, items, fb, ignore):
     return None
 
 
-def segments_opened(out, prefix="seg-"):
-    """How many segment files whose name starts with prefix the parts folder of out holds
-    (seg-RUN-STAGE'S FIRST RANK-INDEX.h5: with checkpoint_seconds 0 a stage opens one a round)."""
+def segment_files(out, prefix="seg-"):
+    """{(name, inode, mtime)} of the segment files whose name starts with prefix in the parts
+    folder of out (seg-RUN-STAGE'S FIRST RANK-INDEX.h5: with checkpoint_seconds 0 a stage opens
+    one a round)"""
     parts = out + ".parts"
-    return sum(n.startswith(prefix) for n in os.listdir(parts)) if os.path.isdir(parts) else 0
+    keys = set()
+    for n in os.listdir(parts) if os.path.isdir(parts) else []:
+        try:
+            st = os.stat(os.path.join(parts, n)) if n.startswith(prefix) else None
+        except FileNotFoundError:  # removed meanwhile
+            st = None
+        if st:
+            keys.add((n, st.st_ino, st.st_mtime_ns))
+    return keys
 
 
-def wait_segments(out, p, n, prefix="seg-", limit=300):
-    """Seconds until the parts folder of out holds n segment files starting with prefix (the run p
-    has begun that many rounds there); None if p ended or limit seconds passed first. Signals meant
-    to land at a point of a run are timed by its progress, whatever the machine's speed."""
+def segments_opened(out, prefix="seg-", since=()):
+    """How many segment files starting with prefix the parts folder of out holds that are not in
+    since (a segment_files() of it taken before: a file made, or rewritten, since then counts)"""
+    return len(segment_files(out, prefix) - set(since))
+
+
+def wait_segments(out, p, n, prefix="seg-", since=(), limit=300):
+    """Seconds until the parts folder of out holds n segment files starting with prefix that are
+    not in since (the run p has begun that many rounds there); None if p ended or limit seconds
+    passed first. Signals meant to land at a point of a run are timed by its progress, whatever
+    the machine's speed."""
     t0 = time.time()
     while p.poll() is None and time.time() - t0 < limit:
         try:
-            if segments_opened(out, prefix) >= n:
+            if segments_opened(out, prefix, since) >= n:
                 return time.time() - t0
         except FileNotFoundError:  # the folder made or renamed meanwhile
             pass
