@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 
@@ -141,17 +142,23 @@ check(r.returncode == 0, f"changed weights: --overwrite starts again: {r.stderr}
 print("changed weights: --resume refused naming the file", flush=True)
 
 # ---- two runs on one output at once ----
+# the first run is held (SIGSTOP) from its first segment until the second runs have been refused,
+# so that it is mid-run whatever the machine's speed; then it goes on (SIGCONT) to its end
 d = f"{work}/twice"
-write_prompts(f"{work}/many.jsonl", [60] * 300, seed=8)
+write_prompts(f"{work}/many.jsonl", [60] * 40, seed=8)
 job(d, data="../many.jsonl", batch_size=2)
 p = subprocess.Popen([harvest, "run", f"{d}/job.json", "--quiet"], env=env,
                      stderr=subprocess.PIPE, text=True)
 if check(wait_started(f"{d}/out.h5", p) is not None, "twice: the first run started"):
-    for flag in ["--resume", "--overwrite"]:
-        r = run(harvest, "run", f"{d}/job.json", flag, "--quiet")
-        check(r.returncode == 1 and "in use" in r.stderr and str(p.pid) in r.stderr and
-              socket.gethostname() in r.stderr,
-              f"twice: the second run ({flag}) names the first: exit {r.returncode}: {r.stderr}")
+    p.send_signal(signal.SIGSTOP)
+    try:
+        for flag in ["--resume", "--overwrite"]:
+            r = run(harvest, "run", f"{d}/job.json", flag, "--quiet")
+            check(r.returncode == 1 and "in use" in r.stderr and str(p.pid) in r.stderr and
+                  socket.gethostname() in r.stderr,
+                  f"twice: the second run ({flag}) names the first: exit {r.returncode}: {r.stderr}")
+    finally:
+        p.send_signal(signal.SIGCONT)
 err = ended(p, "twice", timeout=600)
 check(p.returncode == 0, f"twice: the first run finished: {err}")
 check(complete(f"{d}/out.h5") == 1, "twice: the first run's output is complete")
@@ -191,13 +198,17 @@ check(r.returncode == 0, f"output in the model folder: exit {r.returncode}: {r.s
 diff = output_diff(FULL, f"{d}/model/out.h5", ignore={"segments", "runs", "provenance", "job"})
 check(diff is None, f"output in the model folder: differs: {diff}")
 
-# ---- the parts folder removed mid-run ----
+# ---- the parts folder removed mid-run (the run held meanwhile, as above) ----
 d = f"{work}/parts_gone"
 job(d, data="../many.jsonl", batch_size=2)
 p = subprocess.Popen([harvest, "run", f"{d}/job.json", "--quiet"], env=env,
                      stderr=subprocess.PIPE, text=True)
 if wait_started(f"{d}/out.h5", p) is not None:
-    shutil.rmtree(f"{d}/out.h5.parts")
+    p.send_signal(signal.SIGSTOP)
+    try:
+        shutil.rmtree(f"{d}/out.h5.parts")
+    finally:
+        p.send_signal(signal.SIGCONT)
 err = ended(p, "parts_gone", timeout=600)
 check(p.returncode == 2 and "out.h5.parts" in (err or "") and "gone" in (err or ""),
       f"parts folder removed: exit {p.returncode}: {err}")

@@ -2,7 +2,9 @@
 pipeline stages, np 4 as 2 stages x 2 replicas and np 3 as three stages each give the np 1 output
 bit for bit (the batches are the same); uneven splits (ranks with nothing to do) work; a world size
 the grid cannot use is refused before any work; SIGUSR1 to mpirun or SIGTERM to one rank -> exit 3 ->
---resume -> identical; SIGKILL of one rank -> the job ends within seconds -> --resume -> identical."""
+--resume -> identical; SIGKILL of one rank -> the job ends within seconds -> --resume -> identical.
+Each signal lands at a point of the run counted in its rounds (the segments it has opened), not in
+seconds, so the points are the same on a fast or a loaded machine."""
 import os
 import shutil
 import signal
@@ -11,12 +13,14 @@ import time
 
 import h5py
 
-from util import (BOOKKEEPING, MPI_ENV, args, check, ended, finish, init_model, output_diff, run,
-                  wait_started, write_job, write_prompts)
+from util import (BOOKKEEPING, MPI_ENV, Snapshot, args, check, ended, finish, init_model,
+                  output_diff, run, wait_segments, write_job, write_prompts)
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=7)
-write_prompts(f"{work}/prompts.jsonl", [(29 * i) % 90 + 1 for i in range(22)] + [0, 3], seed=7)
+# 14 prompts (7 batches: uneven over 2, 3 and 2 x 2 replicas), 0 to 80 tokens (past the local
+# window of 64)
+write_prompts(f"{work}/prompts.jsonl", [(29 * i) % 80 + 1 for i in range(12)] + [0, 3], seed=7)
 ACTS = ["token_embeddings", "*_output", "encoder_1_attn_probs", "decoder_2_q", "decoder_3_attention_mask",
         "logits"]
 MPIRUN = shutil.which("mpirun")
@@ -42,7 +46,7 @@ def diff(a, b):  # the job text differs between runs (their output paths)
 
 p = mpirun(1, "run", job("np1"), "--quiet")
 check(p.returncode == 0, f"np 1: {p.stderr}")
-ref = f"{work}/np1.h5"
+ref = Snapshot(f"{work}/np1.h5")  # read once, compared with every grid's output
 run(harvest, "run", job("singleton"), "--quiet", check=0)  # no mpirun at all
 check(diff(ref, f"{work}/singleton.h5") is None, "a singleton run == mpirun -np 1")
 for name, np_, stages in (("dp2", 2, 1), ("pp2", 2, 2), ("pp2dp2", 4, 2), ("pp3", 3, 3), ("dp3", 3, 1)):
@@ -84,8 +88,12 @@ for name, np_, stages, gz in (("tok1", 1, 1, 0), ("tok_dp2_gz", 2, 1, 3), ("tok_
     write_job(f"{work}/{name}.json", activations=TOK, batch_size=3, parallel={"pipeline_stages": stages},
               output={"path": f"{name}.h5", "layout": "token", "compression": gz, "checkpoint_seconds": 0})
     p = mpirun(np_, "run", f"{work}/{name}.json", "--quiet")
-    if check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}") and name != "tok1":
-        d = diff(f"{work}/tok1.h5", f"{work}/{name}.h5")
+    if not check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}"):
+        continue
+    if name == "tok1":
+        tok1 = Snapshot(f"{work}/tok1.h5")
+    else:
+        d = diff(tok1, f"{work}/{name}.h5")
         check(d is None, f"{name}: differs from np 1 in {d}")
         print(f"{name}: token layout, np {np_}, {stages} stage(s), gzip {gz} == np 1", flush=True)
 
@@ -101,8 +109,12 @@ for name, np_, stages, ep in (("lg1", 1, 1, 1), ("lg_pp2dp2", 4, 2, 1), ("lg_pp3
                            "layers.2.attention_probabilities", "logits"],
               output={"path": f"{name}.h5"}, parallel={"pipeline_stages": stages, "expert_parallel": ep})
     p = mpirun(np_, "run", f"{work}/{name}.json", "--quiet")
-    if check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}") and name != "lg1":
-        d = diff(f"{work}/lg1.h5", f"{work}/{name}.h5")
+    if not check(p.returncode == 0, f"{name}: exit {p.returncode}: {p.stderr[-800:]}"):
+        continue
+    if name == "lg1":
+        lg1 = Snapshot(f"{work}/lg1.h5")
+    else:
+        d = diff(lg1, f"{work}/{name}.h5")
         check(d is None, f"{name}: differs from np 1 in {d}")
         with h5py.File(f"{work}/{name}.h5", "r") as f:
             import json
@@ -116,8 +128,9 @@ check(p.returncode == 1 and "32 shards for 16 experts" in p.stderr, f"more shard
 p = mpirun(3, "run", write_job(f"{work}/lg_ep_grid.json", model="laguna", data="lg.jsonl", output={"path": "eg.h5"},
                                 parallel={"pipeline_stages": 1, "expert_parallel": 2}))
 check(p.returncode == 1 and "does not divide the 3 ranks" in p.stderr, f"a grid that does not divide: {p.stderr[-300:]}")
-# a stop with shards: SIGUSR1 to mpirun -> every rank exit 3 -> --resume -> the np 1 output
-write_prompts(f"{work}/lg_long.jsonl", [(17 * i) % 60 + 20 for i in range(300)], seed=8, vocab=512)
+# a stop with shards: SIGUSR1 to mpirun -> every rank exit 3 -> --resume -> the np 1 output; the
+# signal once the second round has begun (40 batches a rank, so 38 still to come)
+write_prompts(f"{work}/lg_long.jsonl", [(17 * i) % 60 + 20 for i in range(80)], seed=8, vocab=512)
 for name, np_, ep in (("lg_long1", 1, 1), ("lg_long_ep2", 2, 2)):
     write_job(f"{work}/{name}.json", model="laguna", data="lg_long.jsonl", batch_size=2,
               activations=["layers.*.layer_output", "logits"],
@@ -125,8 +138,7 @@ for name, np_, ep in (("lg_long1", 1, 1), ("lg_long_ep2", 2, 2)):
 p = mpirun(1, "run", f"{work}/lg_long1.json", "--quiet")
 mp = subprocess.Popen([MPIRUN, "-np", "2", harvest, "run", f"{work}/lg_long_ep2.json", "--quiet"], env=ENV,
                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-if wait_started(f"{work}/lg_long_ep2.h5", mp) is not None:
-    time.sleep(0.3)
+wait_segments(f"{work}/lg_long_ep2.h5", mp, 2)
 mp.send_signal(signal.SIGUSR1)
 err = ended(mp, "lg_long_ep2")
 if err is not None:
@@ -150,23 +162,17 @@ for name, np_, stages in (("few_dp4", 4, 1), ("few_pp2dp2", 4, 2)):
 p = mpirun(3, "run", job("bad_grid", 2))
 check(p.returncode == 1 and "does not divide the 3 ranks" in p.stderr and not os.path.exists(f"{work}/bad_grid.h5"),
       f"a world size the grid cannot use: {p.returncode} {p.stderr[-500:]}")
-p = mpirun(2, "run", job("bad_stages", 2), "--quiet")
 write_job(f"{work}/bad_stages.json", activations=["encoder_0_q"], output={"path": "bs.h5"},
           parallel={"pipeline_stages": 2})
 p = mpirun(2, "run", f"{work}/bad_stages.json")
 check(p.returncode == 1 and "2 stages for the 1 blocks" in p.stderr, f"more stages than blocks: {p.stderr[-300:]}")
 
-# ---- interruption: a longer job, so that signals land mid-run ----
-write_prompts(f"{work}/long.jsonl", [(53 * i) % 150 + 40 for i in range(48)], seed=9)
+# ---- interruption: 48 prompts of 20 to 79 tokens, 2 stages x 2 replicas: 12 rounds a stage ----
+write_prompts(f"{work}/long.jsonl", [(53 * i) % 60 + 20 for i in range(48)], seed=9)
+ROUNDS = 12
 p = mpirun(1, "run", job("long1", data="long.jsonl"), "--quiet")
 check(p.returncode == 0, f"long np 1: {p.stderr[-500:]}")
-t0 = time.time()
-mp = subprocess.Popen([MPIRUN, "-np", "4", harvest, "run", job("timing", 2, data="long.jsonl"), "--quiet"],
-                      env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-startup = wait_started(f"{work}/timing.h5", mp) or 0
-ended(mp, "np 4 timing run", timeout=600)  # a whole run: minutes on a loaded machine
-full = time.time() - t0 - startup
-print(f"np 4 (2 x 2) run of the long job: {startup:.1f} s to the first batch, then {full:.1f} s", flush=True)
+long1 = Snapshot(f"{work}/long1.h5")
 
 
 def rank_pids(jp):
@@ -184,7 +190,8 @@ def wait_no_ranks(label, jp):
     return False
 
 
-# mpirun forwards SIGUSR1 (and SIGUSR2) to every rank; SIGTERM reaches ranks directly under srun
+# mpirun forwards SIGUSR1 (and SIGUSR2) to every rank; SIGTERM reaches ranks directly under srun.
+# Each signal comes once stage 0 has begun round int(frac x ROUNDS) (its segments, one a round)
 for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
                                  ("term_one_rank", "rank", signal.SIGTERM, 0.35),
                                  ("kill_rank_early", "rank", signal.SIGKILL, 0.3),
@@ -194,8 +201,8 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
     jp = job(label, 2, data="long.jsonl", **({"compression": 4} if label.endswith("_gz") else {}))
     mp = subprocess.Popen([MPIRUN, "-np", "4", harvest, "run", jp, "--quiet"], env=ENV,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if wait_started(f"{work}/{label}.h5", mp) is not None:
-        time.sleep(full * frac)
+    at = int(frac * ROUNDS)
+    wait_segments(f"{work}/{label}.h5", mp, at + 1, prefix="seg-000-00000-")
     pids = rank_pids(jp)
     if target == "mpirun":
         mp.send_signal(sig)
@@ -223,8 +230,8 @@ for label, target, sig, frac in (("usr1_mpirun", "mpirun", signal.SIGUSR1, 0.4),
         subprocess.run(["pkill", "-9", "-f", f"^{harvest} run {jp}"])
         continue
     if check(p.returncode == 0, f"{label}: --resume exit {p.returncode}: {p.stderr[-800:]}"):
-        d = diff(f"{work}/long1.h5", f"{work}/{label}.h5")
+        d = diff(long1, f"{work}/{label}.h5")
         check(d is None, f"{label}: the resumed output differs from np 1 in {d}")
-        print(f"{label}: exit {mp.returncode} after {took:.1f} s with {done} prompts kept; resumed "
-              f"to the same output", flush=True)
+        print(f"{label}: signal in round {at} of {ROUNDS}; exit {mp.returncode} after {took:.1f} s "
+              f"with {done} prompts kept; resumed to the same output", flush=True)
 finish()

@@ -22,13 +22,12 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 
 import h5py
 import numpy as np
 
 from util import (MPI_ENV, args, check, finish, init_model, reader, run, stop_mid_run,
-                  wait_started, write_job, write_prompts)
+                  wait_segments, write_job, write_prompts)
 
 harvest, work = args()
 hd = reader()
@@ -186,7 +185,7 @@ else:
 
 # ---- stopped and killed, resumed ----
 out = f"{work}/stop.h5"
-rc = stop_mid_run(harvest, job("stop"), out)
+rc = stop_mid_run(harvest, job("stop"), out, after=4)  # 3 of its 30 batches done
 check(rc == 3, f"stopped: exit {rc}")
 run(harvest, "run", job("stop"), "--resume", "--quiet", check=0)
 same_profile(ref, out, "SIGTERM + --resume")
@@ -199,11 +198,13 @@ same_profile(ref, out, "/norm_profile missing + --resume")
 
 out = f"{work}/kill.h5"
 for attempt in range(3):
+    shutil.rmtree(out + ".parts", ignore_errors=True)  # segments of a try before are not counted
+    if os.path.exists(out):
+        os.remove(out)
     q = subprocess.Popen([harvest, "run", job("kill"), "--quiet", "--overwrite"],
                          stderr=subprocess.PIPE, text=True,
                          env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-    wait_started(out, q)
-    time.sleep(0.5)
+    wait_segments(out, q, 5)  # 4 of its 30 batches done
     q.send_signal(signal.SIGKILL)
     q.communicate(timeout=120)
     if q.returncode == -signal.SIGKILL:

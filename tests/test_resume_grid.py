@@ -52,7 +52,8 @@ ref = f"{work}/ref.h5"
 
 # ---- another pipeline_stages: refused naming the key; the old value completes it ----
 out = f"{work}/pp.h5"
-rc = stop_mid_run(harvest, job("pp", "pp", sel=SEL), out)
+# each stop: SIGTERM once the run has opened its fourth segment (3 of its 30 batches done)
+rc = stop_mid_run(harvest, job("pp", "pp", sel=SEL), out, after=4)
 check(rc == 3, f"stopped: exit {rc}")
 if MPIRUN:
     p = mpirun(2, "run", job("pp", "pp", stages=2, sel=SEL), "--resume", "--quiet")
@@ -73,7 +74,7 @@ if MPIRUN:
     # ---- np 1 stopped, resumed on 2 data-parallel replicas ----
     out = f"{work}/dp.h5"
     jp = job("dp", "dp", sel=SEL)
-    check(stop_mid_run(harvest, jp, out) == 3, "stopped")
+    check(stop_mid_run(harvest, jp, out, after=4) == 3, "stopped")
     p = mpirun(2, "run", jp, "--resume", "--quiet")
     check(p.returncode == 0, f"--resume on np 2: exit {p.returncode}, {p.stderr[-600:]}")
     if same(ref, out, "np 1 stopped, np 2 replicas resumed"):
@@ -82,14 +83,13 @@ if MPIRUN:
     # ---- Laguna: expert_parallel 1 stopped, resumed with 2 shards ----
     run(harvest, "init-model", "--family", "laguna", "--preset", "M.1", "--seed", "7",
         f"{work}/laguna", check=0)
-    # enough prompts that the run outlasts stop_mid_run's settle time on a fast machine (40 of
-    # them finished before the signal with the right BLAS kernel)
-    write_prompts(f"{work}/laguna.jsonl", [(13 * i) % 28 + 4 for i in range(240)], seed=4,
+    # 60 batches of one prompt: the stop comes 3 batches in
+    write_prompts(f"{work}/laguna.jsonl", [(13 * i) % 28 + 4 for i in range(60)], seed=4,
                   vocab=512)
     LG = dict(model="laguna", acts=("layers.*.layer_output",), batch=1)
     run(harvest, "run", job("lg_ref", "lg_ref", **LG), "--quiet", check=0)
     out = f"{work}/lg.h5"
-    check(stop_mid_run(harvest, job("lg", "lg", **LG), out) == 3, "laguna stopped")
+    check(stop_mid_run(harvest, job("lg", "lg", **LG), out, after=4) == 3, "laguna stopped")
     first = job_attr(out)
     p = mpirun(2, "run", job("lg", "lg", ep=2, **LG), "--resume")
     check(p.returncode == 0 and "parallel.expert_parallel" in p.stderr,

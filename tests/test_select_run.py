@@ -196,11 +196,11 @@ check(pairs(out) == pairs(ref), "batch 5: the same (prompt, position) pairs")
 check_numpy("spec batch 5", out)
 
 # SIGTERM mid-run, --resume: the same output (stats from the partials of both runs' segments)
-corpus(f"{work}/long.jsonl", 160, 8192, seed=12)
+corpus(f"{work}/long.jsonl", 64, 8192, seed=12)  # about 45 batches of 2
 jl1 = job("long1", "model", "long.jsonl", SPEC, batch=2)
 long_ref = harvest_job(0, jl1, "long np 1")
 jl = job("long_stop", "model", "long.jsonl", SPEC, batch=2)
-rc = stop_mid_run(harvest, jl, f"{work}/long_stop.h5")
+rc = stop_mid_run(harvest, jl, f"{work}/long_stop.h5", after=5)  # 4 batches in
 check(rc == 3, f"SIGTERM: exit {rc}, expected 3")
 with h5py.File(f"{work}/long_stop.h5", "r") as f:
     check("stats" not in f and f.attrs["complete"] == 0, "a stopped output has no /stats yet")

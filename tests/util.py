@@ -118,25 +118,87 @@ MPI_ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CO
 BOOKKEEPING = {"segments", "runs", "provenance"}
 
 
+class Snapshot:
+    """An output's root attributes and datasets, read once: a reference that output_diff compares
+    with many outputs (output_diff(Snapshot(ref), b) reads only b)."""
+
+    def __init__(self, path):
+        import h5py
+        with h5py.File(path, "r") as f:
+            self.attrs = {k: f.attrs[k] for k in f.attrs}
+            self.data = {}
+            f.visititems(lambda n, o: self.data.__setitem__(n, o[()])  # [()]: scalars too
+                         if isinstance(o, h5py.Dataset) else None)
+
+
 def output_diff(a, b, ignore=BOOKKEEPING):
     """None if outputs a and b hold the same datasets (bit for bit, NaN = NaN) and root attributes
-    (but those in ignore); else what differs first."""
+    (but those in ignore); else what differs first. a is a path or a Snapshot of one."""
+    import h5py
+    with h5py.File(b, "r") as fb:
+        if isinstance(a, Snapshot):
+            return _diff(a.attrs, iter(a.data.items()), fb, ignore)
+        with h5py.File(a, "r") as fa:
+            names = []
+            fa.visit(names.append)
+            items = ((n, fa[n][()]) for n in names if isinstance(fa[n], h5py.Dataset))
+            return _diff(dict(fa.attrs), items, fb, ignore)
+
+
+def _diff(attrs, items, fb, ignore):
+    """output_diff's comparison: attributes attrs and (name, array) items against the file fb"""
     import h5py
     import numpy as np
-    with h5py.File(a, "r") as fa, h5py.File(b, "r") as fb:
-        if set(fa.attrs) - ignore != set(fb.attrs) - ignore:
-            return "root attribute names"
-        for k in set(fa.attrs) - ignore:
-            if not np.array_equal(fa.attrs[k], fb.attrs[k]):
-                return f"root attribute {k}"
-        names = []
-        fa.visit(names.append)
-        for n in names:
-            if isinstance(fa[n], h5py.Dataset):
-                x, y = fa[n][()], fb[n][()]  # [()]: scalar datasets too (/stats)
-                if x.dtype != y.dtype or x.shape != y.shape or \
-                        not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
-                    return n
+    if set(attrs) - ignore != set(fb.attrs) - ignore:
+        return "root attribute names"
+    for k in set(attrs) - ignore:
+        if not np.array_equal(attrs[k], fb.attrs[k]):
+            return f"root attribute {k}"
+    for n, x in items:
+        if not isinstance(fb.get(n), h5py.Dataset):
+            return n
+        y = fb[n][()]
+        if x.dtype != y.dtype or x.shape != y.shape or \
+                not np.array_equal(x, y, equal_nan=x.dtype.kind == "f"):
+            return n
+    return None
+
+
+def segment_files(out, prefix="seg-"):
+    """{(name, inode, mtime)} of the segment files whose name starts with prefix in the parts
+    folder of out (seg-RUN-STAGE'S FIRST RANK-INDEX.h5: with checkpoint_seconds 0 a stage opens
+    one a round)"""
+    parts = out + ".parts"
+    keys = set()
+    for n in os.listdir(parts) if os.path.isdir(parts) else []:
+        try:
+            st = os.stat(os.path.join(parts, n)) if n.startswith(prefix) else None
+        except FileNotFoundError:  # removed meanwhile
+            st = None
+        if st:
+            keys.add((n, st.st_ino, st.st_mtime_ns))
+    return keys
+
+
+def segments_opened(out, prefix="seg-", since=()):
+    """How many segment files starting with prefix the parts folder of out holds that are not in
+    since (a segment_files() of it taken before: a file made, or rewritten, since then counts)"""
+    return len(segment_files(out, prefix) - set(since))
+
+
+def wait_segments(out, p, n, prefix="seg-", since=(), limit=300):
+    """Seconds until the parts folder of out holds n segment files starting with prefix that are
+    not in since (the run p has begun that many rounds there); None if p ended or limit seconds
+    passed first. Signals meant to land at a point of a run are timed by its progress, whatever
+    the machine's speed."""
+    t0 = time.time()
+    while p.poll() is None and time.time() - t0 < limit:
+        try:
+            if segments_opened(out, prefix, since) >= n:
+                return time.time() - t0
+        except FileNotFoundError:  # the folder made or renamed meanwhile
+            pass
+        time.sleep(0.01)
     return None
 
 
@@ -158,20 +220,32 @@ def wait_started(out, p, limit=120):
     return None
 
 
-def stop_mid_run(harvest, job, out, settle=0.5, tries=3, timeout=120):
+def stop_mid_run(harvest, job, out, settle=0.5, tries=3, timeout=120, after=None, errs=None):
     """Runs `harvest run job --overwrite` on one rank (one BLAS thread) and sends it SIGTERM settle
-    seconds after its first segment opens (wait_started); tries again if the run ended first.
-    Returns the last exit code (3: stopped at a batch boundary)."""
+    seconds after its first segment opens (wait_started), or, with after=N, once it has opened N
+    segments (wait_segments: N - 1 batches or rounds in, whatever the machine's speed; the old
+    output is removed first, so that its segments are not counted); tries again if the run ended
+    first. Appends the last try's stderr to the list errs if given. Returns the last exit code
+    (3: stopped at a batch boundary)."""
     for _ in range(tries):
+        if after:
+            shutil.rmtree(out + ".parts", ignore_errors=True)
+            if os.path.exists(out):
+                os.remove(out)
         p = subprocess.Popen([harvest, "run", job, "--quiet", "--overwrite"],
                              stderr=subprocess.PIPE, text=True,
                              env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
-        wait_started(out, p)
-        time.sleep(settle)
+        if after:
+            wait_segments(out, p, after)
+        else:
+            wait_started(out, p)
+            time.sleep(settle)
         p.send_signal(signal.SIGTERM)
-        p.communicate(timeout=timeout)
+        err = p.communicate(timeout=timeout)[1]
         if p.returncode == 3:
             break
+    if errs is not None:
+        errs.append(err)
     return p.returncode
 
 
