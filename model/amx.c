@@ -3,6 +3,7 @@
 // -mamx-bf16 -mavx512f -mavx512bf16 (CMakeLists.txt): called only after dnnl.c found AMX.
 // M = rows of in and out, K = the shared dimension, N = columns of out (rows of w)
 #include "model/amx.h"
+#include "model/region.h"
 
 #include <immintrin.h>
 
@@ -10,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
-#include <omp.h> // defines: omp_get_wtime, omp_in_parallel, omp_get_thread_num
+#include <omp.h> // defines: omp_get_wtime, omp_get_num_threads
 #endif
 
 #define TILE 512 // bf16 a tile (16 rows x 32)
@@ -50,14 +51,6 @@ static void tiles_on(void) {
     // not _tile_loadconfig: GCC 12's declares a read of 8 bytes only (a pointer's worth), so the
     // stores to the rest of c may be dropped as dead and ldtilecfg faults on stack garbage
     __asm__ volatile("ldtilecfg %0" : : "m"(c));
-}
-
-static bool in_region(void) {
-#ifdef _OPENMP
-    return omp_in_parallel();
-#else
-    return false;
-#endif
 }
 
 // ----------------------------------------------------------------------------
@@ -144,7 +137,7 @@ static void pack_strip(uint16_t *dst, const uint16_t *w, int64_t j, int K, int N
 
 void amx_pack(uint16_t *dst, const uint16_t *w, int K, int N, bool kn, int threads) {
     int64_t n_strips = pad32(N) / 16;
-    int nt = in_region() ? 1 : threads;
+    int nt = op_in_region() ? 1 : threads;
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (int64_t j = 0; j < n_strips; j++)
         pack_strip(dst, w, j, K, N, kn);
@@ -313,7 +306,7 @@ static uint16_t *input_buf(int64_t n, bool nested) {
 void amx_matmul(float *out, const float *in, const uint16_t *packed, int M, int K, int N,
                 int threads) {
     if (M <= 0) return;
-    bool nested = in_region();
+    bool nested = op_in_region();
     int nt = nested ? 1 : threads;
     struct job j = {out, NULL, packed, M, N, steps_of(K), pad32(M), pad32(N)};
     uint16_t *a = input_buf(j.m_pad * j.nk * TILE / 16, nested);

@@ -6,6 +6,7 @@
 #include "model/dnnl.h"
 
 #include "model/amx.h"
+#include "model/region.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -18,7 +19,7 @@
 #include <sys/syscall.h> // defines: SYS_arch_prctl
 #include <unistd.h>      // defines: sysconf, syscall
 #ifdef _OPENMP
-#include <omp.h> // defines: omp_get_wtime, omp_in_parallel, omp_set_num_threads, ...
+#include <omp.h> // defines: omp_get_wtime, omp_get_max_threads, omp_set_num_threads
 #endif
 
 static dnnl_engine_t engine;
@@ -455,14 +456,6 @@ static uint16_t *input_buf(int64_t n, bool nested) {
     return *p;
 }
 
-static bool in_region(void) {
-#ifdef _OPENMP
-    return omp_in_parallel();
-#else
-    return false;
-#endif
-}
-
 // oneDNN's tiles: q packed for them, or NULL (the plain path)
 static void onednn_product(float *out, const float *in, const uint16_t *w16, bool kn,
                            const struct packed *q, int M, int K, int N, bool nested, int nt) {
@@ -485,7 +478,7 @@ static void onednn_product(float *out, const float *in, const uint16_t *w16, boo
 static void product(float *out, const float *in, const uint16_t *w16, bool kn, int M, int K, int N,
                     int threads) {
     if (M <= 0) return;
-    bool nested = in_region();
+    bool nested = op_in_region();
     int nt = nested ? 1 : threads;
     const struct packed *q = packed_of(w16, K, N, kn, nt); // the first product of w16 packs it
     double t0 = nested ? 0.0 : now(); // (not counted: mm16_packing says how long)

@@ -3,6 +3,7 @@
 
 #include "model/ah.h"
 #include "model/dnnl.h"
+#include "model/region.h"
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <math.h>
@@ -57,21 +58,13 @@ int op_thread_id(void) {
 // ----------------------------------------------------------------------------
 // matmul
 
-static bool in_region(void) {
-#ifdef _OPENMP
-    return omp_in_parallel();
-#else
-    return true;
-#endif
-}
-
 // out (M, N; rows ldo apart) = in (M, K) . w^T, w (N, K) (trans) or (K, N): with op_threads() > 1
 // the rows are split over the OpenMP threads, each part one sgemm on one OpenBLAS thread (one pool
 // of threads, not OpenMP's and OpenBLAS's taking turns on the same cores). Inside a parallel
 // region (experts, heads): one sgemm on the calling thread.
 static void gemm_rows(float *out, int ldo, const float *in, const float *w, bool trans, int M,
                       int K, int N) {
-    int nt = in_region() ? 1 : op_threads(), parts = M / OP_SPLIT_ROWS;
+    int nt = op_in_region() ? 1 : op_threads(), parts = M / OP_SPLIT_ROWS;
     parts = parts < nt ? parts : nt;
     int blas = op_blas_serial(nt);
 #pragma omp parallel for num_threads(parts) if (parts > 1) schedule(static)
