@@ -2,9 +2,10 @@
 (written from transformers' modeling_olmoe.py): the init-model preset (BF16, two shards, OLMoE-1B-7B's
 routing shape: 64 experts, top 8, not renormalised; two key/value heads for four query heads) and a
 variant (F32 in one file, attention_bias with q/k/v/o biases, clip_qkv 0.5 that clamps q, k and v,
-tied embeddings, num_key_value_heads null), `harvest run` with every value over prompts of 1 to 17
-tokens batched; every stored value within 1e-4 of the reference relative to the tensor's scale (-inf
-exactly where attention is blocked; expert_indices exactly), and the catalogue is exactly the
+tied embeddings, num_key_value_heads null, rms_norm_eps 0.25 read from the config), `harvest run`
+with every value over prompts of 1 to 17 tokens batched; every stored value within 1e-4 of the
+reference relative to the tensor's scale (-inf exactly where attention is blocked; expert_indices
+exactly), and the catalogue is exactly the
 reference's names but the reference's own intermediates (attention_queries_pre_norm,
 attention_keys_pre_norm, router_probabilities, which harvest does not store).
 
@@ -50,14 +51,16 @@ LENGTHS = [5, 1, 17, 2, 9, 3]
 REF_ONLY = {f"layers.{i}.{n}" for i in range(2)
             for n in ("attention_queries_pre_norm", "attention_keys_pre_norm", "router_probabilities")}
 CLIP = 0.5
+RMS_EPS = 0.25  # the variant's rms_norm_eps: large enough to change every norm past the tolerance
 harvest, work = args()
 
 
 def variant(src, dst):
-    """The preset's weights as F32 in one file with attention biases, clip_qkv, tied, kv heads null."""
+    """The preset's weights as F32 in one file with attention biases, clip_qkv, tied, kv heads null,
+    rms_norm_eps RMS_EPS."""
     cfg, w = load_checkpoint(src)
     cfg.update(attention_bias=True, clip_qkv=CLIP, tie_word_embeddings=True, num_key_value_heads=None,
-               torch_dtype="float32")
+               torch_dtype="float32", rms_norm_eps=RMS_EPS)
     H, D = cfg["num_attention_heads"], cfg["hidden_size"]
     rng = np.random.default_rng(7)
     t = {k: v.astype(np.float32) for k, v in w.items() if k != "lm_head.weight"}
