@@ -120,8 +120,10 @@ static float sink_row(float *row, const int *lo, const int *hi, int S, float sin
         for (int j = lo[s]; j < hi[s]; j++)
             mx = row[j] > mx ? row[j] : mx;
     for (int s = 0; s < S; s++)
+        op_exp_minus(row + lo[s], hi[s] - lo[s], mx);
+    for (int s = 0; s < S; s++)
         for (int j = lo[s]; j < hi[s]; j++)
-            sum += row[j] = expf(row[j] - mx);
+            sum += row[j];
     float es = expf(sink - mx), inv = 1.0f / (sum + es);
     for (int s = 0; s < S; s++)
         for (int j = lo[s]; j < hi[s]; j++)

@@ -4,6 +4,7 @@
 #include "model/ah.h"
 #include "model/dnnl.h"
 #include "model/region.h"
+#include "model/vexp.h"
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <math.h>
@@ -321,6 +322,12 @@ void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, do
 // ----------------------------------------------------------------------------
 // softmax
 
+void op_exp_minus(float *x, int n, float m) {
+    for (int i = 0; i < n; i++)
+        x[i] -= m;
+    vexp_expf(x, x, n);
+}
+
 void op_softmax_within(float *x, int a0, int a1, int b0, int b1) {
     AH_ASSERT(0 <= a0 && a0 <= a1 && 0 <= b0 && b0 <= b1);
     AH_ASSERT(a1 <= b0 || b1 <= a0);
@@ -330,11 +337,13 @@ void op_softmax_within(float *x, int a0, int a1, int b0, int b1) {
         mx = x[i] > mx ? x[i] : mx;
     for (int i = b0; i < b1; i++)
         mx = x[i] > mx ? x[i] : mx;
+    op_exp_minus(x + a0, a1 - a0, mx);
+    op_exp_minus(x + b0, b1 - b0, mx);
     float sum = 0.0f;
     for (int i = a0; i < a1; i++)
-        sum += x[i] = expf(x[i] - mx);
+        sum += x[i];
     for (int i = b0; i < b1; i++)
-        sum += x[i] = expf(x[i] - mx);
+        sum += x[i];
     float inv = 1.0f / sum;
     for (int i = a0; i < a1; i++)
         x[i] *= inv;
@@ -373,11 +382,30 @@ void op_softmax_rows_ref(float *x, int rows, int n) {
 // ----------------------------------------------------------------------------
 // elementwise
 
+// e[0..m) = expf(-x[0..m)), m <= EXP_BLOCK: SiLU's and the sigmoid's exponentials a block at a
+// time through vexp.h (libm's bits, so each value is what op_act1 gives)
+#define EXP_BLOCK 256
+static void exp_neg(float *e, const float *x, int m) {
+    for (int i = 0; i < m; i++)
+        e[i] = -x[i];
+    vexp_expf(e, e, m);
+}
+static int64_t exp_blocks(int64_t n) {
+    return (n + EXP_BLOCK - 1) / EXP_BLOCK;
+}
+static int block_len(int64_t b, int64_t n) {
+    return n - b * EXP_BLOCK < EXP_BLOCK ? (int)(n - b * EXP_BLOCK) : EXP_BLOCK;
+}
+
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    for (int64_t b = 0; b < exp_blocks(n); b++) {
+        int64_t i0 = b * EXP_BLOCK;
+        int m = block_len(b, n);
+        float e[EXP_BLOCK];
+        exp_neg(e, gate + i0, m);
+        for (int i = 0; i < m; i++)
+            out[i0 + i] = gate[i0 + i] / (1.0f + e[i]) * up[i0 + i];
     }
 }
 
@@ -460,7 +488,23 @@ int op_act_parse(const char *name) {
     return -1;
 }
 
+// SiLU (x / (1 + e^-x)) or the sigmoid (1 / (1 + e^-x)) in place, a block of exponentials at a time
+static void act_exp(float *x, int64_t n, bool silu) {
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t b = 0; b < exp_blocks(n); b++) {
+        float *v = x + b * EXP_BLOCK, e[EXP_BLOCK];
+        int m = block_len(b, n);
+        exp_neg(e, v, m);
+        for (int i = 0; i < m; i++)
+            v[i] = (silu ? v[i] : 1.0f) / (1.0f + e[i]);
+    }
+}
+
 void op_act(float *x, int64_t n, enum op_act_kind act) {
+    if (act == OP_ACT_SILU || act == OP_ACT_SIGMOID) {
+        act_exp(x, n, act == OP_ACT_SILU);
+        return;
+    }
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
     for (int64_t i = 0; i < n; i++)
         x[i] = op_act1(act, x[i]);

@@ -97,6 +97,8 @@ void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1);
 // The same softmax (the same bits) touching only the entries in the two ranges: the caller
 // zeroes what it reads of the rest.
 void op_softmax_within(float *x, int a0, int a1, int b0, int b1);
+// x[i] = expf(x[i] - m) for 0 <= i < n: the exponentials of a softmax (libm's bits, vexp.h)
+void op_exp_minus(float *x, int n, float m);
 
 // out[i] = silu(gate[i]) * up[i]
 void op_swiglu(float *out, const float *gate, const float *up, int64_t n);
