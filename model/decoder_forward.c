@@ -539,9 +539,13 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
     struct dec_mat up = c->blk.fused_gate_up ? rows_of(&w->gate_up, I, D) : w->up;
     linear(s, s->fg, s->xn, &gate, w->bg, N, D, I);
     linear(s, s->fu, s->xn, &up, w->bu, N, D, I);
-    op_act(s->fg, N * I, c->blk.act);
-    tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->fg, (int)I);
-    op_mul(s->fu, s->fg, N * I, 1);
+    if (c->blk.act == OP_ACT_SILU && !tap_wants(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION))) {
+        op_swiglu(s->fu, s->fg, s->fu, N * I); // one pass, the same bits as the two below
+    } else {
+        op_act(s->fg, N * I, c->blk.act);
+        tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->fg, (int)I);
+        op_mul(s->fu, s->fg, N * I, 1);
+    }
     tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NEURONS), bt, s->fu, (int)I);
     linear(s, s->m, s->fu, &w->down, w->bd, N, I, D);
 }
