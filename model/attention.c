@@ -117,8 +117,7 @@ static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool wh
 static float sink_row(float *row, const int *lo, const int *hi, int S, float sink) {
     float mx = sink, sum = 0.0f;
     for (int s = 0; s < S; s++)
-        for (int j = lo[s]; j < hi[s]; j++)
-            mx = row[j] > mx ? row[j] : mx;
+        mx = op_max_from(row + lo[s], hi[s] - lo[s], mx);
     for (int s = 0; s < S; s++)
         op_exp_minus(row + lo[s], hi[s] - lo[s], mx);
     for (int s = 0; s < S; s++)

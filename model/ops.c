@@ -6,6 +6,9 @@
 #include "model/region.h"
 #include "model/vexp.h"
 
+#ifdef __SSE__
+#include <xmmintrin.h> // defines: _mm_max_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_set1_ps
+#endif
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <math.h>
 #include <stdbool.h>
@@ -322,6 +325,24 @@ void op_rope_ref(float *x, int T, int H, int head_dim, int n_rot, int stride, do
 // ----------------------------------------------------------------------------
 // softmax
 
+float op_max_from(const float *x, int n, float mx) {
+    int i = 0;
+#ifdef __SSE__
+    __m128 m[4] = {_mm_set1_ps(mx), _mm_set1_ps(mx), _mm_set1_ps(mx), _mm_set1_ps(mx)};
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 4; l++) // maxps(v, m): v > m ? v : m, lane by lane
+            m[l] = _mm_max_ps(_mm_loadu_ps(x + i + 4 * l), m[l]);
+    float lane[16];
+    for (int l = 0; l < 4; l++)
+        _mm_storeu_ps(lane + 4 * l, m[l]);
+    for (int l = 0; l < 16; l++)
+        mx = lane[l] > mx ? lane[l] : mx;
+#endif
+    for (; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    return mx;
+}
+
 void op_exp_minus(float *x, int n, float m) {
     for (int i = 0; i < n; i++)
         x[i] -= m;
@@ -332,11 +353,7 @@ void op_softmax_within(float *x, int a0, int a1, int b0, int b1) {
     AH_ASSERT(0 <= a0 && a0 <= a1 && 0 <= b0 && b0 <= b1);
     AH_ASSERT(a1 <= b0 || b1 <= a0);
     AH_ASSERT(a1 > a0 || b1 > b0);
-    float mx = -INFINITY;
-    for (int i = a0; i < a1; i++)
-        mx = x[i] > mx ? x[i] : mx;
-    for (int i = b0; i < b1; i++)
-        mx = x[i] > mx ? x[i] : mx;
+    float mx = op_max_from(x + b0, b1 - b0, op_max_from(x + a0, a1 - a0, -INFINITY));
     op_exp_minus(x + a0, a1 - a0, mx);
     op_exp_minus(x + b0, b1 - b0, mx);
     float sum = 0.0f;

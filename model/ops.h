@@ -97,6 +97,10 @@ void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1);
 // The same softmax (the same bits) touching only the entries in the two ranges: the caller
 // zeroes what it reads of the rest.
 void op_softmax_within(float *x, int a0, int a1, int b0, int b1);
+// The largest of mx and x[0..n) that `mx = x[i] > mx ? x[i] : mx` in order finds (NaN never
+// taken), in SSE lanes: only a tie of +0 and -0 may come out with the other sign, and a softmax's
+// x - mx and expf give the same bits for either.
+float op_max_from(const float *x, int n, float mx);
 // x[i] = expf(x[i] - m) for 0 <= i < n: the exponentials of a softmax (libm's bits, vexp.h)
 void op_exp_minus(float *x, int n, float m);
 

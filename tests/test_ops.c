@@ -422,6 +422,68 @@ static void test_softmax_within(void) {
     }
 }
 
+// the softmax, SiLU, sigmoid and SwiGLU kernels (lanes of max, expf a block at a time through
+// vexp.h) give the bits of the formulas a value at a time: in-order max, expf(x - max), the sum
+// in order; x / (1 + expf(-x)); rows with ties of +0 and -0 at the max, -inf and huge values
+static void softmax_one_at_a_time(float *x, int n) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int i = 0; i < n; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (int i = 0; i < n; i++)
+        sum += x[i] = expf(x[i] - mx);
+    float inv = 1.0f / sum;
+    for (int i = 0; i < n; i++)
+        x[i] *= inv;
+}
+
+static void test_exp_kernels_bits(void) {
+    enum { N = 300 };
+    float x[N], y[N], g[N], u[N];
+    uint32_t seed = 11;
+    for (int n = 1; n <= N; n += 7) {
+        check_fill(x, n, seed++);
+        for (int i = 0; i < n; i++)
+            x[i] *= (float)(n % 5) * 20.0f; // up to +-80: exponentials from ~1e-35 up
+        if (n > 8) x[n / 2] = -INFINITY, x[n / 3] = -1e30f;
+        if (n % 3 == 0) { // the max a tie of +0 and -0 (all else negative)
+            for (int i = 0; i < n; i++)
+                x[i] = -fabsf(x[i]) - 1.0f;
+            x[0] = -0.0f, x[n - 1] = 0.0f;
+        }
+        memcpy(y, x, sizeof(float) * (size_t)n);
+        softmax_one_at_a_time(y, n);
+        float ms = -INFINITY;
+        for (int i = 0; i < n; i++)
+            ms = x[i] > ms ? x[i] : ms;
+        CHECK(op_max_from(x, n, -INFINITY) == ms);
+        op_softmax_within(x, 0, n, 0, 0);
+        if (memcmp(x, y, sizeof(float) * (size_t)n)) {
+            fprintf(stderr, "softmax of %d differs from the formula a value at a time\n", n);
+            check_failures++;
+        }
+        check_fill(g, n, seed++);
+        check_fill(u, n, seed++);
+        for (int i = 0; i < n; i++)
+            g[i] *= 30.0f, x[i] = g[i], y[i] = g[i];
+        op_act(x, n, OP_ACT_SILU);
+        op_act(y, n, OP_ACT_SIGMOID);
+        op_swiglu(u, g, u, n);
+        for (int i = 0; i < n; i++) {
+            float v = g[i], e = expf(-v);
+            CHECK(x[i] == v / (1.0f + e) && y[i] == 1.0f / (1.0f + e));
+        }
+        check_fill(y, n, seed - 1); // u's input again
+        for (int i = 0; i < n; i++)
+            CHECK(u[i] == g[i] / (1.0f + expf(-g[i])) * y[i]);
+    }
+    float nan_row[20];
+    for (int i = 0; i < 20; i++)
+        nan_row[i] = (float)i;
+    nan_row[17] = NAN; // never taken as the max, in any lane
+    CHECK(op_max_from(nan_row, 20, -INFINITY) == 19.0f);
+    CHECK(op_max_from(nan_row, 0, 3.0f) == 3.0f);
+}
+
 int main(void) {
     test_matmul_matches_naive();
     test_matmul_bf16_panels();
@@ -440,5 +502,6 @@ int main(void) {
     test_act_parse();
     test_elementwise_threads();
     test_softmax_within();
+    test_exp_kernels_bits();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
