@@ -4,6 +4,7 @@ written one shard at a time (peak memory well under the checkpoint's size), and 
 (more than 1000, or more shards than tensors, is an error naming --shards and writes no weights)."""
 import json
 import os
+import re
 import resource
 import struct
 
@@ -116,6 +117,13 @@ p = run(harvest, "bench", "--model", out, "--T", "16", "--batch", "2", "--prompt
         "--threads", "1", "--dir", work, check=0)
 check("harvesting layers.1.layer_output" in p.stdout and " tokens/s" in p.stdout and
       "of the best sgemm rate" in p.stdout and "peak RSS" in p.stdout, f"bench --model: {p.stdout}")
+# with --compute bf16: the packing, and the rate without it (at least the run's own rate)
+p = run(harvest, "bench", "--model", out, "--T", "16", "--batch", "2", "--prompts", "2", "--runs", "2",
+        "--threads", "1", "--dir", work, "--compute", "bf16", check=0)
+tps = re.search(r"^  ([0-9.]+) tokens/s \(best of 2", p.stdout, re.M)
+nopack = re.search(r"^  compute bf16: ([0-9.]+) tokens/s without the one-off packing \(", p.stdout, re.M)
+check("weight matrices packed" in p.stdout and tps and nopack and
+      float(nopack.group(1)) >= float(tps.group(1)), f"bench --model --compute bf16: {p.stdout}")
 
 # ---- bad arguments: an error naming the option, nothing half-made
 for extra, words in ((["--layers", "41"], ["--layers 41", "40 layers"]),
