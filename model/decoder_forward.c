@@ -366,8 +366,7 @@ static void shared_experts(const struct decoder *m, struct dec_state *s, const s
     int64_t N = bt->n_tokens, D = c->hidden, Is = (int64_t)c->route.n_shared * c->expert_ffn;
     mm(s, s->sg, s->xn, &w->sg, N, D, Is);
     mm(s, s->su, s->xn, &w->su, N, D, Is);
-    op_act(s->sg, N * Is, c->blk.act);
-    op_mul(s->su, s->sg, N * Is, 1);
+    op_act_mul(s->su, s->sg, N * Is, c->blk.act);
     mm(s, s->sh, s->su, &w->sd, N, Is, D);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_SHARED_EXPERT_OUTPUT), bt, s->sh, (int)D);
     op_add(s->m, s->m, s->sh, N * D);
@@ -408,8 +407,7 @@ static void expert_ffn(const void *u, int64_t e, int64_t n, const float *xe, flo
     int64_t D = c->hidden, Ie = c->expert_ffn;
     dec_matmul(ge, xe, &x->w->eg[e], n, D, Ie, panel);
     dec_matmul(ue, xe, &x->w->eu[e], n, D, Ie, panel);
-    for (int64_t i = 0; i < n * Ie; i++)
-        ue[i] *= op_act1(c->blk.act, ge[i]);
+    op_act_mul(ue, ge, n * Ie, c->blk.act);
     dec_matmul(ye, ue, &x->w->ed[e], n, Ie, D, panel);
 }
 
@@ -539,8 +537,8 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
     struct dec_mat up = c->blk.fused_gate_up ? rows_of(&w->gate_up, I, D) : w->up;
     linear(s, s->fg, s->xn, &gate, w->bg, N, D, I);
     linear(s, s->fu, s->xn, &up, w->bu, N, D, I);
-    if (c->blk.act == OP_ACT_SILU && !tap_wants(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION))) {
-        op_swiglu(s->fu, s->fg, s->fu, N * I); // one pass, the same bits as the two below
+    if (!tap_wants(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION))) {
+        op_act_mul(s->fu, s->fg, N * I, c->blk.act); // one pass, the same bits as the two below
     } else {
         op_act(s->fg, N * I, c->blk.act);
         tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->fg, (int)I);

@@ -517,6 +517,16 @@ static void act_exp(float *x, int64_t n, bool silu) {
     }
 }
 
+void op_act_mul(float *up, const float *gate, int64_t n, enum op_act_kind act) {
+    if (act == OP_ACT_SILU) { // silu(g) * up: multiplication commutes, the same bits
+        op_swiglu(up, gate, up, n);
+        return;
+    }
+#pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
+    for (int64_t i = 0; i < n; i++)
+        up[i] *= op_act1(act, gate[i]);
+}
+
 void op_act(float *x, int64_t n, enum op_act_kind act) {
     if (act == OP_ACT_SILU || act == OP_ACT_SIGMOID) {
         act_exp(x, n, act == OP_ACT_SILU);

@@ -175,6 +175,9 @@ void op_act(float *x, int64_t n, enum op_act_kind act);
 void op_act_ref(float *x, int64_t n, enum op_act_kind act);
 // x[i] *= s[i / group] (group 1: elementwise; group D: one factor a head of D values)
 void op_mul(float *x, const float *s, int64_t n, int64_t group);
+// up[i] *= act(gate[i]): a gated MLP's activation and product in one pass, the bits of op_act on
+// gate then op_mul (SiLU through op_swiglu's exponentials a block at a time)
+void op_act_mul(float *up, const float *gate, int64_t n, enum op_act_kind act);
 // x[i] *= s
 void op_scale(float *x, float s, int64_t n);
 

@@ -484,6 +484,25 @@ static void test_exp_kernels_bits(void) {
     CHECK(op_max_from(nan_row, 0, 3.0f) == 3.0f);
 }
 
+// op_act_mul == op_act on the gate then op_mul, bit for bit, for every MLP activation
+static void test_act_mul_bits(void) {
+    enum { N = 1000 };
+    static float g[N], u[N], a[N], b[N];
+    const enum op_act_kind kinds[] = {OP_ACT_SILU, OP_ACT_GELU, OP_ACT_GELU_TANH, OP_ACT_RELU};
+    for (int k = 0; k < 4; k++) {
+        check_fill(g, N, 40 + (uint64_t)k);
+        check_fill(u, N, 50 + (uint64_t)k);
+        for (int i = 0; i < N; i++)
+            g[i] *= 12.0f;
+        memcpy(a, u, sizeof u);
+        memcpy(b, g, sizeof g);
+        op_act_mul(a, g, N, kinds[k]);
+        op_act(b, N, kinds[k]);
+        op_mul(u, b, N, 1);
+        CHECK(!memcmp(a, u, sizeof u));
+    }
+}
+
 int main(void) {
     test_matmul_matches_naive();
     test_matmul_bf16_panels();
@@ -503,5 +522,6 @@ int main(void) {
     test_elementwise_threads();
     test_softmax_within();
     test_exp_kernels_bits();
+    test_act_mul_bits();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
