@@ -499,9 +499,13 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
         int64_t Id = c->dense_ffn;
         mm(s, s->f_gate, s->xn, w->gate, N, D, Id);
         mm(s, s->f_up, s->xn, w->up, N, D, Id);
-        op_act(s->f_gate, N * Id, OP_ACT_SILU);
-        tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
-        op_mul(s->f_up, s->f_gate, N * Id, 1);
+        if (!tap_wants(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION))) {
+            op_act_mul(s->f_up, s->f_gate, N * Id, OP_ACT_SILU); // the bits of the two below
+        } else {
+            op_act(s->f_gate, N * Id, OP_ACT_SILU);
+            tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_ACTIVATION), bt, s->f_gate, (int)Id);
+            op_mul(s->f_up, s->f_gate, N * Id, 1);
+        }
         tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NEURONS), bt, s->f_up, (int)Id);
         mm(s, s->m, s->f_up, w->down, N, Id, D);
     } else {
