@@ -333,6 +333,34 @@ void amx_matmul(float *out, const float *in, const uint16_t *packed, int M, int 
 }
 
 // ----------------------------------------------------------------------------
+// the feed: the micro-kernel's K-step loop alone (its 4 tile loads and 4 tdpbf16ps a step, in
+// its order, the C tiles never stored) over operands of a given size: what the kernel reaches
+// when its tiles come from L1, L2 or beyond
+
+int64_t amx_feed_flops(const uint16_t *a, int64_t a_steps, const uint16_t *b, int64_t b_steps,
+                       int64_t steps) {
+    const uint16_t *a1 = a + a_steps * TILE, *b1 = b + b_steps * TILE;
+    tiles_on();
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t t = 0; t < steps; t++) {
+        int64_t ta = t % a_steps * TILE, tb = t % b_steps * TILE;
+        _tile_loadd(4, a + ta, 64);
+        _tile_loadd(6, b + tb, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_loadd(7, b1 + tb, 64);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_loadd(5, a1 + ta, 64);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_release();
+    return steps * 4 * 16 * 16 * 32 * 2;
+}
+
+// ----------------------------------------------------------------------------
 // the peak: 6 independent accumulators, tdpbf16ps only
 
 #define PEAK_ITERS 100000 // 9.8 GFLOP a thread a round

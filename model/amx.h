@@ -61,4 +61,12 @@ double amx_peak_gflops(int threads, int reps);
 // caller that times it its own way (CPU time on a loaded machine: tests/bench_amx.c).
 int64_t amx_peak_flops(int threads);
 
+// The micro-kernel's K-step loop alone on the calling thread, `steps` steps: its A tiles from
+// a (2 strips of a_steps tiles, the second after the first), its B tiles from b (2 strips of
+// b_steps), step t reading tile t % a_steps and t % b_steps of each; the C tiles never stored.
+// The FLOPs it did. With operands that fit L1, L2 or neither, the rate the kernel's loads allow
+// (tests/bench_amx.c); give it written memory: pages never written all read the one zero page.
+int64_t amx_feed_flops(const uint16_t *a, int64_t a_steps, const uint16_t *b, int64_t b_steps,
+                       int64_t steps);
+
 #endif

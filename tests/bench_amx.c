@@ -1,6 +1,8 @@
 // bench_amx.c - harvest's AMX kernel (model/amx.h) against the AMX peak, in one run: the
 // register-only tdpbf16ps peak, then amx_pack and amx_matmul at the models' shapes (M 4096; K, N
-// in {2048, 8192}) on 1 and 2 threads, each as a share of the peak measured on as many threads.
+// in {2048, 8192}) on 1 and 2 threads, each as a share of the peak measured on as many threads;
+// last the micro-kernel's step loop alone (amx_feed_flops) on 1 thread with its operands in L1,
+// in L2 and beyond, against the same peak: the most the kernel can reach where its tiles live.
 // Built, not run by CTest (a benchmark, not a test): build/tests/bench_amx [REPS [M]].
 //
 // Two clocks side by side: wall time, and CPU time (CLOCK_THREAD_CPUTIME_ID on 1 thread,
@@ -92,6 +94,35 @@ static void shape(int M, int K, int N, int threads, int reps, struct clocks pk) 
     free(w), free(p), free(in), free(out);
 }
 
+// the step loop on 1 thread with A of a_steps and B of b_steps tiles a strip (2 strips each:
+// 2 KiB a step of each), best of reps, as a share of the 1-thread peak
+static void feed(const char *where, int64_t a_steps, int64_t b_steps, int reps, double pk) {
+    int64_t na = 2 * a_steps * 512, nb = 2 * b_steps * 512;
+    uint16_t *a = aligned_alloc(64, sizeof(uint16_t) * (size_t)na);
+    uint16_t *b = aligned_alloc(64, sizeof(uint16_t) * (size_t)nb);
+    float *f = malloc(sizeof(float) * (size_t)(na > nb ? na : nb));
+    if (!a || !b || !f) exit(2);
+    check_fill(f, na > nb ? na : nb, 7); // written values: unwritten pages all read one zero page
+    for (int64_t i = 0; i < na || i < nb; i++) {
+        if (i < na) a[i] = mm16_round(f[i]);
+        if (i < nb) b[i] = mm16_round(f[nb - 1 - i]);
+    }
+    double best = 0.0, steps = 2e6;
+    amx_feed_flops(a, a_steps, b, b_steps, (int64_t)steps); // warm-up: the caches filled
+    for (int r = 0; r < reps; r++) {
+        struct clocks t0 = now(1);
+        double fl = (double)amx_feed_flops(a, a_steps, b, b_steps, (int64_t)steps);
+        struct clocks t1 = now(1);
+        double g = fl / (t1.cpu - t0.cpu) * 1e-9;
+        best = g > best ? g : best;
+    }
+    printf("step loop, 1 thr, A %5lld KiB, B %5lld KiB (%s): %7.1f GFLOP/s per CPU-s = %3.0f%% of "
+           "the peak\n",
+           (long long)(na / 512), (long long)(nb / 512), where, best, 100.0 * best / pk);
+    fflush(stdout);
+    free(a), free(b), free(f);
+}
+
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 3, M = argc > 2 ? atoi(argv[2]) : 4096;
     char msg[256] = "";
@@ -107,6 +138,7 @@ int main(int argc, char **argv) {
            "other processes' share of the cores (load), CPU figures do not\n",
            AMX_KC, AMX_NB, AMX_MB, reps);
     const int dims[2] = {2048, 8192};
+    double pk1 = 0.0;
     for (int threads = 1; threads <= 2; threads++) {
 #ifdef _OPENMP
         omp_set_num_threads(threads);
@@ -114,8 +146,17 @@ int main(int argc, char **argv) {
         struct clocks pk = peak(threads, 5);
         printf("peak, %d thr: tdpbf16ps on registers %7.1f GFLOP/s wall, %7.1f per CPU-s\n",
                threads, pk.wall, pk.cpu);
+        pk1 = threads == 1 ? pk.cpu : pk1;
         for (int i = 0; i < 4; i++)
             shape(M, dims[i / 2], dims[i % 2], threads, reps, pk);
     }
+#ifdef _OPENMP
+    omp_set_num_threads(1);
+#endif
+    feed("both in L1", 8, 8, reps, pk1);
+    feed("A in L1, B in L2", 8, 512, reps, pk1);
+    feed("both in L2", 64, 64, reps, pk1);
+    feed("A in L1, B beyond L2", 8, 8192, reps, pk1);
+    feed("both beyond L2", 8192, 8192, reps, pk1);
     return 0;
 }
