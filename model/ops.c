@@ -433,12 +433,22 @@ void op_swiglu_ref(float *out, const float *gate, const float *up, int64_t n) {
     }
 }
 
+// (the sigmoid's exponentials a block at a time: act_sigmoid's bits)
 void op_swiglu_clamp(float *up, const float *gate, int64_t n, float alpha, float limit) {
 #pragma omp parallel for num_threads(op_threads()) if (n >= PAR_MIN) schedule(static)
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i] > limit ? limit : gate[i]; // NaN stays NaN, as torch.clamp
-        float u = up[i] > limit ? limit : up[i] < -limit ? -limit : up[i];
-        up[i] = (u + 1.0f) * (g * act_sigmoid(g * alpha));
+    for (int64_t b = 0; b < exp_blocks(n); b++) {
+        int64_t i0 = b * EXP_BLOCK;
+        int m = block_len(b, n);
+        float g[EXP_BLOCK], e[EXP_BLOCK];
+        for (int i = 0; i < m; i++) {
+            g[i] = gate[i0 + i] > limit ? limit : gate[i0 + i]; // NaN stays NaN, as torch.clamp
+            e[i] = g[i] * alpha;
+        }
+        exp_neg(e, e, m);
+        for (int i = 0; i < m; i++) {
+            float y = up[i0 + i], u = y > limit ? limit : y < -limit ? -limit : y;
+            up[i0 + i] = (u + 1.0f) * (g[i] * (1.0f / (1.0f + e[i])));
+        }
     }
 }
 

@@ -503,6 +503,27 @@ static void test_act_mul_bits(void) {
     }
 }
 
+// gpt-oss's clamped SwiGLU (exponentials a block at a time) bit for bit the formula a value at a
+// time with act_sigmoid, past the limit on both sides, at +-inf and NaN, over several blocks
+static void test_swiglu_clamp_bits(void) {
+    enum { N = 1000 };
+    static float g[N], u[N], a[N];
+    check_fill(g, N, 60);
+    check_fill(u, N, 61);
+    for (int i = 0; i < N; i++)
+        g[i] *= 20.0f, u[i] *= 20.0f;
+    g[3] = INFINITY, g[4] = -INFINITY, g[5] = NAN, u[6] = INFINITY, u[7] = -INFINITY, u[8] = NAN;
+    memcpy(a, u, sizeof u);
+    op_swiglu_clamp(a, g, N, 1.702f, 7.0f);
+    int bad = 0;
+    for (int i = 0; i < N; i++) {
+        float x = g[i] > 7.0f ? 7.0f : g[i], y = u[i] > 7.0f ? 7.0f : u[i] < -7.0f ? -7.0f : u[i];
+        float want = (y + 1.0f) * (x * act_sigmoid(x * 1.702f));
+        bad += memcmp(&want, &a[i], sizeof want) != 0;
+    }
+    CHECK_EQ(bad, 0);
+}
+
 int main(void) {
     test_matmul_matches_naive();
     test_matmul_bf16_panels();
@@ -523,5 +544,6 @@ int main(void) {
     test_softmax_within();
     test_exp_kernels_bits();
     test_act_mul_bits();
+    test_swiglu_clamp_bits();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
