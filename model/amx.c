@@ -258,25 +258,109 @@ static void copy_out(const struct job *j, const float *cb, int64_t m0, int64_t n
     }
 }
 
-static void block(const struct job *j, int64_t m0, int64_t n0, float *cb) {
-    int64_t rows = j->m_pad - m0 < AMX_MB ? j->m_pad - m0 : AMX_MB;
-    int64_t cols = j->n_pad - n0 < AMX_NB ? j->n_pad - n0 : AMX_NB;
-    int64_t strip = j->nk * TILE;
+// tiles fetched ahead: bytes [0, n) at p, a share at each kernel call of a sequence, so that the
+// next sequence finds them in the cache (prefetches never fault: p may be NULL with n 0)
+struct ahead {
+    const char *p;
+    int64_t n, share, done;
+};
+
+static struct ahead ahead_of(const uint16_t *p, int64_t n, int64_t calls) {
+    struct ahead a = {(const char *)(const void *)p, p ? n : 0, 0, 0};
+    a.share = calls > 1 ? (a.n / calls + 63) / 64 * 64 : a.n;
+    return a;
+}
+
+static void ahead_step(struct ahead *a, bool l1) {
+    int64_t end = a->done + a->share < a->n ? a->done + a->share : a->n;
+    for (; a->done < end; a->done += 64)
+        if (l1)
+            _mm_prefetch(a->p + a->done, _MM_HINT_T0);
+        else
+            _mm_prefetch(a->p + a->done, _MM_HINT_T1);
+}
+
+// the 32 x 32 partial sums at c (4 KiB; a block's sums are contiguous, and one past them is the
+// end) into L1
+static void sums_ahead(const float *c) {
+    const char *p = (const char *)(const void *)c;
+    for (int o = 0; o < 4096; o += 64)
+        _mm_prefetch(p + o, _MM_HINT_T0);
+}
+
+static int64_t steps_at(const struct job *j, int64_t k0) {
+    return j->nk - k0 < AMX_KC ? j->nk - k0 : AMX_KC;
+}
+
+static int64_t cols_at(const struct job *j, int64_t n0) {
+    return j->n_pad - n0 < AMX_NB ? j->n_pad - n0 : AMX_NB;
+}
+
+// the weights the K block after k0 reads: this block's next, or after its last the next block's
+// first (at column nn; none when nn < 0), fetched into L2 over the calls of this K block
+static struct ahead weights_ahead(const struct job *j, int64_t n0, int64_t k0, int64_t nn,
+                                  int64_t calls) {
+    int64_t k1 = k0 + AMX_KC, ns = j->n_pad / 16;
+    if (k1 >= j->nk && nn < 0) return ahead_of(NULL, 0, calls);
+    if (k1 >= j->nk) n0 = nn, k1 = 0;
+    return ahead_of(j->b + b_tile(n0 / 16, k1, ns, j->nk),
+                    cols_at(j, n0) / 16 * steps_at(j, k1) * TILE * 2, calls);
+}
+
+// the input tiles the row pair after (m, k0) reads (one strip's: the other's follow at +strip
+// tiles): the next pair's of this K block, after the block's last row pair the first pair's of
+// the next K block or of the next block (at row mn; none when mn < 0), into L1
+static struct ahead input_ahead(const struct job *j, int64_t m0, int64_t rows, int64_t m,
+                                int64_t k0, int64_t mn, int64_t calls) {
+    int64_t strip = j->nk * TILE, k1 = k0;
+    if (m + 32 < m0 + rows)
+        m += 32;
+    else if (k0 + AMX_KC < j->nk)
+        m = m0, k1 = k0 + AMX_KC;
+    else if (mn >= 0)
+        m = mn, k1 = 0;
+    else
+        return ahead_of(NULL, 0, calls);
+    return ahead_of(j->a + m / 16 * strip + k1 * TILE, steps_at(j, k1) * TILE * 2, calls);
+}
+
+// a block at (m0, n0) whose thread does the block at (mn, nn) next (mn < 0: none)
+static void block(const struct job *j, int64_t m0, int64_t n0, int64_t mn, int64_t nn,
+                  float *cb) {
+    int64_t rows = j->m_pad - m0 < AMX_MB ? j->m_pad - m0 : AMX_MB, cols = cols_at(j, n0);
+    int64_t strip = j->nk * TILE, bytes = strip * 2;
     for (int64_t k0 = 0; k0 < j->nk; k0 += AMX_KC) {
-        int64_t steps = j->nk - k0 < AMX_KC ? j->nk - k0 : AMX_KC;
+        int64_t steps = steps_at(j, k0);
         bool last = k0 + steps == j->nk;
+        struct ahead w = weights_ahead(j, n0, k0, nn, rows / 32 * (cols / 32));
         for (int64_t mb = 0; mb < rows; mb += 32) {
             const uint16_t *a0 = j->a + (m0 + mb) / 16 * strip + k0 * TILE;
+            struct ahead x0 = input_ahead(j, m0, rows, m0 + mb, k0, mn, cols / 32), x1 = x0;
+            x1.p = x0.n ? x0.p + bytes : NULL;
             for (int64_t nb = 0; nb < cols; nb += 32) {
                 const uint16_t *b0 = j->b + b_tile((n0 + nb) / 16, k0, j->n_pad / 16, j->nk);
                 bool inside = m0 + mb + 32 <= j->M && n0 + nb + 32 <= j->N;
                 float *c = cb + mb * AMX_NB + nb * 32;
                 float *dst = last && inside ? j->out + (m0 + mb) * j->N + n0 + nb : NULL;
+                ahead_step(&w, false);
+                ahead_step(&x0, true);
+                ahead_step(&x1, true);
+                if (k0 > 0) sums_ahead(c + 1024); // the next call's partial sums
                 kernel(c, a0, a0 + strip, b0, b0 + steps * TILE, steps, k0 == 0, dst,
                        j->N * (int64_t)sizeof(float));
                 if (last && !inside) copy_out(j, cb, m0, n0, mb, nb);
             }
         }
+    }
+}
+
+// blocks [i0, i1) of the row-block-inner order (n_mb row blocks a column block), each told the
+// next one so that it fetches that one's first tiles ahead
+static void blocks(const struct job *j, int64_t i0, int64_t i1, int64_t n_mb, float *cb) {
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t mn = i + 1 < i1 ? (i + 1) % n_mb * AMX_MB : -1;
+        int64_t nn = i + 1 < i1 ? (i + 1) / n_mb * AMX_NB : -1;
+        block(j, i % n_mb * AMX_MB, i / n_mb * AMX_NB, mn, nn, cb);
     }
 }
 
@@ -313,21 +397,22 @@ void amx_matmul(float *out, const float *in, const uint16_t *packed, int M, int 
     pack_input(a, in, M, K, nt);
     j.a = a;
     int64_t n_mb = (j.m_pad + AMX_MB - 1) / AMX_MB, n_nb = (j.n_pad + AMX_NB - 1) / AMX_NB;
+    int64_t n = n_mb * n_nb;
     if (nested) {
         tiles_on();
-        for (int64_t i = 0; i < n_mb * n_nb; i++)
-            block(&j, i % n_mb * AMX_MB, i / n_mb * AMX_NB, sums());
+        blocks(&j, 0, n, n_mb, sums());
         _tile_release();
         return;
     }
 #pragma omp parallel num_threads(nt)
     {
         tiles_on();
-        float *cb = sums();
-        // column blocks outer: a thread's blocks share their weights
-#pragma omp for schedule(static)
-        for (int64_t i = 0; i < n_mb * n_nb; i++)
-            block(&j, i % n_mb * AMX_MB, i / n_mb * AMX_NB, cb);
+        int t = 0, nth = 1;
+#ifdef _OPENMP
+        t = omp_get_thread_num(), nth = omp_get_num_threads();
+#endif
+        // a thread's blocks one run of them, column blocks outer: they share their weights
+        blocks(&j, n * t / nth, n * (t + 1) / nth, n_mb, sums());
         _tile_release();
     }
 }
