@@ -325,8 +325,7 @@ static struct ahead input_ahead(const struct job *j, int64_t m0, int64_t rows, i
 }
 
 // a block at (m0, n0) whose thread does the block at (mn, nn) next (mn < 0: none)
-static void block(const struct job *j, int64_t m0, int64_t n0, int64_t mn, int64_t nn,
-                  float *cb) {
+static void block(const struct job *j, int64_t m0, int64_t n0, int64_t mn, int64_t nn, float *cb) {
     int64_t rows = j->m_pad - m0 < AMX_MB ? j->m_pad - m0 : AMX_MB, cols = cols_at(j, n0);
     int64_t strip = j->nk * TILE, bytes = strip * 2;
     for (int64_t k0 = 0; k0 < j->nk; k0 += AMX_KC) {
