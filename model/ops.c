@@ -178,14 +178,46 @@ static float rms_inv(const float *x, int C, double eps) {
     return (float)(1.0 / sqrt(ss / C + eps));
 }
 
+// rms_inv of NORM_ROWS rows (C apart) into r, their sums' chains interleaved (each row's sum
+// still in feature order: the same bits)
+#define NORM_ROWS 8
+static void rms_inv_rows(float *r, const float *x, int C, double eps) {
+    double ss[NORM_ROWS] = {0.0};
+    for (int c = 0; c < C; c++)
+        for (int i = 0; i < NORM_ROWS; i++) {
+            double v = x[(int64_t)i * C + c];
+            ss[i] += v * v;
+        }
+    for (int i = 0; i < NORM_ROWS; i++)
+        r[i] = (float)(1.0 / sqrt(ss[i] / C + eps));
+}
+
+// rms_inv of rows [t0, t0 + NORM_ROWS) of in (T rows of C) into r, interleaved when all exist
+static void rms_group(float *r, const float *in, int64_t t0, int T, int C, double eps) {
+    if (t0 + NORM_ROWS <= T) {
+        rms_inv_rows(r, in + t0 * C, C, eps);
+        return;
+    }
+    for (int64_t t = t0; t < T; t++)
+        r[t - t0] = rms_inv(in + t * C, C, eps);
+}
+
+static int64_t norm_groups(int T) {
+    return ((int64_t)T + NORM_ROWS - 1) / NORM_ROWS;
+}
+
 void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float eps) {
 #pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * C >= PAR_MIN) schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *x = in + (int64_t)t * C;
-        float *o = out + (int64_t)t * C;
-        float r = rms_inv(x, C, (double)eps);
-        for (int c = 0; c < C; c++)
-            o[c] = x[c] * r * w[c];
+    for (int64_t g = 0; g < norm_groups(T); g++) {
+        float r[NORM_ROWS];
+        int64_t t0 = g * NORM_ROWS;
+        rms_group(r, in, t0, T, C, (double)eps);
+        for (int64_t t = t0; t < T && t < t0 + NORM_ROWS; t++) {
+            const float *x = in + t * C;
+            float *o = out + t * C;
+            for (int c = 0; c < C; c++)
+                o[c] = x[c] * r[t - t0] * w[c];
+        }
     }
 }
 
@@ -202,12 +234,16 @@ void op_rmsnorm_ref(float *out, const float *in, const float *w, int T, int C, f
 
 void op_rmsnorm_1p(float *out, const float *in, const float *w, int T, int C, double eps) {
 #pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * C >= PAR_MIN) schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *x = in + (int64_t)t * C;
-        float *o = out + (int64_t)t * C;
-        float r = rms_inv(x, C, eps);
-        for (int c = 0; c < C; c++)
-            o[c] = x[c] * r * (1.0f + w[c]);
+    for (int64_t g = 0; g < norm_groups(T); g++) {
+        float r[NORM_ROWS];
+        int64_t t0 = g * NORM_ROWS;
+        rms_group(r, in, t0, T, C, eps);
+        for (int64_t t = t0; t < T && t < t0 + NORM_ROWS; t++) {
+            const float *x = in + t * C;
+            float *o = out + t * C;
+            for (int c = 0; c < C; c++)
+                o[c] = x[c] * r[t - t0] * (1.0f + w[c]);
+        }
     }
 }
 
@@ -226,21 +262,55 @@ void op_rmsnorm_1p_ref(float *out, const float *in, const float *w, int T, int C
 // ----------------------------------------------------------------------------
 // layernorm
 
+// the mean and 1 / sqrt(var + eps) of one row (C floats), summed in double in feature order
+static void ln_stats(double *mu, float *r, const float *x, int C, float eps) {
+    double m = 0.0, var = 0.0;
+    for (int c = 0; c < C; c++)
+        m += (double)x[c];
+    m /= C;
+    for (int c = 0; c < C; c++)
+        var += ((double)x[c] - m) * ((double)x[c] - m);
+    *mu = m;
+    *r = (float)(1.0 / sqrt(var / C + (double)eps));
+}
+
+// ln_stats of NORM_ROWS rows (C apart), their sums' chains interleaved (the same bits)
+static void ln_stats_rows(double *mu, float *r, const float *x, int C, float eps) {
+    double var[NORM_ROWS] = {0.0};
+    for (int i = 0; i < NORM_ROWS; i++)
+        mu[i] = 0.0;
+    for (int c = 0; c < C; c++)
+        for (int i = 0; i < NORM_ROWS; i++)
+            mu[i] += (double)x[(int64_t)i * C + c];
+    for (int i = 0; i < NORM_ROWS; i++)
+        mu[i] /= C;
+    for (int c = 0; c < C; c++)
+        for (int i = 0; i < NORM_ROWS; i++) {
+            double d = (double)x[(int64_t)i * C + c] - mu[i];
+            var[i] += d * d;
+        }
+    for (int i = 0; i < NORM_ROWS; i++)
+        r[i] = (float)(1.0 / sqrt(var[i] / C + (double)eps));
+}
+
 void op_layernorm(float *out, const float *in, const float *w, const float *b, int T, int C,
                   float eps) {
 #pragma omp parallel for num_threads(op_threads()) if ((int64_t)T * C >= PAR_MIN) schedule(static)
-    for (int t = 0; t < T; t++) {
-        const float *x = in + (int64_t)t * C;
-        float *o = out + (int64_t)t * C;
-        double mu = 0.0, var = 0.0;
-        for (int c = 0; c < C; c++)
-            mu += (double)x[c];
-        mu /= C;
-        for (int c = 0; c < C; c++)
-            var += ((double)x[c] - mu) * ((double)x[c] - mu);
-        float r = (float)(1.0 / sqrt(var / C + (double)eps));
-        for (int c = 0; c < C; c++)
-            o[c] = (float)((double)x[c] - mu) * r * w[c] + b[c];
+    for (int64_t g = 0; g < norm_groups(T); g++) {
+        double mu[NORM_ROWS];
+        float r[NORM_ROWS];
+        int64_t t0 = g * NORM_ROWS;
+        if (t0 + NORM_ROWS <= T)
+            ln_stats_rows(mu, r, in + t0 * C, C, eps);
+        else
+            for (int64_t t = t0; t < T; t++)
+                ln_stats(&mu[t - t0], &r[t - t0], in + t * C, C, eps);
+        for (int64_t t = t0; t < T && t < t0 + NORM_ROWS; t++) {
+            const float *x = in + t * C;
+            float *o = out + t * C;
+            for (int c = 0; c < C; c++)
+                o[c] = (float)((double)x[c] - mu[t - t0]) * r[t - t0] * w[c] + b[c];
+        }
     }
 }
 

@@ -152,6 +152,34 @@ static void test_rmsnorm_matches_naive(void) {
     }
 }
 
+// RMSNorm and Gemma's (1 + w) one (rows 8 at a time, their sums interleaved) bit for bit the
+// formula a row at a time: the sum of squares in double in feature order, rounded once; 21 rows
+// (2 groups and 5 left), widths 1 and 385, in place too
+static void test_rmsnorm_bits(void) {
+    static float x[21 * 385], w[385], a[21 * 385], b[21 * 385];
+    const int widths[] = {1, 385}, T = 21;
+    for (int k = 0; k < 2; k++)
+        for (int one_p = 0; one_p < 2; one_p++) {
+            int C = widths[k];
+            check_fill(x, T * C, 15);
+            check_fill(w, C, 16);
+            for (int t = 0; t < T; t++) {
+                double ss = 0.0;
+                for (int c = 0; c < C; c++)
+                    ss += (double)x[t * C + c] * (double)x[t * C + c];
+                float r = (float)(1.0 / sqrt(ss / C + (one_p ? 1e-6 : (double)(float)1e-6)));
+                for (int c = 0; c < C; c++)
+                    b[t * C + c] = x[t * C + c] * r * (one_p ? 1.0f + w[c] : w[c]);
+            }
+            memcpy(a, x, sizeof x);
+            if (one_p)
+                op_rmsnorm_1p(a, a, w, T, C, 1e-6);
+            else
+                op_rmsnorm(a, a, w, T, C, (float)1e-6);
+            CHECK(!memcmp(a, b, sizeof(float) * (size_t)(T * C)));
+        }
+}
+
 // Gemma's (1 + w) RMSNorm and LayerNorm against their float64 twins, out of place and in place,
 // on rows of odd widths; LayerNorm's inputs offset by 3 so that the mean matters
 static void test_norms_match_naive(void) {
@@ -530,6 +558,7 @@ int main(void) {
     test_matmul_threads();
     test_bf16_panel_floats();
     test_rmsnorm_matches_naive();
+    test_rmsnorm_bits();
     test_norms_match_naive();
     test_norms_exact_threads();
     test_rope_matches_naive();
