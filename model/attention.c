@@ -87,27 +87,34 @@ static void mask_rows(const struct attn *a, float *att, int64_t rows, int nt) {
 
 // one softmax a row over the allowed keys of every set; blocked keys become 0: all of them if
 // `whole` (the probabilities' view), else only those in the query block's key spans (what mix()
-// reads)
+// reads). Rows go OP_SOFTMAX_ROWS at a time (their sums side by side: the same bits).
 static void softmax_rows(const struct attn *a, float *att, int64_t rows, bool whole, int nt) {
     int T = a->T, ST = a->n_sets * T;
+    int64_t groups = (rows + OP_SOFTMAX_ROWS - 1) / OP_SOFTMAX_ROWS;
 #pragma omp parallel for num_threads(nt) if (nt > 1) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        int i = (int)(r % T), i0 = i / QB * QB, i1 = i0 + QB < T ? i0 + QB : T;
-        int lo[2] = {0, 0}, hi[2] = {0, 0}, k0, k1;
-        float *row = att + r * ST;
-        for (int s = 0; s < a->n_sets; s++) {
-            attn_range(&a->set[s], T, i, &lo[s], &hi[s]);
-            lo[s] += s * T, hi[s] += s * T;
-        }
+    for (int64_t g = 0; g < groups; g++) {
+        int64_t r0 = g * OP_SOFTMAX_ROWS;
+        int n = rows - r0 < OP_SOFTMAX_ROWS ? (int)(rows - r0) : OP_SOFTMAX_ROWS;
+        int lo[2][OP_SOFTMAX_ROWS] = {{0}}, hi[2][OP_SOFTMAX_ROWS] = {{0}};
+        for (int k = 0; k < n; k++)
+            for (int s = 0; s < a->n_sets; s++) {
+                attn_range(&a->set[s], T, (int)((r0 + k) % T), &lo[s][k], &hi[s][k]);
+                lo[s][k] += s * T, hi[s][k] += s * T;
+            }
         if (whole) {
-            op_softmax_ranges(row, ST, lo[0], hi[0], lo[1], hi[1]);
+            for (int k = 0; k < n; k++)
+                op_softmax_ranges(att + (r0 + k) * ST, ST, lo[0][k], hi[0][k], lo[1][k], hi[1][k]);
             continue;
         }
-        op_softmax_within(row, lo[0], hi[0], lo[1], hi[1]);
-        for (int s = 0; s < a->n_sets; s++) {
-            span(&a->set[s], T, i0, i1, &k0, &k1);
-            memset(row + s * T + k0, 0, (size_t)(lo[s] - s * T - k0) * sizeof(float));
-            memset(row + hi[s], 0, (size_t)(s * T + k1 - hi[s]) * sizeof(float));
+        op_softmax_within_rows(att + r0 * ST, ST, n, lo[0], hi[0], lo[1], hi[1]);
+        for (int k = 0; k < n; k++) {
+            int i = (int)((r0 + k) % T), i0 = i / QB * QB, i1 = i0 + QB < T ? i0 + QB : T, k0, k1;
+            float *row = att + (r0 + k) * ST;
+            for (int s = 0; s < a->n_sets; s++) {
+                span(&a->set[s], T, i0, i1, &k0, &k1);
+                memset(row + s * T + k0, 0, (size_t)(lo[s][k] - s * T - k0) * sizeof(float));
+                memset(row + hi[s][k], 0, (size_t)(s * T + k1 - hi[s][k]) * sizeof(float));
+            }
         }
     }
 }

@@ -419,23 +419,41 @@ void op_exp_minus(float *x, int n, float m) {
     vexp_expf(x, x, n);
 }
 
+void op_softmax_within_rows(float *x, int64_t ld, int n, const int *a0, const int *a1,
+                            const int *b0, const int *b1) {
+    AH_ASSERT(n >= 1 && n <= OP_SOFTMAX_ROWS);
+    int na[OP_SOFTMAX_ROWS], len[OP_SOFTMAX_ROWS], most = 0;
+    float sum[OP_SOFTMAX_ROWS];
+    for (int k = 0; k < n; k++) {
+        float *r = x + k * ld;
+        AH_ASSERT(0 <= a0[k] && a0[k] <= a1[k] && 0 <= b0[k] && b0[k] <= b1[k]);
+        AH_ASSERT(a1[k] <= b0[k] || b1[k] <= a0[k]);
+        AH_ASSERT(a1[k] > a0[k] || b1[k] > b0[k]);
+        float mx =
+            op_max_from(r + b0[k], b1[k] - b0[k], op_max_from(r + a0[k], a1[k] - a0[k], -INFINITY));
+        op_exp_minus(r + a0[k], a1[k] - a0[k], mx);
+        op_exp_minus(r + b0[k], b1[k] - b0[k], mx);
+        na[k] = a1[k] - a0[k], len[k] = na[k] + b1[k] - b0[k], sum[k] = 0.0f;
+        most = len[k] > most ? len[k] : most;
+    }
+    // each row's sum in its own order (its a range, then its b range), the rows side by side; a
+    // row already summed adds +0, which leaves a sum of exponentials (>= +0, or NaN) as it is
+    for (int p = 0; p < most; p++)
+        for (int k = 0; k < n; k++) {
+            int j = p < na[k] ? a0[k] + p : b0[k] + p - na[k];
+            sum[k] += p < len[k] ? x[k * ld + j] : 0.0f;
+        }
+    for (int k = 0; k < n; k++) {
+        float *r = x + k * ld, inv = 1.0f / sum[k];
+        for (int i = a0[k]; i < a1[k]; i++)
+            r[i] *= inv;
+        for (int i = b0[k]; i < b1[k]; i++)
+            r[i] *= inv;
+    }
+}
+
 void op_softmax_within(float *x, int a0, int a1, int b0, int b1) {
-    AH_ASSERT(0 <= a0 && a0 <= a1 && 0 <= b0 && b0 <= b1);
-    AH_ASSERT(a1 <= b0 || b1 <= a0);
-    AH_ASSERT(a1 > a0 || b1 > b0);
-    float mx = op_max_from(x + b0, b1 - b0, op_max_from(x + a0, a1 - a0, -INFINITY));
-    op_exp_minus(x + a0, a1 - a0, mx);
-    op_exp_minus(x + b0, b1 - b0, mx);
-    float sum = 0.0f;
-    for (int i = a0; i < a1; i++)
-        sum += x[i];
-    for (int i = b0; i < b1; i++)
-        sum += x[i];
-    float inv = 1.0f / sum;
-    for (int i = a0; i < a1; i++)
-        x[i] *= inv;
-    for (int i = b0; i < b1; i++)
-        x[i] *= inv;
+    op_softmax_within_rows(x, 0, 1, &a0, &a1, &b0, &b1);
 }
 
 void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1) {

@@ -97,6 +97,12 @@ void op_softmax_ranges(float *x, int n, int a0, int a1, int b0, int b1);
 // The same softmax (the same bits) touching only the entries in the two ranges: the caller
 // zeroes what it reads of the rest.
 void op_softmax_within(float *x, int a0, int a1, int b0, int b1);
+// op_softmax_within of n (1 .. OP_SOFTMAX_ROWS) rows at once, row k at x + k ld over
+// [a0[k], a1[k]) and [b0[k], b1[k]): each row the bits it gets alone (its sum in its order), the
+// rows' sums side by side so that their additions overlap
+#define OP_SOFTMAX_ROWS 8
+void op_softmax_within_rows(float *x, int64_t ld, int n, const int *a0, const int *a1,
+                            const int *b0, const int *b1);
 // The largest of mx and x[0..n) that `mx = x[i] > mx ? x[i] : mx` in order finds (NaN never
 // taken), in SSE lanes: only a tie of +0 and -0 may come out with the other sign, and a softmax's
 // x - mx and expf give the same bits for either.

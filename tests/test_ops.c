@@ -450,6 +450,47 @@ static void test_softmax_within(void) {
     }
 }
 
+// a row's softmax over [a0, a1) then [b0, b1) a value at a time: in-order max, expf(x - max), the
+// sum in that order
+static void softmax_two_ranges(float *x, int a0, int a1, int b0, int b1) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int i = a0; i < a1; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (int i = b0; i < b1; i++)
+        mx = x[i] > mx ? x[i] : mx;
+    for (int i = a0; i < a1; i++)
+        sum += x[i] = expf(x[i] - mx);
+    for (int i = b0; i < b1; i++)
+        sum += x[i] = expf(x[i] - mx);
+    float inv = 1.0f / sum;
+    for (int i = a0; i < a1; i++)
+        x[i] *= inv;
+    for (int i = b0; i < b1; i++)
+        x[i] *= inv;
+}
+
+// op_softmax_within_rows: 8 rows (and the first 3 alone), 20 fillings, of different ranges (an
+// empty first range, a second before the first, single entries, a -inf among them), bit for bit
+// each row a value at a time, the entries outside the ranges untouched
+static void test_softmax_within_rows(void) {
+    enum { LD = 50, N = 8 };
+    static float x[N * LD], y[N * LD];
+    const int a0[N] = {0, 0, 5, 0, 10, 3, 0, 7}, a1[N] = {1, 40, 5, 17, 30, 4, 50, 8};
+    const int b0[N] = {0, 45, 20, 30, 0, 40, 0, 0}, b1[N] = {0, 50, 41, 31, 10, 49, 0, 6};
+    for (int seed = 0; seed < 20; seed++)
+        for (int n = N; n >= 3; n -= 5) {
+            check_fill(x, N * LD, 21 + (uint64_t)seed);
+            for (int i = 0; i < N * LD; i++)
+                x[i] *= 9.0f;
+            x[2 * LD + 25] = -INFINITY;
+            memcpy(y, x, sizeof x);
+            op_softmax_within_rows(x, LD, n, a0, a1, b0, b1);
+            for (int k = 0; k < n; k++)
+                softmax_two_ranges(y + k * LD, a0[k], a1[k], b0[k], b1[k]);
+            CHECK(!memcmp(x, y, sizeof x));
+        }
+}
+
 // the softmax, SiLU, sigmoid and SwiGLU kernels (lanes of max, expf a block at a time through
 // vexp.h) give the bits of the formulas a value at a time: in-order max, expf(x - max), the sum
 // in order; x / (1 + expf(-x)); rows with ties of +0 and -0 at the max, -inf and huge values
@@ -571,6 +612,7 @@ int main(void) {
     test_act_parse();
     test_elementwise_threads();
     test_softmax_within();
+    test_softmax_within_rows();
     test_exp_kernels_bits();
     test_act_mul_bits();
     test_swiglu_clamp_bits();
