@@ -422,8 +422,10 @@ void op_exp_minus(float *x, int n, float m) {
 void op_softmax_within_rows(float *x, int64_t ld, int n, const int *a0, const int *a1,
                             const int *b0, const int *b1) {
     AH_ASSERT(n >= 1 && n <= OP_SOFTMAX_ROWS);
-    int na[OP_SOFTMAX_ROWS], len[OP_SOFTMAX_ROWS], most = 0;
-    float sum[OP_SOFTMAX_ROWS];
+    int na[OP_SOFTMAX_ROWS] = {0}, len[OP_SOFTMAX_ROWS] = {0}, most = 0;
+    int64_t oa[OP_SOFTMAX_ROWS] = {0},
+            ob[OP_SOFTMAX_ROWS] = {0}; // entry p of row k: at oa or ob + p
+    float sum[OP_SOFTMAX_ROWS] = {0.0f};
     for (int k = 0; k < n; k++) {
         float *r = x + k * ld;
         AH_ASSERT(0 <= a0[k] && a0[k] <= a1[k] && 0 <= b0[k] && b0[k] <= b1[k]);
@@ -433,16 +435,20 @@ void op_softmax_within_rows(float *x, int64_t ld, int n, const int *a0, const in
             op_max_from(r + b0[k], b1[k] - b0[k], op_max_from(r + a0[k], a1[k] - a0[k], -INFINITY));
         op_exp_minus(r + a0[k], a1[k] - a0[k], mx);
         op_exp_minus(r + b0[k], b1[k] - b0[k], mx);
-        na[k] = a1[k] - a0[k], len[k] = na[k] + b1[k] - b0[k], sum[k] = 0.0f;
+        na[k] = a1[k] - a0[k], len[k] = na[k] + b1[k] - b0[k];
+        oa[k] = k * ld + a0[k], ob[k] = k * ld + b0[k] - na[k];
         most = len[k] > most ? len[k] : most;
     }
-    // each row's sum in its own order (its a range, then its b range), the rows side by side; a
-    // row already summed adds +0, which leaves a sum of exponentials (>= +0, or NaN) as it is
-    for (int p = 0; p < most; p++)
-        for (int k = 0; k < n; k++) {
-            int j = p < na[k] ? a0[k] + p : b0[k] + p - na[k];
-            sum[k] += p < len[k] ? x[k * ld + j] : 0.0f;
-        }
+    // each row's sum in its own order (its a range, then its b range), all OP_SOFTMAX_ROWS lanes
+    // side by side in registers; a lane past its row's entries (or past n) adds +0, which leaves
+    // a sum of exponentials (>= +0, or NaN) as it is. One row: its chain alone.
+    if (n == 1)
+        for (int p = 0; p < most; p++)
+            sum[0] += x[(p < na[0] ? oa[0] : ob[0]) + p];
+    else
+        for (int p = 0; p < most; p++)
+            for (int k = 0; k < OP_SOFTMAX_ROWS; k++)
+                sum[k] += p < len[k] ? x[(p < na[k] ? oa[k] : ob[k]) + p] : 0.0f;
     for (int k = 0; k < n; k++) {
         float *r = x + k * ld, inv = 1.0f / sum[k];
         for (int i = a0[k]; i < a1[k]; i++)
