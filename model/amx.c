@@ -195,6 +195,20 @@ static void pack_input(uint16_t *a, const float *in, int M, int K, int nt) {
 // 0-15) and b1; stored back into c, or when dst is not NULL into the 32 x 32 floats at dst
 // (row stride ldd bytes)
 
+// one K step: C tiles 0-3 += A (tiles a0: rows 0-15, a1: rows 16-31) . B (b0: columns 0-15, b1),
+// each tile loaded just before its first use
+static inline void step(const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
+                        const uint16_t *b1) {
+    _tile_loadd(4, a0, 64);
+    _tile_loadd(6, b0, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_loadd(7, b1, 64);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_loadd(5, a1, 64);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+}
+
 static void kernel(float *c, const uint16_t *a0, const uint16_t *a1, const uint16_t *b0,
                    const uint16_t *b1, int64_t steps, bool zero, float *dst, int64_t ldd) {
     if (zero) {
@@ -208,16 +222,8 @@ static void kernel(float *c, const uint16_t *a0, const uint16_t *a1, const uint1
         _tile_loadd(2, c + 512, 64);
         _tile_loadd(3, c + 768, 64);
     }
-    for (int64_t t = 0; t < steps; t++) {
-        _tile_loadd(4, a0 + t * TILE, 64);
-        _tile_loadd(6, b0 + t * TILE, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, b1 + t * TILE, 64);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, a1 + t * TILE, 64);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
-    }
+    for (int64_t t = 0; t < steps; t++)
+        step(a0 + t * TILE, a1 + t * TILE, b0 + t * TILE, b1 + t * TILE);
     if (dst) {
         float *d2 = (float *)(void *)((char *)dst + 16 * ldd);
         _tile_stored(0, dst, ldd);
@@ -417,9 +423,8 @@ void amx_matmul(float *out, const float *in, const uint16_t *packed, int M, int 
 }
 
 // ----------------------------------------------------------------------------
-// the feed: the micro-kernel's K-step loop alone (its 4 tile loads and 4 tdpbf16ps a step, in
-// its order, the C tiles never stored) over operands of a given size: what the kernel reaches
-// when its tiles come from L1, L2 or beyond
+// the feed: the micro-kernel's K-step loop alone (its step(), the C tiles never stored) over
+// operands of a given size: what the kernel reaches when its tiles come from L1, L2 or beyond
 
 int64_t amx_feed_flops(const uint16_t *a, int64_t a_steps, const uint16_t *b, int64_t b_steps,
                        int64_t steps) {
@@ -431,14 +436,7 @@ int64_t amx_feed_flops(const uint16_t *a, int64_t a_steps, const uint16_t *b, in
     _tile_zero(3);
     for (int64_t t = 0; t < steps; t++) {
         int64_t ta = t % a_steps * TILE, tb = t % b_steps * TILE;
-        _tile_loadd(4, a + ta, 64);
-        _tile_loadd(6, b + tb, 64);
-        _tile_dpbf16ps(0, 4, 6);
-        _tile_loadd(7, b1 + tb, 64);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_loadd(5, a1 + ta, 64);
-        _tile_dpbf16ps(2, 5, 6);
-        _tile_dpbf16ps(3, 5, 7);
+        step(a + ta, a1 + ta, b + tb, b1 + tb);
     }
     _tile_release();
     return steps * 4 * 16 * 16 * 32 * 2;
