@@ -170,36 +170,27 @@ void op_matmul_ref(float *out, const float *in, const float *w, int M, int K, in
 // ----------------------------------------------------------------------------
 // rmsnorm
 
-// 1 / sqrt(mean(x^2) + eps) of one row, summed in double in feature order, rounded once
-static float rms_inv(const float *x, int C, double eps) {
-    double ss = 0.0;
-    for (int c = 0; c < C; c++)
-        ss += (double)x[c] * (double)x[c];
-    return (float)(1.0 / sqrt(ss / C + eps));
-}
-
-// rms_inv of NORM_ROWS rows (C apart) into r, their sums' chains interleaved (each row's sum
-// still in feature order: the same bits)
+// 1 / sqrt(mean(x^2) + eps) of rows [0, n) (n <= NORM_ROWS, C apart) into r, each row's sum of
+// squares in double in feature order, rounded once; the rows' chains side by side (lanes past n
+// repeat the last row, their results dropped), so that their additions overlap
 #define NORM_ROWS 8
-static void rms_inv_rows(float *r, const float *x, int C, double eps) {
+static void rms_inv_rows(float *r, const float *x, int n, int C, double eps) {
+    const float *row[NORM_ROWS];
     double ss[NORM_ROWS] = {0.0};
+    for (int i = 0; i < NORM_ROWS; i++)
+        row[i] = x + (int64_t)(i < n ? i : n - 1) * C;
     for (int c = 0; c < C; c++)
         for (int i = 0; i < NORM_ROWS; i++) {
-            double v = x[(int64_t)i * C + c];
+            double v = row[i][c];
             ss[i] += v * v;
         }
-    for (int i = 0; i < NORM_ROWS; i++)
+    for (int i = 0; i < n; i++)
         r[i] = (float)(1.0 / sqrt(ss[i] / C + eps));
 }
 
-// rms_inv of rows [t0, t0 + NORM_ROWS) of in (T rows of C) into r, interleaved when all exist
-static void rms_group(float *r, const float *in, int64_t t0, int T, int C, double eps) {
-    if (t0 + NORM_ROWS <= T) {
-        rms_inv_rows(r, in + t0 * C, C, eps);
-        return;
-    }
-    for (int64_t t = t0; t < T; t++)
-        r[t - t0] = rms_inv(in + t * C, C, eps);
+// rows [t0, t0 + NORM_ROWS) of T, those that exist
+static int group_rows(int64_t t0, int T) {
+    return T - t0 < NORM_ROWS ? (int)(T - t0) : NORM_ROWS;
 }
 
 static int64_t norm_groups(int T) {
@@ -211,8 +202,8 @@ void op_rmsnorm(float *out, const float *in, const float *w, int T, int C, float
     for (int64_t g = 0; g < norm_groups(T); g++) {
         float r[NORM_ROWS];
         int64_t t0 = g * NORM_ROWS;
-        rms_group(r, in, t0, T, C, (double)eps);
-        for (int64_t t = t0; t < T && t < t0 + NORM_ROWS; t++) {
+        rms_inv_rows(r, in + t0 * C, group_rows(t0, T), C, (double)eps);
+        for (int64_t t = t0; t < t0 + group_rows(t0, T); t++) {
             const float *x = in + t * C;
             float *o = out + t * C;
             for (int c = 0; c < C; c++)
@@ -237,8 +228,8 @@ void op_rmsnorm_1p(float *out, const float *in, const float *w, int T, int C, do
     for (int64_t g = 0; g < norm_groups(T); g++) {
         float r[NORM_ROWS];
         int64_t t0 = g * NORM_ROWS;
-        rms_group(r, in, t0, T, C, eps);
-        for (int64_t t = t0; t < T && t < t0 + NORM_ROWS; t++) {
+        rms_inv_rows(r, in + t0 * C, group_rows(t0, T), C, eps);
+        for (int64_t t = t0; t < t0 + group_rows(t0, T); t++) {
             const float *x = in + t * C;
             float *o = out + t * C;
             for (int c = 0; c < C; c++)
@@ -262,35 +253,27 @@ void op_rmsnorm_1p_ref(float *out, const float *in, const float *w, int T, int C
 // ----------------------------------------------------------------------------
 // layernorm
 
-// the mean and 1 / sqrt(var + eps) of one row (C floats), summed in double in feature order
-static void ln_stats(double *mu, float *r, const float *x, int C, float eps) {
-    double m = 0.0, var = 0.0;
-    for (int c = 0; c < C; c++)
-        m += (double)x[c];
-    m /= C;
-    for (int c = 0; c < C; c++)
-        var += ((double)x[c] - m) * ((double)x[c] - m);
-    *mu = m;
-    *r = (float)(1.0 / sqrt(var / C + (double)eps));
-}
-
-// ln_stats of NORM_ROWS rows (C apart), their sums' chains interleaved (the same bits)
-static void ln_stats_rows(double *mu, float *r, const float *x, int C, float eps) {
-    double var[NORM_ROWS] = {0.0};
+// the mean and 1 / sqrt(var + eps) of rows [0, n) (n <= NORM_ROWS, C apart), each summed in
+// double in feature order, the rows' chains side by side as rms_inv_rows's
+static void ln_stats_rows(double *mu, float *r, const float *x, int n, int C, float eps) {
+    const float *row[NORM_ROWS];
+    double m[NORM_ROWS] = {0.0}, var[NORM_ROWS] = {0.0};
     for (int i = 0; i < NORM_ROWS; i++)
-        mu[i] = 0.0;
+        row[i] = x + (int64_t)(i < n ? i : n - 1) * C;
     for (int c = 0; c < C; c++)
         for (int i = 0; i < NORM_ROWS; i++)
-            mu[i] += (double)x[(int64_t)i * C + c];
+            m[i] += (double)row[i][c];
     for (int i = 0; i < NORM_ROWS; i++)
-        mu[i] /= C;
+        m[i] /= C;
     for (int c = 0; c < C; c++)
         for (int i = 0; i < NORM_ROWS; i++) {
-            double d = (double)x[(int64_t)i * C + c] - mu[i];
+            double d = (double)row[i][c] - m[i];
             var[i] += d * d;
         }
-    for (int i = 0; i < NORM_ROWS; i++)
+    for (int i = 0; i < n; i++) {
+        mu[i] = m[i];
         r[i] = (float)(1.0 / sqrt(var[i] / C + (double)eps));
+    }
 }
 
 void op_layernorm(float *out, const float *in, const float *w, const float *b, int T, int C,
@@ -300,12 +283,8 @@ void op_layernorm(float *out, const float *in, const float *w, const float *b, i
         double mu[NORM_ROWS];
         float r[NORM_ROWS];
         int64_t t0 = g * NORM_ROWS;
-        if (t0 + NORM_ROWS <= T)
-            ln_stats_rows(mu, r, in + t0 * C, C, eps);
-        else
-            for (int64_t t = t0; t < T; t++)
-                ln_stats(&mu[t - t0], &r[t - t0], in + t * C, C, eps);
-        for (int64_t t = t0; t < T && t < t0 + NORM_ROWS; t++) {
+        ln_stats_rows(mu, r, in + t0 * C, group_rows(t0, T), C, eps);
+        for (int64_t t = t0; t < t0 + group_rows(t0, T); t++) {
             const float *x = in + t * C;
             float *o = out + t * C;
             for (int c = 0; c < C; c++)
