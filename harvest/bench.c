@@ -11,9 +11,10 @@
 #include "harvest/cliargs.h"
 #include "harvest/harvest.h"
 
-#include "model/dnnl.h"   // defines: mm16_counters, mm16_packing, mm16_peak_gflops, ...
-#include "model/encdec.h" // defines: encdec_spec_config, encdec_flops
-#include "model/ops.h"    // defines: op_set_threads, op_threads, op_bf16_panel_floats
+#include "model/dnnl.h"     // defines: mm16_counters, mm16_packing, mm16_peak_gflops, ...
+#include "model/encdec.h"   // defines: encdec_spec_config, encdec_flops
+#include "model/ops.h"      // defines: op_set_threads, op_threads, op_bf16_panel_floats
+#include "model/simdpeak.h" // defines: simd_peak_gflops, simd_peak_name, SIMD_FMA32, ...
 
 #include <cblas.h> // defines: cblas_sgemm, openblas_get_num_threads, openblas_set_num_threads
 #include <fcntl.h>
@@ -163,12 +164,15 @@ static void reset_peak_rss(void) {
 }
 
 // compute bf16: the linear layers' rate over the runs (outside expert regions) against the AMX
-// peak (tdpbf16ps on registers, on one and on the run's threads) and a oneDNN bf16 matmul of
-// 4096^3 on the same threads, all measured now
+// peak (tdpbf16ps on registers, on one and on the run's threads; without AMX vdpbf16ps's, where
+// the CPU has AVX512-BF16) and a oneDNN bf16 matmul of 4096^3 on the same threads, all measured
+// now
 static void bf16_rates(double tokens, double seconds, double pack_seconds) {
     double flops, sec, amx1 = mm16_amx_peak_gflops(1, 5),
                        amx = mm16_amx_peak_gflops(op_threads(), 5);
     double dnnl = mm16_peak_gflops(4096, op_threads(), 3);
+    double dp1 = amx > 0 ? 0.0 : simd_peak_gflops(SIMD_DPBF16, 1, 5),
+           dp = amx > 0 ? 0.0 : simd_peak_gflops(SIMD_DPBF16, op_threads(), 5);
     mm16_counters(&flops, &sec);
     double g = sec > 0 ? flops / sec * 1e-9 : 0.0;
     if (amx > 0)
@@ -176,6 +180,11 @@ static void bf16_rates(double tokens, double seconds, double pack_seconds) {
                "now (%.1f GFLOP/s, tdpbf16ps on registers, %d threads; 1 thread %.1f); oneDNN "
                "4096^3 %.1f GFLOP/s; %.1f s of the runs in them\n",
                mm16_kernel(), g, 100.0 * g / amx, amx, op_threads(), amx1, dnnl, sec);
+    else if (dp > 0)
+        printf("  compute bf16 (%s): linear layers %.1f GFLOP/s = %.0f%% of the vdpbf16ps peak "
+               "measured now (%.1f GFLOP/s on registers, %d threads; 1 thread %.1f); oneDNN "
+               "4096^3 %.1f GFLOP/s; %.1f s of the runs in them\n",
+               mm16_kernel(), g, 100.0 * g / dp, dp, op_threads(), dp1, dnnl, sec);
     else
         printf("  compute bf16 (%s): linear layers %.1f GFLOP/s = %.0f%% of the bf16 peak "
                "measured now (%.1f GFLOP/s, oneDNN 4096^3, %d threads); %.1f s of the runs in "
@@ -190,6 +199,16 @@ static void bf16_rates(double tokens, double seconds, double pack_seconds) {
         printf("  compute bf16: %.1f tokens/s without the one-off packing (%.1f s of the best run "
                "less its %.2f s of packing)\n",
                tokens / (seconds - pack_seconds), seconds, pack_seconds);
+}
+
+// the FP32 FMA peak on registers, measured now on the run's threads, with the sgemm rate at the
+// model's shapes and the model's own as shares of it
+static void fma_line(double sgemm, double model) {
+    double fma = simd_peak_gflops(SIMD_FMA32, op_threads(), 5);
+    printf("  FP32 FMA peak measured now: %.1f GFLOP/s (%s on registers, %d threads): sgemm at "
+           "its shapes %.0f%% of it, the model %.0f%%\n",
+           fma, simd_peak_name(SIMD_FMA32), op_threads(), fma > 0 ? 100.0 * sgemm / fma : 0.0,
+           fma > 0 ? 100.0 * model / fma : 0.0);
 }
 
 // --compute bf16 set before the config-only load, so that a family borrowing BF16 matrices only
@@ -276,6 +295,7 @@ static int bench_model(const char *model_arg, const char *dir, int T, int batch,
     printf("  model %.1f GFLOP/s executed = %.0f%% of the best sgemm rate at its shapes (%.1f "
            "GFLOP/s)\n",
            gf, 100.0 * gf / peak, peak);
+    fma_line(peak, gf);
     printf("  peak RSS %.0f MiB = %.2f x (weights %.0f MiB (%s) + run state %.0f MiB (its BF16 "
            "panel %.0f MiB))\n",
            (double)rss / 1048576.0, (double)rss / (double)(wbytes + fw.state_bytes),

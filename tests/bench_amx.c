@@ -3,6 +3,8 @@
 // in {2048, 8192}) on 1 and 2 threads, each as a share of the peak measured on as many threads;
 // last the micro-kernel's step loop alone (amx_feed_flops) on 1 thread with its operands in L1,
 // in L2 and beyond, against the same peak: the most the kernel can reach where its tiles live.
+// On a CPU without AMX: the vector peaks on registers (vdpbf16ps, FP32 FMA) and oneDNN's bf16
+// products (model/dnnl.h) at the same shapes against the vdpbf16ps peak.
 // Built, not run by CTest (a benchmark, not a test): build/tests/bench_amx [REPS [M]].
 //
 // Two clocks side by side: wall time, and CPU time (CLOCK_THREAD_CPUTIME_ID on 1 thread,
@@ -11,6 +13,7 @@
 // runs; the CPU figures take that out (not the cache sharing). Figures are the best of REPS.
 #include "model/amx.h"
 #include "model/dnnl.h"
+#include "model/simdpeak.h"
 #include "tests/check.h"
 
 #include <stdio.h>
@@ -64,34 +67,71 @@ static uint16_t *weights(int K, int N) {
     return w;
 }
 
-// one shape on `threads` threads: packing's rate (GB/s of bf16 in) and the product's
-static void shape(int M, int K, int N, int threads, int reps, struct clocks pk) {
+// one product: harvest's AMX kernel on packed p, or (p NULL) model/dnnl.h's (oneDNN's, packing
+// w at its first call)
+static void product(float *out, const float *in, const uint16_t *p, const uint16_t *w, int M, int K,
+                    int N, int threads) {
+    if (p)
+        amx_matmul(out, in, p, M, K, N, threads);
+    else
+        mm16_matmul(out, in, w, M, K, N, threads);
+}
+
+// one shape on `threads` threads: packing's rate (GB/s of bf16 in) and the product's, with
+// harvest's AMX kernel (amx) or oneDNN's (its packing then inside the first, untimed, call)
+static void shape(int M, int K, int N, int threads, int reps, struct clocks pk, bool amx) {
     uint16_t *w = weights(K, N);
-    uint16_t *p = aligned_alloc(64, (size_t)amx_packed_bytes(K, N));
+    uint16_t *p = amx ? aligned_alloc(64, (size_t)amx_packed_bytes(K, N)) : NULL;
     float *in = malloc(sizeof(float) * (size_t)M * K), *out = malloc(sizeof(float) * (size_t)M * N);
-    if (!p || !in || !out) exit(2);
+    if ((amx && !p) || !in || !out) exit(2);
     check_fill(in, (int64_t)M * K, 1);
     struct clocks t0 = now(threads);
-    amx_pack(p, w, K, N, false, threads);
+    if (amx) amx_pack(p, w, K, N, false, threads);
     struct clocks t1 = now(threads);
     double gb = 2e-9 * K * (double)N; // GB of bf16 in
     struct clocks best = {0, 0};
     double flops = 2.0 * M * K * (double)N;
-    amx_matmul(out, in, p, M, K, N, threads); // warm-up
+    product(out, in, p, w, M, K, N, threads); // warm-up
     for (int r = 0; r < reps; r++) {
         struct clocks a = now(threads);
-        amx_matmul(out, in, p, M, K, N, threads);
+        product(out, in, p, w, M, K, N, threads);
         struct clocks b = now(threads);
         double wr = flops / (b.wall - a.wall) * 1e-9, cr = flops / (b.cpu - a.cpu) * 1e-9;
         best.wall = wr > best.wall ? wr : best.wall;
         best.cpu = cr > best.cpu ? cr : best.cpu;
     }
     printf("M %d K %5d N %5d, %d thr: product %7.1f GFLOP/s wall = %3.0f%% | %7.1f per CPU-s = "
-           "%3.0f%% of the peak; packing %5.2f GB/s wall, %5.2f per CPU-s\n",
+           "%3.0f%% of the peak",
            M, K, N, threads, best.wall, 100.0 * best.wall / pk.wall, best.cpu,
-           100.0 * best.cpu / pk.cpu, gb / (t1.wall - t0.wall), gb / (t1.cpu - t0.cpu));
+           100.0 * best.cpu / pk.cpu);
+    if (amx)
+        printf("; packing %5.2f GB/s wall, %5.2f per CPU-s", gb / (t1.wall - t0.wall),
+               gb / (t1.cpu - t0.cpu));
+    printf("\n");
     fflush(stdout);
+    if (!amx) mm16_forget();
     free(w), free(p), free(in), free(out);
+}
+
+// without AMX: the vector peaks on registers, and oneDNN's products at the same shapes against
+// the vdpbf16ps peak (measured in wall time; a CPU-second's share is that over the threads)
+static int without_amx(const char *why, int reps, int M, const int dims[2]) {
+    printf("no AMX kernel here (%s): oneDNN's bf16 products (%s) against vdpbf16ps; best of %d\n",
+           why, mm16_kernel(), reps);
+    for (int threads = 1; threads <= 2; threads++) {
+#ifdef _OPENMP
+        omp_set_num_threads(threads);
+#endif
+        double fma = simd_peak_gflops(SIMD_FMA32, threads, 5),
+               dp = simd_peak_gflops(SIMD_DPBF16, threads, 5);
+        printf("peak, %d thr: %s on registers %7.1f GFLOP/s wall; %s %7.1f\n", threads,
+               simd_peak_name(SIMD_DPBF16), dp, simd_peak_name(SIMD_FMA32), fma);
+        if (dp <= 0) continue;
+        for (int i = 0; i < 4; i++)
+            shape(M, dims[i / 2], dims[i % 2], threads, reps, (struct clocks){dp, dp / threads},
+                  false);
+    }
+    return 0;
 }
 
 // the step loop on 1 thread with A of a_steps and B of b_steps tiles a strip (2 strips each:
@@ -126,18 +166,19 @@ static void feed(const char *where, int64_t a_steps, int64_t b_steps, int reps, 
 int main(int argc, char **argv) {
     int reps = argc > 1 ? atoi(argv[1]) : 3, M = argc > 2 ? atoi(argv[2]) : 4096;
     char msg[256] = "";
-    if (mm16_init(msg, sizeof msg) < 0 || !mm16_set_own_kernel(true)) {
-        fprintf(stderr, "bench_amx: no AMX kernel here: %s\n", msg[0] ? msg : mm16_kernel());
-        return 77;
-    }
     if (reps < 1 || M < 1) {
         fprintf(stderr, "usage: bench_amx [REPS >= 1 [M >= 1]]\n");
         return 1;
     }
+    const int dims[2] = {2048, 8192};
+    if (mm16_init(msg, sizeof msg) < 0) {
+        fprintf(stderr, "bench_amx: %s\n", msg);
+        return 2;
+    }
+    if (!mm16_set_own_kernel(true)) return without_amx(mm16_kernel(), reps, M, dims);
     printf("AMX kernel (AMX_KC %d, AMX_NB %d, AMX_MB %d); best of %d; wall figures include the "
            "other processes' share of the cores (load), CPU figures do not\n",
            AMX_KC, AMX_NB, AMX_MB, reps);
-    const int dims[2] = {2048, 8192};
     double pk1 = 0.0;
     for (int threads = 1; threads <= 2; threads++) {
 #ifdef _OPENMP
@@ -148,7 +189,7 @@ int main(int argc, char **argv) {
                threads, pk.wall, pk.cpu);
         pk1 = threads == 1 ? pk.cpu : pk1;
         for (int i = 0; i < 4; i++)
-            shape(M, dims[i / 2], dims[i % 2], threads, reps, pk);
+            shape(M, dims[i / 2], dims[i % 2], threads, reps, pk, true);
     }
 #ifdef _OPENMP
     omp_set_num_threads(1);

@@ -9,8 +9,9 @@
 # For each thread count, ROUNDS times, alternately: float32 then bf16 (one run a round, PROMPTS
 # prompts of T tokens in batches of 8, harvesting the last layer's residual). Prints every round's
 # tokens/s, the bf16 rounds' linear-layer GFLOP/s against the bf16 peak that `harvest bench
-# --compute bf16` measures in the same run (on AMX: tdpbf16ps on tile registers, with oneDNN's
-# 4096^3 bf16 matmul beside it; elsewhere that matmul), and the
+# --compute bf16` measures in the same run (on AMX: tdpbf16ps on tile registers; elsewhere
+# vdpbf16ps on registers where the CPU has AVX512-BF16, else oneDNN's 4096^3 bf16 matmul; with
+# that matmul beside the first two), and the
 # best of each with their ratio, each mode's peak RSS against (weights + run state), and what
 # bf16 packed (matrices, MiB, the mapped pages released, the seconds packing took inside the
 # run). Take the figures on a quiet machine (a loaded one moves them by tens of percent). A
@@ -41,9 +42,10 @@ for th in $THREADS; do
             tps=$(sed -n 's/^ *\([0-9.]*\) tokens\/s.*/\1/p' "$out")
             line="  threads $th round $r $c: $tps tokens/s"
             if [ "$c" = bf16 ]; then
-                line="$line; $(sed -n -e 's/^ *compute bf16 (\([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the AMX peak measured now (\([0-9.]*\) GFLOP\/s, tdpbf16ps on registers, [0-9]* threads; 1 thread \([0-9.]*\)); oneDNN 4096^3 \([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the AMX peak \4 GFLOP\/s (tdpbf16ps on registers; 1 thread \5; oneDNN 4096^3 \6) (\1)/p' -e 's/^ *compute bf16 (\([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the bf16 peak measured now (\([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the peak \4 GFLOP\/s (oneDNN 4096^3) (\1)/p' "$out")"
+                line="$line; $(sed -n -e 's/^ *compute bf16 (\([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the AMX peak measured now (\([0-9.]*\) GFLOP\/s, tdpbf16ps on registers, [0-9]* threads; 1 thread \([0-9.]*\)); oneDNN 4096^3 \([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the AMX peak \4 GFLOP\/s (tdpbf16ps on registers; 1 thread \5; oneDNN 4096^3 \6) (\1)/p' -e 's/^ *compute bf16 (\([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the vdpbf16ps peak measured now (\([0-9.]*\) GFLOP\/s on registers, [0-9]* threads; 1 thread \([0-9.]*\)); oneDNN 4096^3 \([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the vdpbf16ps peak \4 GFLOP\/s (on registers; 1 thread \5; oneDNN 4096^3 \6) (\1)/p' -e 's/^ *compute bf16 (\([^)]*\)): linear layers \([0-9.]*\) GFLOP\/s = \([0-9]*%\) of the bf16 peak measured now (\([0-9.]*\) GFLOP\/s.*/linear layers \2 GFLOP\/s = \3 of the peak \4 GFLOP\/s (oneDNN 4096^3) (\1)/p' "$out")"
                 bf=$(echo "$tps $bf" | awk '{print ($1 > $2) ? $1 : $2}')
             else
+                line="$line; $(sed -n 's/^ *FP32 FMA peak measured now: \([0-9.]*\) GFLOP\/s (\([^)]*\)): sgemm at its shapes \([0-9]*%\) of it, the model \([0-9]*%\)/the model \4 of the FP32 FMA peak \1 GFLOP\/s (\2; sgemm at its shapes \3)/p' "$out")"
                 fp=$(echo "$tps $fp" | awk '{print ($1 > $2) ? $1 : $2}')
             fi
             echo "$line"

@@ -1,6 +1,7 @@
 // test_ops.c - kernels against their naive twins on seeded inputs, odd shapes included.
 #include "model/blocks.h"
 #include "model/ops.h"
+#include "model/simdpeak.h"
 #include "tests/check.h"
 
 #include <cblas.h> // defines: openblas_get_num_threads
@@ -593,6 +594,24 @@ static void test_swiglu_clamp_bits(void) {
     CHECK_EQ(bad, 0);
 }
 
+// the register peaks (model/simdpeak.h): the instruction the CPU has is named and measured
+// (a rate above zero), one it lacks is "none" at 0
+static void test_simd_peaks(void) {
+    __builtin_cpu_init();
+    bool z = __builtin_cpu_supports("avx512f"),
+         y = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"),
+         bf = z && __builtin_cpu_supports("avx512bf16");
+    const char *fma = simd_peak_name(SIMD_FMA32), *dp = simd_peak_name(SIMD_DPBF16);
+    CHECK(!strcmp(fma, z ? "vfmadd231ps zmm" : y ? "vfmadd231ps ymm" : "none"));
+    CHECK(!strcmp(dp, bf ? "vdpbf16ps zmm" : "none"));
+    for (int threads = 1; threads <= 2; threads++) {
+        double f = simd_peak_gflops(SIMD_FMA32, threads, 1),
+               d = simd_peak_gflops(SIMD_DPBF16, threads, 1);
+        CHECK((z || y) ? f > 1.0 : f == 0.0);
+        CHECK(bf ? d > 1.0 : d == 0.0);
+    }
+}
+
 int main(void) {
     test_matmul_matches_naive();
     test_matmul_bf16_panels();
@@ -616,5 +635,6 @@ int main(void) {
     test_exp_kernels_bits();
     test_act_mul_bits();
     test_swiglu_clamp_bits();
+    test_simd_peaks();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
