@@ -3,6 +3,7 @@
 // -mamx-bf16 -mavx512f -mavx512bf16 (CMakeLists.txt): called only after dnnl.c found AMX.
 // M = rows of in and out, K = the shared dimension, N = columns of out (rows of w)
 #include "model/amx.h"
+#include "model/hugemem.h"
 #include "model/region.h"
 
 #include <immintrin.h>
@@ -386,7 +387,7 @@ static uint16_t *input_buf(int64_t n, bool nested) {
     int64_t *cap = nested ? &a_nested_cap : &a_cap;
     if (n > *cap) {
         free(*p);
-        if (!(*p = aligned_alloc(64, sizeof(uint16_t) * (size_t)n))) die("malloc of the input");
+        if (!(*p = huge_alloc(sizeof(uint16_t) * (size_t)n))) die("malloc of the input");
         *cap = n;
     }
     return *p;

@@ -2,6 +2,7 @@
 #include "model/blocks.h"
 
 #include "model/ah.h"
+#include "model/hugemem.h"
 #include "model/ops.h"
 
 #include <math.h>
@@ -67,7 +68,7 @@ void *arena_alloc(const struct arena_piece *f, size_t nf) {
         total += (f[i].n + 15) / 16 * 16;
     // C11: the size of an aligned_alloc is a multiple of the alignment
     size_t bytes = ((size_t)total * 4 + 64 + 63) / 64 * 64;
-    float *arena = aligned_alloc(64, bytes), *p = arena;
+    float *arena = huge_alloc(bytes), *p = arena;
     if (!arena) return NULL;
     allocated += (int64_t)bytes;
     for (size_t i = 0; i < nf; i++) {

@@ -6,6 +6,7 @@
 #include "model/dnnl.h"
 
 #include "model/amx.h"
+#include "model/hugemem.h"
 #include "model/region.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -314,7 +315,7 @@ static void release(const uint16_t *w16, size_t n) {
 // w16 packed for the AMX kernel (on `threads` threads)
 static void pack_amx(struct packed *q, int threads) {
     int64_t bytes = amx_packed_bytes(q->K, q->N);
-    if (!(q->data = aligned_alloc(64, (size_t)bytes))) die("malloc of packed weights", 0);
+    if (!(q->data = huge_alloc((size_t)bytes))) die("malloc of packed weights", 0);
     amx_pack((uint16_t *)(void *)q->data, q->w16, q->K, q->N, q->kn, threads);
     bytes_packed += bytes;
     release(q->w16, sizeof(uint16_t) * (size_t)q->K * (size_t)q->N);
@@ -336,7 +337,7 @@ static struct packed *pack(const uint16_t *w16, int K, int N, bool kn, int threa
     const struct prim *pf = prim_of(K, MM16_COLS, true, 0), *pl = prim_of(K, (int)last, true, 0);
     q->full = (dnnl_memory_desc_get_size(&pf->wd) + 63) / 64 * 64;
     size_t bytes = q->full * (size_t)(n_nt - 1) + dnnl_memory_desc_get_size(&pl->wd);
-    if (!(q->data = aligned_alloc(64, (bytes + 63) / 64 * 64))) die("malloc of packed weights", 0);
+    if (!(q->data = huge_alloc(bytes))) die("malloc of packed weights", 0);
     int rc = 0;
     for (int64_t j = 0; j < n_nt && rc == 0; j++)
         rc = reorder_tile(q->data + (size_t)j * q->full, w16 + j * MM16_COLS * (kn ? 1 : K), K,
@@ -450,7 +451,7 @@ static uint16_t *input_buf(int64_t n, bool nested) {
     int64_t *cap = nested ? &a_nested_cap : &a_cap;
     if (n > *cap) {
         free(*p);
-        if (!(*p = malloc(sizeof(uint16_t) * (size_t)n))) die("malloc of the bf16 input", 0);
+        if (!(*p = huge_alloc(sizeof(uint16_t) * (size_t)n))) die("malloc of the bf16 input", 0);
         *cap = n;
     }
     return *p;

@@ -2,8 +2,12 @@
 // of their torch definitions, the tensor list's names and shapes, the arena's aligned pieces.
 #include "model/ah.h"
 #include "model/blocks.h"
+#include "model/hugemem.h"
 #include "tests/check.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,6 +64,45 @@ static void test_arena(void) {
     free(arena);
 }
 
+// a large arena (model/hugemem.h): aligned to 2 MiB, and, where the kernel gives transparent huge
+// pages on advice ("always" or "madvise" in /sys/kernel/mm/transparent_hugepage/enabled), made of
+// them once touched (AnonHugePages of its mapping in /proc/self/smaps; not under a sanitizer,
+// whose allocator maps memory its own way); an impossible size is NULL, not a crash
+static void test_huge_arena(void) {
+    float *a;
+    struct arena_piece f[] = {{(void **)&a, (int64_t)6 << 20}}; // 24 MiB
+    void *arena = arena_alloc(f, 1);
+    CHECK(arena && (uintptr_t)arena % HUGE_MIN == 0);
+    memset(a, 1, sizeof(float) * ((size_t)6 << 20));
+    char mode[128] = "";
+    FILE *fp = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    if (fp && !fgets(mode, sizeof mode, fp)) mode[0] = 0;
+    if (fp) fclose(fp);
+    bool thp = strstr(mode, "[always]") || strstr(mode, "[madvise]");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
+    long huge_kb = -1;
+    char line[512];
+    uintptr_t lo = 0, hi = 0, at = (uintptr_t)arena;
+    bool in = false;
+    fp = fopen("/proc/self/smaps", "r");
+    while (fp && fgets(line, sizeof line, fp)) {
+        unsigned long l, h;
+        if (sscanf(line, "%lx-%lx ", &l, &h) == 2 && strchr(line, '-') < strchr(line, ' '))
+            lo = l, hi = h, in = at >= lo && at < hi;
+        else if (in && !strncmp(line, "AnonHugePages:", 14))
+            huge_kb = strtol(line + 14, NULL, 10);
+    }
+    if (fp) fclose(fp);
+    if (thp) CHECK(huge_kb >= 2048);
+#endif
+    (void)thp;
+    free(arena);
+    CHECK(huge_alloc(SIZE_MAX - 16) == NULL);
+    void *small = huge_alloc(100);
+    CHECK(small && (uintptr_t)small % 64 == 0);
+    free(small);
+}
+
 // the one parser of the MLP activation names (model/ops.h), its error naming the file, the key
 // and the value
 static void test_cfg_act(void) {
@@ -79,6 +122,7 @@ int main(void) {
     test_activations();
     test_tensor_list();
     test_arena();
+    test_huge_arena();
     test_cfg_act();
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
