@@ -287,18 +287,27 @@ static int reorder_tile(char *dst, const uint16_t *w16, int K, int cols, int64_t
     return 0;
 }
 
+// the last such mapping file_mapped found, [seen_lo, seen_hi): a checkpoint's matrices lie in a
+// few (one a safetensors file), so /proc/self/maps is read once a file, not once a matrix (a
+// Laguna cut has 1,889). Set only when a matrix in it was packed, whose mapping may not be
+// unmapped before mm16_forget (dnnl.h), which clears it; written within the table's lock, like
+// every packing.
+static uintptr_t seen_lo, seen_hi;
+
 // whether [p, p + n) lies in a read-only private mapping of a file (/proc/self/maps): its pages
 // can be dropped, and come back from the file if touched again
 static bool file_mapped(const void *p, size_t n) {
+    uintptr_t a = (uintptr_t)p;
+    if (a >= seen_lo && a + n <= seen_hi) return true;
     FILE *fp = fopen("/proc/self/maps", "r");
     char line[4096];
     bool yes = false;
-    uintptr_t a = (uintptr_t)p;
     while (fp && !yes && fgets(line, sizeof line, fp)) {
         unsigned long lo, hi, ino;
         char perm[8];
         if (sscanf(line, "%lx-%lx %7s %*s %*s %lu", &lo, &hi, perm, &ino) != 4) continue;
         yes = a >= lo && a + n <= hi && ino != 0 && perm[1] != 'w' && perm[3] == 'p';
+        if (yes) seen_lo = lo, seen_hi = hi;
     }
     if (fp) fclose(fp);
     return yes;
@@ -399,6 +408,7 @@ void mm16_forget(void) {
     n_packs = cap_packs = n_plain = 0;
     bytes_packed = bytes_released = 0;
     pack_seconds = 0.0;
+    seen_lo = seen_hi = 0;
 }
 
 // ----------------------------------------------------------------------------
