@@ -30,7 +30,9 @@ LOG=$(mktemp -d)
 trap 'rm -rf "$LOG"' EXIT
 
 echo "bench_bf16: $CKPT, T = $T, $PROMPTS prompts, rounds $ROUNDS; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
-echo "  AMX: $(grep -o 'amx_bf16' /proc/cpuinfo | head -1 || true)  load: $(cut -d' ' -f1-3 /proc/loadavg)"
+FLAGS=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -E '^(avx512f|avx512_bf16|amx_bf16)$' |
+    paste -sd' ')
+echo "  CPU flags: ${FLAGS:-none of avx512f, avx512_bf16, amx_bf16}  load: $(cut -d' ' -f1-3 /proc/loadavg)"
 for th in $THREADS; do
     bf=0; fp=0
     r=1
