@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #ifdef _OPENMP
-#include <omp.h> // defines: omp_get_wtime, omp_get_num_threads
+#include <omp.h> // defines: omp_get_thread_num, omp_get_num_threads
 #endif
 
 #define TILE 512 // bf16 a tile (16 rows x 32)
@@ -459,14 +459,6 @@ static void peak_loop(void) {
     }
 }
 
-static double wall(void) {
-#ifdef _OPENMP
-    return omp_get_wtime();
-#else
-    return 0.0;
-#endif
-}
-
 // one round of peak_loop on every thread of a region of `threads`; *ran the threads it had, and
 // with t0 / t1 set the wall times around the loops (after every thread's tiles are set up)
 static void peak_round(int threads, int *ran, double *t0, double *t1) {
@@ -490,13 +482,13 @@ static void peak_round(int threads, int *ran, double *t0, double *t1) {
         if (t0) {
 #pragma omp barrier
 #pragma omp single
-            *t0 = wall();
+            *t0 = op_wall();
         }
         peak_loop();
         if (t1) {
 #pragma omp barrier
 #pragma omp single
-            *t1 = wall();
+            *t1 = op_wall();
         }
         _tile_release();
     }

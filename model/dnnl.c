@@ -20,7 +20,7 @@
 #include <sys/syscall.h> // defines: SYS_arch_prctl
 #include <unistd.h>      // defines: sysconf, syscall
 #ifdef _OPENMP
-#include <omp.h> // defines: omp_get_wtime, omp_get_max_threads, omp_set_num_threads
+#include <omp.h> // defines: omp_get_max_threads, omp_set_num_threads
 #endif
 
 static dnnl_engine_t engine;
@@ -253,14 +253,6 @@ static int n_plain;
 static int64_t bytes_packed, bytes_released;
 static double pack_seconds;
 
-static double now(void) {
-#ifdef _OPENMP
-    return omp_get_wtime();
-#else
-    return 0.0;
-#endif
-}
-
 // the plain (K, cols) view at w16 (see weights_view) reordered into dst as pr->wd lays it out;
 // 0, or -1 when oneDNN has no such reorder
 static int reorder_tile(char *dst, const uint16_t *w16, int K, int cols, int64_t ld,
@@ -333,13 +325,13 @@ static void pack_amx(struct packed *q, int threads) {
 // w16 packed (within the table's lock): for the AMX kernel (own), or the tiles' layouts are the
 // packed primitives' weights
 static struct packed *pack(const uint16_t *w16, int K, int N, bool kn, int threads) {
-    double t0 = now();
+    double t0 = op_wall();
     struct packed *q = calloc(1, sizeof *q);
     if (!q) die("calloc of a packed matrix", 0);
     *q = (struct packed){w16, K, N, kn, own, NULL, 0};
     if (own) {
         pack_amx(q, threads);
-        pack_seconds += now() - t0;
+        pack_seconds += op_wall() - t0;
         return q;
     }
     int64_t n_nt = ((int64_t)N + MM16_COLS - 1) / MM16_COLS, last = N - (n_nt - 1) * MM16_COLS;
@@ -359,7 +351,7 @@ static struct packed *pack(const uint16_t *w16, int K, int N, bool kn, int threa
         bytes_packed += (int64_t)bytes;
         release(w16, sizeof(uint16_t) * (size_t)K * (size_t)N);
     }
-    pack_seconds += now() - t0;
+    pack_seconds += op_wall() - t0;
     return q;
 }
 
@@ -492,14 +484,14 @@ static void product(float *out, const float *in, const uint16_t *w16, bool kn, i
     bool nested = op_in_region();
     int nt = nested ? 1 : threads;
     const struct packed *q = packed_of(w16, K, N, kn, nt); // the first product of w16 packs it
-    double t0 = nested ? 0.0 : now(); // (not counted: mm16_packing says how long)
+    double t0 = nested ? 0.0 : op_wall(); // (not counted: mm16_packing says how long)
     if (q && q->amx)
         amx_matmul(out, in, (const uint16_t *)(const void *)q->data, M, K, N, nt);
     else
         onednn_product(out, in, w16, kn, q, M, K, N, nested, nt);
     if (!nested) {
         n_flops += 2.0 * M * K * N;
-        n_seconds += now() - t0;
+        n_seconds += op_wall() - t0;
     }
 }
 
@@ -555,10 +547,10 @@ double mm16_peak_gflops(int n, int threads, int reps) {
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}};
     double best = 0.0;
     for (int r = 0; r <= reps; r++) { // the first run warms up
-        double t0 = now();
+        double t0 = op_wall();
         DN(dnnl_primitive_execute(p, st, 3, args));
         DN(dnnl_stream_wait(st));
-        double g = 2.0 * n * n * n / (now() - t0) * 1e-9;
+        double g = 2.0 * n * n * n / (op_wall() - t0) * 1e-9;
         if (r > 0 && g > best) best = g;
     }
 #ifdef _OPENMP

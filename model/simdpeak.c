@@ -1,20 +1,11 @@
 // simdpeak.c - the vector units' peaks on registers (simdpeak.h).
 #include "model/simdpeak.h"
 
+#include "model/region.h" // defines: op_wall
+
 #include <stdbool.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #define SIMD_PEAK_ITERS 1000000L // per accumulator and round: 0.5 / 1 GFLOP a thread (zmm)
-
-static double wall(void) {
-#ifdef _OPENMP
-    return omp_get_wtime();
-#else
-    return 0.0;
-#endif
-}
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -25,14 +16,14 @@ static volatile float sink; // the accumulators' sum goes here, so the loops are
 #define TWELVE(op) \
     op(a0), op(a1), op(a2), op(a3), op(a4), op(a5), op(a6), op(a7), op(a8), op(a9), op(a10), op(a11)
 // each accumulator its own read of the volatile zero: equal ones would be one chain to the compiler
-#define Z5(v) _mm512_set1_ps(v)
-#define Y2(v) _mm256_set1_ps(v)
+#define ZSET(v) _mm512_set1_ps(v)
+#define YSET(v) _mm256_set1_ps(v)
 
 __attribute__((target("avx512f"))) static long fma_zmm(long iters) {
     volatile float zero = 0.0f;
-    __m512 x = _mm512_set1_ps(zero), a0 = Z5(zero), a1 = Z5(zero), a2 = Z5(zero), a3 = Z5(zero),
-           a4 = Z5(zero), a5 = Z5(zero), a6 = Z5(zero), a7 = Z5(zero), a8 = Z5(zero), a9 = Z5(zero),
-           a10 = Z5(zero), a11 = Z5(zero);
+    __m512 x = _mm512_set1_ps(zero), a0 = ZSET(zero), a1 = ZSET(zero), a2 = ZSET(zero),
+           a3 = ZSET(zero), a4 = ZSET(zero), a5 = ZSET(zero), a6 = ZSET(zero), a7 = ZSET(zero),
+           a8 = ZSET(zero), a9 = ZSET(zero), a10 = ZSET(zero), a11 = ZSET(zero);
 #define FMA_Z(a) (a = _mm512_fmadd_ps(x, x, a))
     for (long i = 0; i < iters; i++)
         TWELVE(FMA_Z);
@@ -45,9 +36,9 @@ __attribute__((target("avx512f"))) static long fma_zmm(long iters) {
 
 __attribute__((target("avx2,fma"))) static long fma_ymm(long iters) {
     volatile float zero = 0.0f;
-    __m256 x = _mm256_set1_ps(zero), a0 = Y2(zero), a1 = Y2(zero), a2 = Y2(zero), a3 = Y2(zero),
-           a4 = Y2(zero), a5 = Y2(zero), a6 = Y2(zero), a7 = Y2(zero), a8 = Y2(zero), a9 = Y2(zero),
-           a10 = Y2(zero), a11 = Y2(zero);
+    __m256 x = _mm256_set1_ps(zero), a0 = YSET(zero), a1 = YSET(zero), a2 = YSET(zero),
+           a3 = YSET(zero), a4 = YSET(zero), a5 = YSET(zero), a6 = YSET(zero), a7 = YSET(zero),
+           a8 = YSET(zero), a9 = YSET(zero), a10 = YSET(zero), a11 = YSET(zero);
 #define FMA_Y(a) (a = _mm256_fmadd_ps(x, x, a))
     for (long i = 0; i < iters; i++)
         TWELVE(FMA_Y);
@@ -62,9 +53,9 @@ __attribute__((target("avx2,fma"))) static long fma_ymm(long iters) {
 
 __attribute__((target("avx512f,avx512bf16"))) static long dpbf16_zmm(long iters) {
     volatile float zero = 0.0f;
-    __m512 x = _mm512_set1_ps(zero), a0 = Z5(zero), a1 = Z5(zero), a2 = Z5(zero), a3 = Z5(zero),
-           a4 = Z5(zero), a5 = Z5(zero), a6 = Z5(zero), a7 = Z5(zero), a8 = Z5(zero), a9 = Z5(zero),
-           a10 = Z5(zero), a11 = Z5(zero);
+    __m512 x = _mm512_set1_ps(zero), a0 = ZSET(zero), a1 = ZSET(zero), a2 = ZSET(zero),
+           a3 = ZSET(zero), a4 = ZSET(zero), a5 = ZSET(zero), a6 = ZSET(zero), a7 = ZSET(zero),
+           a8 = ZSET(zero), a9 = ZSET(zero), a10 = ZSET(zero), a11 = ZSET(zero);
     __m512bh b = (__m512bh)_mm512_castps_si512(x);
 #define DP_Z(a) (a = _mm512_dpbf16_ps(a, b, b))
     for (long i = 0; i < iters; i++)
@@ -114,11 +105,11 @@ double simd_peak_gflops(enum simd_peak kind, int threads, int reps) {
         {
 #pragma omp barrier
 #pragma omp single
-            t0 = wall();
+            t0 = op_wall();
             flops = (double)loop(SIMD_PEAK_ITERS);
 #pragma omp barrier
 #pragma omp single
-            t1 = wall();
+            t1 = op_wall();
         }
         double g = t1 > t0 ? flops / (t1 - t0) * 1e-9 : 0.0;
         if (r > 0 && g > best) best = g;
