@@ -9,9 +9,10 @@
 void *huge_alloc(size_t bytes) {
     size_t align = bytes >= HUGE_MIN ? HUGE_MIN : 64;
     if (bytes > SIZE_MAX - align) return NULL;
-    void *p = aligned_alloc(align, (bytes + align - 1) / align * align); // C11: a multiple of it
+    size_t n = (bytes + align - 1) / align * align; // C11: aligned_alloc takes a multiple of it
+    void *p = aligned_alloc(align, n);
 #ifdef MADV_HUGEPAGE
-    if (p && align == HUGE_MIN) madvise(p, (bytes + align - 1) / align * align, MADV_HUGEPAGE);
+    if (p && align == HUGE_MIN) madvise(p, n, MADV_HUGEPAGE);
 #endif
     return p;
 }
