@@ -82,13 +82,13 @@ static void test_huge_arena(void) {
 #if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_UNDEFINED__)
     long huge_kb = -1;
     char line[512];
-    uintptr_t lo = 0, hi = 0, at = (uintptr_t)arena;
-    bool in = false;
+    uintptr_t at = (uintptr_t)arena;
+    bool in = false; // within the mapping that holds the arena
     fp = fopen("/proc/self/smaps", "r");
     while (fp && fgets(line, sizeof line, fp)) {
-        unsigned long l, h;
-        if (sscanf(line, "%lx-%lx ", &l, &h) == 2 && strchr(line, '-') < strchr(line, ' '))
-            lo = l, hi = h, in = at >= lo && at < hi;
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' '))
+            in = at >= lo && at < hi;
         else if (in && !strncmp(line, "AnonHugePages:", 14))
             huge_kb = strtol(line + 14, NULL, 10);
     }
