@@ -8,7 +8,12 @@ checked by what the process really ran: outputs bitwise equal to a run on the na
 The machine decides one branch: where OpenBLAS's own choice is a fallback (Debian's 0.3.21 picks
 Prescott on a 5th-generation Xeon), the plain run must switch; elsewhere it must keep OpenBLAS's
 choice. HARVEST_BLAS_ASSUME_CORE=Prescott (a test hook: take OpenBLAS's choice to be Prescott)
-exercises the switch and its failure path on any CPU with AVX2."""
+exercises the switch and its failure path on any CPU with AVX2.
+
+"Nothing set" is nothing set: OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE (some machines' environments
+set them, for older OpenBLAS builds than Debian's on CPUs newer than they are) are removed from
+the environment of these harvest processes alone, both together; a run with OPENBLAS_CORETYPE in
+the environment is the "user's core" case, checked below with each core by name."""
 import ctypes.util
 import os
 import re
@@ -20,11 +25,9 @@ from util import args, check, finish, init_model, output_diff, run, write_job, w
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=5)
 write_prompts(f"{work}/prompts.jsonl", [40, 3, 17, 64, 9], seed=5)
-BASE = dict(os.environ)
-BASE.pop("OPENBLAS_CORETYPE", None)
-for k in list(BASE):
-    if k.startswith("HARVEST_BLAS_"):
-        BASE.pop(k)
+UNSET = ["OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"] + [k for k in os.environ
+                                                     if k.startswith("HARVEST_BLAS_")]
+BASE = {k: v for k, v in os.environ.items() if k not in UNSET}
 LEVEL = {"Prescott": 1, "Core2": 1, "Penryn": 1, "Nehalem": 1, "Atom": 1, "Sandybridge": 2,
          "Haswell": 3, "Zen": 3, "SkylakeX": 4, "Cooperlake": 4, "SapphireRapids": 4}
 
@@ -52,7 +55,7 @@ def best_core():
 def harvest_run(name, quiet=False, **env):
     job = write_job(f"{work}/{name}.json", activations=["decoder_3_output", "logits"],
                     batch_size=2, output={"path": f"{name}.h5"})
-    e = dict(BASE)
+    e = dict.fromkeys(UNSET)  # None: removed (util.run)
     e.update(env)
     p = run(harvest, "run", job, *(["--quiet"] if quiet else []), env=e, check=0)
     m = re.search(r"^harvest: BLAS (OpenBLAS \S+), core (\S+) \((.*)\)$", p.stderr, re.M)

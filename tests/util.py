@@ -48,11 +48,15 @@ def args():
 
 
 def run(harvest, *a, check=None, timeout=600, env=None):
-    """Runs harvest; returns CompletedProcess. check=N asserts the exit code."""
+    """Runs harvest; returns CompletedProcess. check=N asserts the exit code. env: variables set
+    over this process's environment (a value None removes that variable)."""
     e = dict(os.environ)
     e.setdefault("OPENBLAS_NUM_THREADS", "1")
-    if env:
-        e.update(env)
+    for k, v in (env or {}).items():
+        if v is None:
+            e.pop(k, None)
+        else:
+            e[k] = v
     p = subprocess.run([harvest, *a], capture_output=True, text=True, timeout=timeout, env=e)
     if check is not None and p.returncode != check:
         sys.exit(f"FAIL: harvest {' '.join(a)}: exit {p.returncode}, expected {check}\n"
