@@ -12,6 +12,8 @@
 #include <oneapi/dnnl/dnnl.h>
 
 #include <cpuid.h> // defines: __get_cpuid_count
+#include <sched.h> // defines: sched_yield
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,18 +242,24 @@ static struct tls *mine(size_t scratch) {
 struct packed {
     const uint16_t *w16;
     int K, N;
-    bool kn;     // w16 is (K, N) row-major
-    bool amx;    // packed for the AMX kernel (amx.h), not for oneDNN's tiles
-    char *data;  // the column tiles one after another; owned (NULL: the plain path)
-    size_t full; // bytes of a full tile's (MM16_COLS columns), a multiple of 64
+    bool kn;           // w16 is (K, N) row-major
+    bool amx;          // packed for the AMX kernel (amx.h), not for oneDNN's tiles
+    char *data;        // the column tiles one after another; owned (NULL: the plain path)
+    size_t full;       // bytes of a full tile's (MM16_COLS columns), a multiple of 64
+    atomic_bool ready; // packed (data and full are set): until then only its packer reads them
 };
 
+// The table: entries are added within the lock critical(mm16_packs) and packed outside it, by the
+// thread that added them, so that the threads of a parallel region (a mixture's experts) pack
+// their matrices at once; a thread that wants a matrix another is packing waits for it.
 static struct packed **packs; // n_packs (each its own allocation: stays put as the table grows)
 static int n_packs, cap_packs;
 static bool packing = true;
-static int n_plain;
+// within the lock too: the figures of mm16_packing, and the threads packing now (pack_seconds is
+// the wall time during which at least one was, since pack_since)
+static int n_plain, n_packing;
 static int64_t bytes_packed, bytes_released;
-static double pack_seconds;
+static double pack_seconds, pack_since;
 
 // the plain (K, cols) view at w16 (see weights_view) reordered into dst as pr->wd lays it out;
 // 0, or -1 when oneDNN has no such reorder
@@ -282,8 +290,8 @@ static int reorder_tile(char *dst, const uint16_t *w16, int K, int cols, int64_t
 // the last such mapping file_mapped found, [seen_lo, seen_hi): a checkpoint's matrices lie in a
 // few (one a safetensors file), so /proc/self/maps is read once a file, not once a matrix (a
 // Laguna cut has 1,889). Set only when a matrix in it was packed, whose mapping may not be
-// unmapped before mm16_forget (dnnl.h), which clears it; written within the table's lock, like
-// every packing.
+// unmapped before mm16_forget (dnnl.h), which clears it; read and written within the lock
+// critical(mm16_maps).
 static uintptr_t seen_lo, seen_hi;
 
 // whether [p, p + n) lies in a read-only private mapping of a file (/proc/self/maps): its pages
@@ -305,34 +313,29 @@ static bool file_mapped(const void *p, size_t n) {
     return yes;
 }
 
-// the whole pages of w16's mapping released (a file's: see file_mapped)
-static void release(const uint16_t *w16, size_t n) {
+// the bytes of the whole pages of w16's mapping released (a file's: see file_mapped), or 0
+static int64_t release(const uint16_t *w16, size_t n) {
     uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)w16;
     uintptr_t lo = (a + pg - 1) / pg * pg, hi = (a + n) / pg * pg;
-    if (hi <= lo || !file_mapped(w16, n)) return;
-    if (madvise((void *)lo, hi - lo, MADV_DONTNEED) == 0) bytes_released += (int64_t)(hi - lo);
+    bool mapped = false;
+    if (hi > lo) {
+#pragma omp critical(mm16_maps)
+        mapped = file_mapped(w16, n);
+    }
+    if (!mapped || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) return 0;
+    return (int64_t)(hi - lo);
 }
 
-// w16 packed for the AMX kernel (on `threads` threads)
-static void pack_amx(struct packed *q, int threads) {
-    int64_t bytes = amx_packed_bytes(q->K, q->N);
-    if (!(q->data = huge_alloc((size_t)bytes))) die("malloc of packed weights", 0);
-    amx_pack((uint16_t *)(void *)q->data, q->w16, q->K, q->N, q->kn, threads);
-    bytes_packed += bytes;
-    release(q->w16, sizeof(uint16_t) * (size_t)q->K * (size_t)q->N);
-}
-
-// w16 packed (within the table's lock): for the AMX kernel (own), or the tiles' layouts are the
-// packed primitives' weights
-static struct packed *pack(const uint16_t *w16, int K, int N, bool kn, int threads) {
-    double t0 = op_wall();
-    struct packed *q = calloc(1, sizeof *q);
-    if (!q) die("calloc of a packed matrix", 0);
-    *q = (struct packed){w16, K, N, kn, own, NULL, 0};
-    if (own) {
-        pack_amx(q, threads);
-        pack_seconds += op_wall() - t0;
-        return q;
+// q's packed copy made (outside the table's lock, on `threads` threads): for the AMX kernel
+// (q->amx), or the tiles' layouts are the packed primitives' weights (NULL data where oneDNN has
+// no such reorder); its bytes, 0 when left plain
+static int64_t pack(struct packed *q, int threads) {
+    int K = q->K, N = q->N;
+    if (q->amx) {
+        int64_t bytes = amx_packed_bytes(K, N);
+        if (!(q->data = huge_alloc((size_t)bytes))) die("malloc of packed weights", 0);
+        amx_pack((uint16_t *)(void *)q->data, q->w16, K, N, q->kn, threads);
+        return bytes;
     }
     int64_t n_nt = ((int64_t)N + MM16_COLS - 1) / MM16_COLS, last = N - (n_nt - 1) * MM16_COLS;
     const struct prim *pf = prim_of(K, MM16_COLS, true, 0), *pl = prim_of(K, (int)last, true, 0);
@@ -341,23 +344,19 @@ static struct packed *pack(const uint16_t *w16, int K, int N, bool kn, int threa
     if (!(q->data = huge_alloc(bytes))) die("malloc of packed weights", 0);
     int rc = 0;
     for (int64_t j = 0; j < n_nt && rc == 0; j++)
-        rc = reorder_tile(q->data + (size_t)j * q->full, w16 + j * MM16_COLS * (kn ? 1 : K), K,
-                          j < n_nt - 1 ? MM16_COLS : (int)last, kn ? N : 0, j < n_nt - 1 ? pf : pl);
-    if (rc < 0) {
-        free(q->data);
-        q->data = NULL;
-        n_plain++;
-    } else {
-        bytes_packed += (int64_t)bytes;
-        release(w16, sizeof(uint16_t) * (size_t)K * (size_t)N);
-    }
-    pack_seconds += op_wall() - t0;
-    return q;
+        rc = reorder_tile(q->data + (size_t)j * q->full, q->w16 + j * MM16_COLS * (q->kn ? 1 : K),
+                          K, j < n_nt - 1 ? MM16_COLS : (int)last, q->kn ? N : 0,
+                          j < n_nt - 1 ? pf : pl);
+    if (rc == 0) return (int64_t)bytes;
+    free(q->data);
+    q->data = NULL;
+    return 0;
 }
 
 // w16's packed matrix, packed now if new (NULL: packing off)
 static const struct packed *packed_of(const uint16_t *w16, int K, int N, bool kn, int threads) {
     struct packed *r = NULL;
+    bool new = false;
     if (!packing) return NULL;
 #pragma omp critical(mm16_packs)
     {
@@ -370,9 +369,25 @@ static const struct packed *packed_of(const uint16_t *w16, int K, int N, bool kn
                 packs = realloc(packs, sizeof *packs * (size_t)cap_packs);
                 if (!packs) die("realloc of the packed matrices' table", 0);
             }
-            r = packs[n_packs++] = pack(w16, K, N, kn, threads);
+            if (!(r = calloc(1, sizeof *r))) die("calloc of a packed matrix", 0);
+            *r = (struct packed){w16, K, N, kn, own, NULL, 0, false};
+            packs[n_packs++] = r, new = true;
+            if (n_packing++ == 0) pack_since = op_wall();
         }
     }
+    if (!new) { // packed, or being packed by another thread
+        while (!atomic_load_explicit(&r->ready, memory_order_acquire))
+            sched_yield();
+        return r;
+    }
+    int64_t bytes = pack(r, threads);
+    int64_t freed = bytes ? release(w16, sizeof(uint16_t) * (size_t)K * (size_t)N) : 0;
+#pragma omp critical(mm16_packs)
+    {
+        bytes_packed += bytes, bytes_released += freed, n_plain += bytes == 0;
+        if (--n_packing == 0) pack_seconds += op_wall() - pack_since;
+    }
+    atomic_store_explicit(&r->ready, true, memory_order_release);
     return r;
 }
 

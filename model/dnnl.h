@@ -22,8 +22,10 @@
 // reorder to keeps the plain path (counted in mm16_packing). The packed copy is a pure reorder
 // (bits moved, none changed), and a packed tile is a function of (K, cols) and its row like a
 // plain one, so the determinism below holds for both; a packed and a plain product of the same
-// operands may differ in the last bits (another kernel). w16 must not change, nor its mapping
-// be unmapped, before mm16_forget.
+// operands may differ in the last bits (another kernel). Within a parallel region (a mixture's
+// experts) the threads pack the matrices they meet first at once, each its own; a thread that
+// wants a matrix another is packing waits for it. w16 must not change, nor its mapping be
+// unmapped, before mm16_forget.
 //
 // Determinism (oneDNN; the AMX kernel's is amx.h's, the same contract): oneDNN picks its K blocking
 // from the whole shape (M too: at K=2048, N=8192 a call of 128 rows rounds differently from one of
@@ -73,8 +75,9 @@ void mm16_set_packing(bool on);
 // Not during a product.
 void mm16_forget(void);
 // The table's matrices packed and left plain, the packed copies' bytes, the mapped bytes
-// released, and the seconds spent packing (not counted in mm16_counters); when the table is
-// empty, the figures it had when last forgotten (a run's, read after its model was freed).
+// released, and the wall seconds during which a thread was packing (not counted in
+// mm16_counters); when the table is empty, the figures it had when last forgotten (a run's, read
+// after its model was freed).
 struct mm16_packing {
     int n_packed, n_plain;
     int64_t bytes, released;

@@ -12,6 +12,8 @@
 //   - packing: a matrix is packed once (the second product does not pack again) into the bytes
 //     the primitives ask for; mm16_set_packing(false) takes the plain path; mm16_forget empties
 //     the table (its figures kept for mm16_packing) and the next product packs again;
+//   - packing in a parallel region: threads pack their matrices at once, a matrix two threads
+//     ask for at once is packed once, and the results are one thread's bits;
 //   - release: a matrix in a read-only private file mapping has its pages released after
 //     packing (mm16_packing().released > 0), the product after that is unchanged and the
 //     mapping still reads its bytes (they come back from the file); a malloc'd matrix is left
@@ -137,6 +139,42 @@ static void test_matmul_shape(int K, int N, bool packed) {
     free(w), free(in), free(o1), free(o2), free(row);
 }
 
+// products inside a parallel region (a mixture's experts): each thread packs its own matrices
+// while the other packs its own, a matrix that two threads ask for at once is packed once (the
+// second waits for it), and every result is bitwise what one thread alone computes
+static void test_packing_in_region(void) {
+    enum { NM = 6, M = 70, K = 320, N = 1100, CALLS = 4 * NM };
+    const int64_t n = (int64_t)N * K;
+    uint16_t *w[NM];
+    float *in = malloc(sizeof(float) * (size_t)M * K);
+    float *want = malloc(sizeof(float) * (size_t)NM * M * N);
+    float *got = malloc(sizeof(float) * (size_t)CALLS * M * N);
+    check_fill(in, (int64_t)M * K, 9);
+    for (int i = 0; i < NM; i++) {
+        w[i] = bf16_matrix(n, 900 + (uint64_t)i);
+        mm16_matmul(want + (int64_t)i * M * N, in, w[i], M, K, N, 1); // one thread, one at a time
+    }
+    mm16_forget();
+    set_threads(2);
+    // calls 2j and 2j + 1 (one a thread) ask for matrix (j % NM): at once, while neither is packed
+#pragma omp parallel for num_threads(2) schedule(static, 1)
+    for (int c = 0; c < CALLS; c++)
+        mm16_matmul(got + (int64_t)c * M * N, in, w[c / 2 % NM], M, K, N, 2);
+    set_threads(1);
+    for (int c = 0; c < CALLS; c++)
+        CHECK(memcmp(got + (int64_t)c * M * N, want + (int64_t)(c / 2 % NM) * M * N,
+                     sizeof(float) * (size_t)M * N) == 0);
+    struct mm16_packing p = mm16_packing();
+    CHECK_EQ(p.n_packed, NM); // once each
+    CHECK_EQ(p.n_plain, 0);
+    CHECK(p.bytes >= (int64_t)sizeof(uint16_t) * NM * n);
+    CHECK(p.seconds > 0.0);
+    mm16_forget();
+    for (int i = 0; i < NM; i++)
+        free(w[i]);
+    free(in), free(want), free(got);
+}
+
 // the packed path on a matrix in a file mapping: pages released, results and bytes unchanged
 static void test_release_mapped(void) {
     const int K = 1024, N = 1024, M = 64;
@@ -190,6 +228,7 @@ int main(void) {
             for (int packed = 0; packed < 2; packed++)
                 test_matmul_shape(shapes[i][0], shapes[i][1], packed);
         test_release_mapped();
+        test_packing_in_region();
     }
     return check_failures ? EXIT_FAILURE : EXIT_SUCCESS;
 }
