@@ -34,6 +34,11 @@
 // sae_pre's (rows, d_sae) buffer holds at most this many floats (64 MiB): a view of more rows
 // is encoded in chunks of rows (env AH_SAE_ROWS, a test hook, sets the rows a chunk)
 #define SAE_PRE_FLOATS ((int64_t)1 << 24)
+// a chunk's rows, a multiple of this: OpenBLAS's kernels compute a row by its place in the call
+// modulo their row block, so that a chunk of other rows can change its last bits (OpenBLAS
+// 0.3.21's AVX2 kernels, Haswell and Zen: chunks of 16 rows do); with chunks of a multiple of 48
+// rows, each row gets the bits of one GEMM over the whole view on every core of 0.3.21 measured
+#define SAE_ROW_BLOCK 48
 
 // ---------------------------------------------------------------------------------------------
 // the job's "saes" against the catalogue
@@ -417,7 +422,8 @@ static int saes_open(struct saes *sa, const struct grid *g, struct ah_error *err
         sa->r[k].part = sa->part + off;
     const char *rows = getenv("AH_SAE_ROWS");
     sa->rows = rows && atoll(rows) > 0 ? atoll(rows) : SAE_PRE_FLOATS / Dmax;
-    sa->rows = sa->rows < 1 ? 1 : sa->rows > S ? S : sa->rows;
+    sa->rows = sa->rows < SAE_ROW_BLOCK ? SAE_ROW_BLOCK : sa->rows / SAE_ROW_BLOCK * SAE_ROW_BLOCK;
+    sa->rows = sa->rows > S ? S : sa->rows;
     size_t SC = (size_t)(S * Cmax), SD = (size_t)(sa->rows * Dmax);
     sa->x = malloc(SC * sizeof *sa->x), sa->u = malloc(SC * sizeof *sa->u);
     sa->y = malloc(SC * sizeof *sa->y), sa->nrm = malloc((size_t)(2 * S) * sizeof *sa->nrm);
