@@ -165,13 +165,19 @@ void blas_select(char **argv) {
         reexec(argv, detected, "-", detected);
         return;
     }
-    if (user && *user) {
-        snprintf(described, sizeof described, "core %s (OPENBLAS_CORETYPE=%s)", core, user);
+    struct cpu_isa isa = cpu_isa_detect();
+    if (user && *user) { // kept; the line says when the CPU has wider kernels than it
+        const char *wider = !blas_better_core(core, isa) ? ""
+                            : isa.avx512
+                                ? "; the CPU has AVX-512: unset it for faster kernels"
+                                : "; the CPU has AVX2 and FMA: unset it for faster kernels";
+        snprintf(described, sizeof described, "core %s (OPENBLAS_CORETYPE=%s%s)", core, user,
+                 wider);
         return;
     }
     const char *assume = getenv(ENV_ASSUME);
     if (assume && *assume) core = assume;
-    const char *better = blas_better_core(core, cpu_isa_detect());
+    const char *better = blas_better_core(core, isa);
     if (better) reexec(argv, better, better, core);
     snprintf(described, sizeof described, "core %s (OpenBLAS's choice)", core);
 }

@@ -7,7 +7,8 @@
 // has not set OPENBLAS_CORETYPE, harvest re-executes itself with OPENBLAS_CORETYPE set to the
 // right core; the new process checks that it got that core and that an sgemm agrees with a naive
 // product before it goes on, else it goes back to OpenBLAS's own choice and warns. A user's own
-// OPENBLAS_CORETYPE is never overridden.
+// OPENBLAS_CORETYPE is never overridden; when it names a core below what the CPU runs, the
+// start-up line says so (some clusters' and containers' environments set it).
 #ifndef AH_BLASCHECK_H
 #define AH_BLASCHECK_H
 

@@ -1,9 +1,10 @@
 """The BLAS kernel check (harvest/blascheck.c): `run` and `bench` name the BLAS and its core in
 their start-up line; when OpenBLAS fell back to a generic core on a CPU with AVX2 or AVX-512 and
 OPENBLAS_CORETYPE is not set, harvest re-executes itself with the right core (checked by an sgemm
-against a naive product); a user's OPENBLAS_CORETYPE is never overridden; a core that fails the
-check is dropped for OpenBLAS's own choice with a warning (also under --quiet). Every case is
-checked by what the process really ran: outputs bitwise equal to a run on the named core.
+against a naive product); a user's OPENBLAS_CORETYPE is never overridden (the start-up line says
+when the CPU runs wider kernels than it); a core that fails the check is dropped for OpenBLAS's
+own choice with a warning (also under --quiet). Every case is checked by what the process really
+ran: outputs bitwise equal to a run on the named core.
 
 The machine decides one branch: where OpenBLAS's own choice is a fallback (Debian's 0.3.21 picks
 Prescott on a 5th-generation Xeon), the plain run must switch; elsewhere it must keep OpenBLAS's
@@ -75,9 +76,13 @@ fallback = best is not None and LEVEL.get(own, 9) < LEVEL[best]
 # a user's core is never overridden: the reference outputs of each core (OpenBLAS's own choice
 # too, which the plain run is compared with where it is not a fallback: Cooperlake on an AMD EPYC
 # of family 25 model 17, where the best core by flags is SkylakeX)
+# (the line says when the CPU has wider kernels than the core set)
 for core in dict.fromkeys(["Prescott", best or own, own]):
     p, m = harvest_run(f"user-{core}", OPENBLAS_CORETYPE=core)
-    check(m.group(2) == core and m.group(3) == f"OPENBLAS_CORETYPE={core}",
+    wider = "" if best is None or LEVEL[core] >= LEVEL[best] else \
+        "; the CPU has %s: unset it for faster kernels" % (
+            "AVX-512" if best == "SkylakeX" else "AVX2 and FMA")
+    check(m.group(2) == core and m.group(3) == f"OPENBLAS_CORETYPE={core}{wider}",
           f"OPENBLAS_CORETYPE={core} kept: {m.group(0)}")
     check("warning" not in p.stderr, f"no warning with OPENBLAS_CORETYPE={core}")
 
