@@ -167,12 +167,12 @@ void blas_select(char **argv) {
     }
     struct cpu_isa isa = cpu_isa_detect();
     if (user && *user) { // kept; the line says when the CPU has wider kernels than it
-        const char *wider = !blas_better_core(core, isa) ? ""
-                            : isa.avx512
-                                ? "; the CPU has AVX-512: unset it for faster kernels"
-                                : "; the CPU has AVX2 and FMA: unset it for faster kernels";
-        snprintf(described, sizeof described, "core %s (OPENBLAS_CORETYPE=%s%s)", core, user,
-                 wider);
+        if (blas_better_core(core, isa))
+            snprintf(described, sizeof described,
+                     "core %s (OPENBLAS_CORETYPE=%s; the CPU has %s: unset it for faster kernels)",
+                     core, user, isa.avx512 ? "AVX-512" : "AVX2 and FMA");
+        else
+            snprintf(described, sizeof described, "core %s (OPENBLAS_CORETYPE=%s)", core, user);
         return;
     }
     const char *assume = getenv(ENV_ASSUME);

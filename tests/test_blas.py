@@ -21,7 +21,8 @@ import re
 import shutil
 import subprocess
 
-from util import args, check, finish, init_model, output_diff, run, write_job, write_prompts
+from util import (args, check, cpu_flags, finish, init_model, output_diff, run, write_job,
+                  write_prompts)
 
 harvest, work = args()
 init_model(harvest, f"{work}/model", seed=5)
@@ -44,7 +45,7 @@ def own_core():
 
 
 def best_core():
-    flags = set(open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split())
+    flags = cpu_flags()
     amd = "AuthenticAMD" in open("/proc/cpuinfo").read()
     if {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"} <= flags:
         return "SkylakeX"

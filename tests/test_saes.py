@@ -62,8 +62,8 @@ import time
 import h5py
 import numpy as np
 
-from util import (MPI_ENV, args, check, finish, init_model, reader, run, stop_mid_run,
-                  wait_started, write_job, write_prompts)
+from util import (MPI_ENV, args, check, cpu_flags, finish, init_model, reader, run,
+                  stop_mid_run, wait_started, write_job, write_prompts)
 import sae_ref  # tests/ref, on the path util makes
 
 harvest, work = args()
@@ -446,7 +446,7 @@ check(peak <= bound, f"big SAE: peak RSS {peak / 2**20:.1f} MiB <= {bound / 2**2
       f"a batch + 3 x 16 a stored entry's exemplar + 2 x (8 k + 16) a token + 32 MiB)")
 big_run("bigc", bg, env={"AH_SAE_ROWS": "5"})  # rounded to 48 rows: a view of 88 is two chunks
 same_saes(f"{work}/big.h5", f"{work}/bigc.h5", "big SAE encoded in chunks of 48 rows", want=BIG)
-if {"avx2", "fma"} <= set(open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split()):
+if {"avx2", "fma"} <= cpu_flags():
     hw = {"OPENBLAS_CORETYPE": "Haswell"}  # a user's core: harvest keeps it
     big_run("bigh", bg, env=hw)
     big_run("bighc", bg, env=dict(hw, AH_SAE_ROWS="5"))

@@ -47,6 +47,11 @@ def args():
     return harvest, work
 
 
+def cpu_flags():
+    """The CPU's flags as /proc/cpuinfo lists them (its first processor)"""
+    return set(open("/proc/cpuinfo").read().split("flags")[1].split("\n")[0].split())
+
+
 def run(harvest, *a, check=None, timeout=600, env=None):
     """Runs harvest; returns CompletedProcess. check=N asserts the exit code. env: variables set
     over this process's environment (a value None removes that variable)."""
