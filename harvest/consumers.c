@@ -114,7 +114,7 @@ int consumers_final(const struct plan *pl, const struct out_ops *out,
 }
 
 struct tap consumers_tap(struct consumers *cs) {
-    return (struct tap){cs->want, fan_out, cs, NULL, NULL};
+    return (struct tap){cs->want, fan_out, cs, NULL, NULL, false};
 }
 
 double consumers_seconds(const struct consumers *cs, const char *name) {

@@ -150,7 +150,7 @@ static int ng_one(struct ng_pass *g, int64_t k, const struct tap *tp, int64_t *a
 // This rank's batches, in rounds of one batch a rank; after each round the ranks agree on a
 // failure and on a stop signal (any rank's: every rank stops, -AH_ESTOP).
 static int ng_forward(struct ng_pass *g, struct ah_error *err) {
-    struct tap tp = {g->want, ng_take, g, NULL, NULL};
+    struct tap tp = {g->want, ng_take, g, NULL, NULL, false};
     int64_t K = place_batches(&g->pc), at = 0, tokens = 0;
     int rc = 0;
     g->t0 = g->last = now_seconds();

@@ -213,6 +213,10 @@ static int run_batch(struct rank_run *rr, int64_t k, const float *in, struct ah_
     for (int a = 0; in && a < rr->n_hand; a++)
         memcpy(rr->hand[a], in + a * hand_n, hand_n * sizeof(float));
     struct tap tp = consumers_tap(&rr->cons);
+    // the last stage sends nothing on: its last block stops at the last value asked of it (one
+    // expert shard only: the shards of a stage run the forward in lockstep, and shard 0 alone
+    // takes the values, so the others could not know where it stops)
+    tp.stream_ends = rr->pipe.last && rr->g->n_shards == 1;
     struct cbatch cb = {k, r.p0, n, rr->lens, rr->boff, t0, bt.n_tokens, bt.ids, rr->keep};
     int rc = consumers_begin(&rr->cons, &cb, err);
     if (rc < 0) return rc;

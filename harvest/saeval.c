@@ -148,7 +148,7 @@ static int splice_one(struct saeval *ev, struct ev_sae *e, const struct model *m
     int s = e->start > 0 ? start_index(ev, e->start) : -1;
     memset(ev->wr, 0, (size_t)m->n_cat);
     ev->wr[e->id] = 1;
-    struct tap tp = {ev->want, ev_take, ev, ev->wr, ev_write};
+    struct tap tp = {ev->want, ev_take, ev, ev->wr, ev_write, false};
     ev->cur = e;
     ev->bt = bt;
     ev->refused = 0;
@@ -176,6 +176,9 @@ int saeval_forward(struct saeval *ev, const struct model *m, struct model_state 
     int n_hand = 0, at = b0;
     model_handoff(m, st, hand, &n_hand);
     int64_t N = bt->n_tokens * model_hidden(m);
+    struct tap whole = *tp; // the stream is kept at the splice sites: every block runs whole
+    whole.stream_ends = false;
+    tp = &whole;
     for (int s = 0; s < ev->n_starts; s++) { // the clean forward, the stream saved on the way
         if (ev->starts[s] < b1) model_forward(m, st, bt, tp, at, ev->starts[s]);
         if (ev->starts[s] < b1) at = ev->starts[s];

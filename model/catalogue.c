@@ -72,6 +72,16 @@ int cat_walk(const struct cat_family *f, int *id, struct tap_desc *out) {
     return n;
 }
 
+int cat_block_reach(const int *id, int n_layer, int l, int blk_end, const struct tap *tp) {
+    if (l != blk_end - 1 || !tp || !tp->stream_ends) return CAT_LAYER_OUTPUT;
+    for (int k = CAT_LAYER_OUTPUT + 1; blk_end == n_layer && k < CAT_N; k++)
+        if (tap_wants(tp, id[(n_layer + 1) * CAT_N + k])) return CAT_LAYER_OUTPUT;
+    int reach = -1;
+    for (int k = 0; k <= CAT_LAYER_OUTPUT; k++)
+        if (tap_wants(tp, id[(l + 1) * CAT_N + k])) reach = k;
+    return reach;
+}
+
 bool cat_wants_kind(const int *id, int n_layer, const uint8_t *want, enum cat_kind kind) {
     for (int l = 0; l < n_layer; l++) {
         int i = id[(l + 1) * CAT_N + kind];

@@ -269,4 +269,11 @@ int cat_walk(const struct cat_family *f, int *id, struct tap_desc *out);
 // the id table cat_walk filled.
 bool cat_wants_kind(const int *id, int n_layer, const uint8_t *want, enum cat_kind kind);
 
+// How far a forward call runs block l (an enum cat_kind: the block's values come in that order):
+// CAT_LAYER_OUTPUT, the whole block, unless l is the call's last block (blk_end - 1), tp says
+// nothing reads the stream after it (tp->stream_ends) and, when blk_end is n_layer, no value
+// after the blocks is wanted; then the last kind of block l that tp wants, or -1 for none. The
+// rest of the block is work nobody asked for.
+int cat_block_reach(const int *id, int n_layer, int l, int blk_end, const struct tap *tp);
+
 #endif

@@ -548,14 +548,16 @@ static void mlp_block(const struct decoder *m, struct dec_state *s, const struct
     linear(s, s->m, s->fu, &w->down, w->bd, N, I, D);
 }
 
+// block l up to its value `reach` (cat_block_reach)
 static void block_forward(const struct decoder *m, struct dec_state *s, const struct mbatch *bt,
-                          const struct tap *tp, int l) {
+                          const struct tap *tp, int l, int reach) {
     const struct dec_config *c = &m->cfg;
     const struct dec_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden;
     bool pre = c->blk.norm_at & DEC_NORM_PRE, post = c->blk.norm_at & DEC_NORM_POST;
     size_t row_bytes = (size_t)(N * D) * sizeof(float);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_INPUT), bt, s->x, (int)D);
+    if (reach < CAT_ATTENTION_NORM_OUTPUT) return;
     if (pre) {
         norm(c, s->xn, s->x, w->attn_norm, N, (int)D);
         tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
@@ -570,6 +572,7 @@ static void block_forward(const struct decoder *m, struct dec_state *s, const st
     }
     op_add(s->x, s->x, s->a, N * D);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_MID), bt, s->x, (int)D);
+    if (reach < CAT_MLP_NORM_OUTPUT) return;
     if (pre) {
         norm(c, s->xn, s->x, w->mlp_norm, N, (int)D);
         tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
@@ -631,6 +634,6 @@ void dec_forward(const struct decoder *m, struct dec_state *s, const struct mbat
     forward_check(bt, s->max_tokens, s->max_T, blk_begin, blk_end, L);
     if (blk_begin == 0) embed(m, s, bt, tp);
     for (int l = blk_begin; l < blk_end; l++)
-        block_forward(m, s, bt, tp, l);
+        block_forward(m, s, bt, tp, l, cat_block_reach(m->id, L, l, blk_end, tp));
     if (blk_end == L && blk_begin <= blk_end) head(m, s, bt, tp);
 }

@@ -179,14 +179,16 @@ static void attend(const struct lnb_model *m, struct lnb_state *s, const struct 
             (int)D, (int)D);
 }
 
+// block l up to its value `reach` (cat_block_reach)
 static void block_forward(const struct lnb_model *m, struct lnb_state *s, const struct mbatch *bt,
-                          const struct tap *tp, int l) {
+                          const struct tap *tp, int l, int reach) {
     const struct lnb_config *c = &m->cfg;
     const float *const *w = m->w[l];
     int64_t N = bt->n_tokens, D = c->hidden, F = c->inner;
     float eps = (float)c->eps;
 #define EMIT(kind, buf, width) tap_emit_rows(tp, CAT_ID(m, l, kind), bt, buf, (int)(width))
     EMIT(CAT_LAYER_INPUT, s->x, D);
+    if (reach < CAT_ATTENTION_NORM_OUTPUT) return;
     op_layernorm(s->xn, s->x, w[LNB_LN1_W], w[LNB_LN1_B], (int)N, (int)D, eps);
     EMIT(CAT_ATTENTION_NORM_OUTPUT, s->xn, D);
     qkv(m, s, bt, tp, l);
@@ -194,6 +196,7 @@ static void block_forward(const struct lnb_model *m, struct lnb_state *s, const 
     EMIT(CAT_ATTENTION_OUTPUT, s->a, D);
     op_add(s->h, s->x, s->a, N * D);
     EMIT(CAT_LAYER_MID, s->h, D);
+    if (reach < CAT_MLP_NORM_OUTPUT) return;
 
     // the MLP reads the block's input in a parallel block, the stream after the attention else
     op_layernorm(s->xn, c->parallel ? s->x : s->h, w[LNB_LN2_W], w[LNB_LN2_B], (int)N, (int)D, eps);
@@ -260,6 +263,6 @@ void lnb_forward(const void *fm, void *fs, const struct mbatch *bt, const struct
     forward_check(bt, s->max_tokens, s->max_T, blk_begin, blk_end, L);
     if (blk_begin == 0) embed(m, s, bt, tp);
     for (int l = blk_begin; l < blk_end; l++)
-        block_forward(m, s, bt, tp, l);
+        block_forward(m, s, bt, tp, l, cat_block_reach(m->id, L, l, blk_end, tp));
     if (blk_end == L && blk_begin <= blk_end) head(m, s, bt, tp);
 }

@@ -56,6 +56,11 @@ struct tap {
     void *u;
     const uint8_t *write; // [n_ids] nonzero = replace this id (write-back); NULL: none; borrowed
     void (*write_fn)(void *u, int id, int b, float *live, const struct tview *v);
+    // Set by a caller that reads nothing of the residual stream after the call's last block (the
+    // last pipeline stage, its stream neither sent on nor kept): the forward may then stop that
+    // block after the last of its values wanted (cat_block_reach, model/catalogue.h). false:
+    // every block of the call runs whole.
+    bool stream_ends;
 };
 
 static inline bool tap_writes(const struct tap *tp, int id) {

@@ -115,7 +115,7 @@ static void run(int T, int H, int KV, int S, enum attn_mask m0, enum attn_mask m
     check_close("attention", out, want, (int64_t)T * H * D, 1e-5f, 1e-4f);
 
     uint8_t all[3] = {1, 1, 1};
-    struct tap tp = {all, take, NULL, NULL, NULL};
+    struct tap tp = {all, take, NULL, NULL, NULL, false};
     struct attn_taps taps = {&tp, 0, 0, 1, 2};
     CHECK(attn_taps_wanted(&taps) && attn_scores_floats(H, T, S, true) == (int64_t)H * T * S * T);
     a.out = out2;
@@ -174,7 +174,7 @@ static void test_sinks(int T, int H, int KV, enum attn_mask m, int W) {
     CHECK(diff > 1e-2); // the sinks matter
 
     uint8_t all[3] = {1, 1, 1};
-    struct tap tp = {all, take, NULL, NULL, NULL};
+    struct tap tp = {all, take, NULL, NULL, NULL, false};
     struct attn_taps taps = {&tp, 0, 0, 1, 2};
     a.out = out2;
     a.sink_p = share2;

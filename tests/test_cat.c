@@ -182,7 +182,7 @@ static void test_emit_helpers(void) {
     struct mbatch bt = {.n = 2, .n_tokens = 5, .ids = ids, .len = len, .off = off};
     const uint8_t want[3] = {0, 1, 1};
     struct seen s = {0};
-    struct tap tp = {want, take, &s, NULL, NULL};
+    struct tap tp = {want, take, &s, NULL, NULL, false};
     int64_t idx[5 * 2] = {0};
     float buf[5 * 6] = {0};
 

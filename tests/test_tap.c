@@ -95,7 +95,7 @@ static void test_write_back(void) {
         buf[i] = (float)i;
     uint8_t want[3] = {1, 1, 1}, wr[3] = {1, 0, 1};
     struct seam s = {0};
-    struct tap tp = {want, seam_take, &s, wr, seam_write};
+    struct tap tp = {want, seam_take, &s, wr, seam_write, false};
     tap_emit_rows(&tp, 0, &bt, buf, 4); // written: every row + 1000, the take sees that
     CHECK_EQ(s.writes, 2);
     CHECK(buf[0] == 1000.0f && buf[11] == 1011.0f && s.seen[5] == 1005.0f);
@@ -124,16 +124,16 @@ static void test_write_back(void) {
     for (int i = 0; i < 16; i++)
         logits[i] = (float)i;
     uint8_t wall[3] = {1, 1, 1};
-    struct tap th = {want, seam_take, &s, wall, seam_write};
+    struct tap th = {want, seam_take, &s, wall, seam_write, false};
     head_emit(&th, 0, logits, 3, 4, 0, 1, 2, 0.0f);
     CHECK_EQ(s.refused, 3);
     CHECK_EQ(s.writes, 0);
     CHECK(logits[0] == 0.0f && logits[11] == 11.0f);
     // no write array: tap_wants as before
-    struct tap plain = {want, seam_take, &s, NULL, NULL};
+    struct tap plain = {want, seam_take, &s, NULL, NULL, false};
     CHECK(tap_wants(&plain, 1) && !tap_writes(&plain, 1));
     uint8_t none[3] = {0, 0, 0};
-    struct tap only_w = {none, seam_take, &s, wr, seam_write};
+    struct tap only_w = {none, seam_take, &s, wr, seam_write, false};
     CHECK(tap_wants(&only_w, 0) && !tap_wants(&only_w, 1)); // a written id is computed
 }
 

@@ -448,8 +448,9 @@ static void moe(const struct laguna *m, struct laguna_state *s, const struct mba
     op_add(s->m, s->routed, s->m, N * D);
 }
 
+// block l up to its value `reach` (cat_block_reach)
 static void block_forward(const struct laguna *m, struct laguna_state *s, const struct mbatch *bt,
-                          const struct tap *tp, int l) {
+                          const struct tap *tp, int l, int reach) {
     const struct laguna_config *c = &m->cfg;
     const struct laguna_block_w *w = &m->blk[l];
     int64_t N = bt->n_tokens, D = c->hidden, Dh = c->head_dim, H = c->n_head[l], HD = H * Dh;
@@ -457,6 +458,7 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
     float eps = (float)c->eps;
 
     tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_INPUT), bt, s->x, (int)D);
+    if (reach < CAT_ATTENTION_NORM_OUTPUT) return;
     op_rmsnorm(s->xn, s->x, w->attn_norm, (int)N, (int)D, eps);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_NORM_OUTPUT), bt, s->xn, (int)D);
 
@@ -491,6 +493,7 @@ static void block_forward(const struct laguna *m, struct laguna_state *s, const 
     tap_emit_rows(tp, CAT_ID(m, l, CAT_ATTENTION_OUTPUT), bt, s->a, (int)D);
     op_add(s->x, s->x, s->a, N * D);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_LAYER_MID), bt, s->x, (int)D);
+    if (reach < CAT_MLP_NORM_OUTPUT) return;
 
     op_rmsnorm(s->xn, s->x, w->mlp_norm, (int)N, (int)D, eps);
     tap_emit_rows(tp, CAT_ID(m, l, CAT_MLP_NORM_OUTPUT), bt, s->xn, (int)D);
@@ -534,7 +537,7 @@ void laguna_forward(const struct laguna *m, struct laguna_state *s, const struct
         tap_emit_rows(tp, CAT_ID(m, -1, CAT_TOKEN_EMBEDDINGS), bt, s->x, (int)D);
     }
     for (int l = blk_begin; l < blk_end; l++)
-        block_forward(m, s, bt, tp, l);
+        block_forward(m, s, bt, tp, l, cat_block_reach(m->id, L, l, blk_end, tp));
     if (blk_end < L || blk_begin > blk_end) return;
 
     // final norm and the untied head, only if asked for
