@@ -4,8 +4,8 @@
 //      GFLOP/s, and their ratio to the best sgemm rate,
 //   3. an I/O-bound harvest of all 214 names: HDF5 MB/s (time inside the writer, close included)
 //      against a plain sequential write() of the same number of bytes into the same folder.
-// `harvest bench --model DIR` instead harvests one residual of any checkpoint folder (see
-// bench_model).
+// `harvest bench --model DIR` instead harvests one residual of any checkpoint folder, or the
+// value --value names (see bench_model).
 #define _DEFAULT_SOURCE        // defines: mkdtemp, sync, realpath
 #include "harvest/blascheck.h" // defines: blas_describe
 #include "harvest/cliargs.h"
@@ -220,108 +220,134 @@ static int bench_compute(void) {
     return -1;
 }
 
-// Harvests the last block's output of DIR's checkpoint for n prompts of T random tokens, best of
-// `runs` runs, between two rounds of sgemm at the model's own shapes (the machine may be shared:
-// the ratio is of rates measured in this run). FLOPs per token from model_block_flops: executed
-// (the full T x T attention) and necessary (the causal half of its T^2 term; sliding windows are
-// not subtracted).
-static int bench_model(const char *model_arg, const char *dir, int T, int batch, int n_prompts,
-                       int runs) {
+struct bench_opts {
+    int n_prompts, io_prompts, T, batch, threads, runs;
+    const char *dir_arg, *model, *value;
+};
+
+// The value harvested: --value's catalogue id, else pick_residual's; -1 after an error
+static int pick_value(const struct model *m, const char *dir, const char *value, int *ffn,
+                      struct ah_error *err) {
+    int pick = pick_residual(m, ffn);
+    if (value) {
+        for (pick = m->n_cat - 1; pick >= 0 && strcmp(m->cat[pick].name, value); pick--) {
+        }
+        if (pick < 0)
+            return ah_fail(err, AH_EINVAL,
+                           "bench: --value %s: not a value of %s (`harvest "
+                           "activations DIR` lists them)",
+                           value, dir);
+    } else if (pick < 0) {
+        return ah_fail(err, AH_EINVAL, "bench: %s: no (batch, sequence, hidden) value to harvest",
+                       dir);
+    }
+    return pick;
+}
+
+// The rates of the best run: tokens/s, the FLOPs of its whole blocks against sgemm at the
+// model's shapes and the FP32 FMA peak (not for --value: the run stops the value's block at it),
+// peak RSS against the weights and the run state
+static void model_report(const struct model *m, const struct run_stats *fw, double packing, int T,
+                         int runs, bool whole, double best_sgemm, int64_t rss, int ffn) {
+    int D = model_hidden(m);
+    double exec = 0.0, quad = 0.0; // FLOPs a prompt: all, and the T^2 term (attention)
+    for (int b = 0; b < m->n_blocks; b++) {
+        double f = model_block_flops(m, b, T);
+        exec += f;
+        quad += (model_block_flops(m, b, 2 * T) - 2.0 * f) / 2.0;
+    }
+    double need = exec - quad * (T - 1) / (2.0 * T);
+    double tps = (double)fw->tokens / fw->seconds, gf = exec / T * tps * 1e-9;
+    printf("  %.1f tokens/s (best of %d: %.1f s for %lld tokens, %.2f s of it writing)\n", tps,
+           runs, fw->seconds, (long long)fw->tokens, fw->seconds_write);
+    if (!strcmp(compute, "bf16")) bf16_rates((double)fw->tokens, fw->seconds, packing);
+    if (whole) {
+        printf("  GFLOP a token: %.3f executed, %.3f necessary (causal attention's half)\n",
+               exec / T * 1e-9, need / T * 1e-9);
+        printf("  model %.1f GFLOP/s executed = %.0f%% of the best sgemm rate at its shapes "
+               "(%.1f GFLOP/s)\n",
+               gf, 100.0 * gf / best_sgemm, best_sgemm);
+        fma_line(best_sgemm, gf);
+    }
+    const char *kind;
+    int64_t wbytes = model_stage_bytes(m, 0, m->n_blocks, false, 0, 1, &kind);
+    int64_t panel =
+        4 * op_bf16_panel_floats(D > ffn ? D : ffn, (int)(m->vocab > ffn ? m->vocab : ffn));
+    printf("  peak RSS %.0f MiB = %.2f x (weights %.0f MiB (%s) + run state %.0f MiB (its BF16 "
+           "panel %.0f MiB))\n",
+           (double)rss / 1048576.0, (double)rss / (double)(wbytes + fw->state_bytes),
+           (double)wbytes / 1048576.0, kind, (double)fw->state_bytes / 1048576.0,
+           (double)panel / 1048576.0);
+}
+
+// Harvests one value of DIR's checkpoint (--value; else the last block's output) for n prompts
+// of T random tokens, best of `runs` runs, between two rounds of sgemm at the model's own shapes
+// (the machine may be shared: the ratio is of rates measured in this run). FLOPs per token from
+// model_block_flops: executed (the full T x T attention) and necessary (the causal half of its
+// T^2 term; sliding windows are not subtracted).
+static int bench_model(const struct bench_opts *o, const char *dir) {
     char model_dir[PATH_MAX], path[4200];
     struct model m = {0};
     struct ah_error err = {0};
-    if (!realpath(model_arg, model_dir)) {
-        fprintf(stderr, "harvest: bench: %s: no such folder\n", model_arg);
+    if (!realpath(o->model, model_dir)) {
+        fprintf(stderr, "harvest: bench: %s: no such folder\n", o->model);
         return 1;
     }
     if (bench_compute() < 0) return 2;
     int rc = model_load(&m, model_dir, false, NULL, &err), ffn = 0, pick = -1;
-    if (rc == 0 && T > m.max_pos)
-        rc = ah_fail(&err, AH_EINVAL, "bench: --T %d: the model takes at most %d tokens", T,
+    if (rc == 0 && o->T > m.max_pos)
+        rc = ah_fail(&err, AH_EINVAL, "bench: --T %d: the model takes at most %d tokens", o->T,
                      m.max_pos);
-    if (rc == 0 && (pick = pick_residual(&m, &ffn)) < 0)
-        rc = ah_fail(&err, AH_EINVAL, "bench: %s: no (batch, sequence, hidden) value to harvest",
-                     model_dir);
+    if (rc == 0 && (pick = pick_value(&m, model_dir, o->value, &ffn, &err)) < 0) rc = pick;
     snprintf(path, sizeof path, "%s/fwd.jsonl", dir);
-    if (rc == 0 && write_prompts(path, n_prompts, T, m.vocab) != 0)
+    if (rc == 0 && write_prompts(path, o->n_prompts, o->T, m.vocab) != 0)
         rc = ah_fail(&err, AH_EIO, "%s: cannot write", path);
     if (rc < 0) {
         model_free(&m);
         return report(rc, &err);
     }
-    int D = model_hidden(&m), M = batch * T;
-    double exec = 0.0, quad = 0.0; // FLOPs a prompt: all, and the T^2 term (attention)
-    for (int b = 0; b < m.n_blocks; b++) {
-        double f = model_block_flops(&m, b, T);
-        exec += f;
-        quad += (model_block_flops(&m, b, 2 * T) - 2.0 * f) / 2.0;
-    }
-    double need = exec - quad * (T - 1) / (2.0 * T);
-    const char *kind;
-    int64_t wbytes = model_stage_bytes(&m, 0, m.n_blocks, false, 0, 1, &kind);
-    int64_t panel =
-        4 * op_bf16_panel_floats(D > ffn ? D : ffn, (int)(m.vocab > ffn ? m.vocab : ffn));
-    printf(
-        "harvest bench: %s, harvesting %s\n  T = %d, batch %d, %d prompts; threads: OpenBLAS %d, "
-        "kernels %d; folder %s\n",
-        model_dir, m.cat[pick].name, T, batch, n_prompts, openblas_get_num_threads(), op_threads(),
-        dir);
+    printf("harvest bench: %s, harvesting %s\n  T = %d, batch %d, %d prompts; threads: OpenBLAS "
+           "%d, kernels %d; folder %s\n",
+           model_dir, m.cat[pick].name, o->T, o->batch, o->n_prompts, openblas_get_num_threads(),
+           op_threads(), dir);
     printf("  BLAS %s\n", blas_describe());
     char acts[300];
     snprintf(acts, sizeof acts, "\"%s\"", m.cat[pick].name);
     double best[3] = {0, 0, 0};
-    model_sgemm(M, D, ffn, best, false);
+    int M = o->batch * o->T;
+    model_sgemm(M, model_hidden(&m), ffn, best, false);
     sync();
     reset_peak_rss();
     struct run_stats fw = {0}, st;
     double fw_packing = 0.0; // the best run's seconds packing bf16 weights (each run packs)
     mm16_reset_counters();
-    for (int r = 0; r < runs && rc == 0; r++) {
-        rc = bench_job(dir, model_dir, "fwd", acts, T, batch, &st, &err);
+    for (int r = 0; r < o->runs && rc == 0; r++) {
+        rc = bench_job(dir, model_dir, "fwd", acts, o->T, o->batch, &st, &err);
         if (r == 0 || st.seconds < fw.seconds) fw = st, fw_packing = mm16_packing().seconds;
     }
     int64_t rss = peak_rss();
-    if (rc == 0) model_sgemm(M, D, ffn, best, true);
-    model_free(&m);
-    if (rc < 0) return report(rc, &err);
+    if (rc == 0) model_sgemm(M, model_hidden(&m), ffn, best, true);
     double peak = best[0] > best[1] ? best[0] : best[1];
-    peak = best[2] > peak ? best[2] : peak;
-    double tps = (double)fw.tokens / fw.seconds, gf = exec / T * tps * 1e-9;
-    printf("  %.1f tokens/s (best of %d: %.1f s for %lld tokens, %.2f s of it writing)\n", tps,
-           runs, fw.seconds, (long long)fw.tokens, fw.seconds_write);
-    if (!strcmp(compute, "bf16")) bf16_rates((double)fw.tokens, fw.seconds, fw_packing);
-    printf("  GFLOP a token: %.3f executed, %.3f necessary (causal attention's half)\n",
-           exec / T * 1e-9, need / T * 1e-9);
-    printf("  model %.1f GFLOP/s executed = %.0f%% of the best sgemm rate at its shapes (%.1f "
-           "GFLOP/s)\n",
-           gf, 100.0 * gf / peak, peak);
-    fma_line(peak, gf);
-    printf("  peak RSS %.0f MiB = %.2f x (weights %.0f MiB (%s) + run state %.0f MiB (its BF16 "
-           "panel %.0f MiB))\n",
-           (double)rss / 1048576.0, (double)rss / (double)(wbytes + fw.state_bytes),
-           (double)wbytes / 1048576.0, kind, (double)fw.state_bytes / 1048576.0,
-           (double)panel / 1048576.0);
-    return 0;
+    if (rc == 0)
+        model_report(&m, &fw, fw_packing, o->T, o->runs, !o->value, best[2] > peak ? best[2] : peak,
+                     rss, ffn);
+    model_free(&m);
+    return rc < 0 ? report(rc, &err) : 0;
 }
-
-struct bench_opts {
-    int n_prompts, io_prompts, T, batch, threads, runs;
-    const char *dir_arg, *model;
-};
 
 // one flag and its value (moved past); its bit in *seen. 0, or -1 after a message
 static int bench_flag(int argc, char **argv, int *i, struct bench_opts *o, unsigned *seen) {
-    static const char *const name[] = {"--prompts", "--io-prompts", "--T",
-                                       "--batch",   "--threads",    "--runs",
-                                       "--dir",     "--model",      "--compute"};
+    static const char *const name[] = {"--prompts", "--io-prompts", "--T",   "--batch",
+                                       "--threads", "--runs",       "--dir", "--model",
+                                       "--compute", "--value"};
     static const int lo[] = {1, 1, 1, 1, 0, 1},
                      hi[] = {1 << 20, 1 << 20, 1 << 18, 1 << 12, 1024, 1000};
     int *num[] = {&o->n_prompts, &o->io_prompts, &o->T, &o->batch, &o->threads, &o->runs};
     const char *f = argv[*i], *v;
     int k = 0;
-    while (k < 9 && strcmp(f, name[k]))
+    while (k < 10 && strcmp(f, name[k]))
         k++;
-    if (k == 9) {
+    if (k == 10) {
         fprintf(stderr, "harvest bench: unknown option \"%s\"\n", f);
         return -1;
     }
@@ -333,13 +359,13 @@ static int bench_flag(int argc, char **argv, int *i, struct bench_opts *o, unsig
         fprintf(stderr, "harvest bench: --compute %s: expected float32 or bf16\n", v);
         return -1;
     }
-    *(k == 6 ? &o->dir_arg : &o->model) = v;
+    *(k == 6 ? &o->dir_arg : k == 7 ? &o->model : &o->value) = v;
     return 0;
 }
 
 // 0, or 1 after printing the usage
 static int bench_args(int argc, char **argv, struct bench_opts *o) {
-    *o = (struct bench_opts){-1, 4, 512, 8, 0, 2, NULL, NULL};
+    *o = (struct bench_opts){-1, 4, 512, 8, 0, 2, NULL, NULL, NULL};
     unsigned seen = 0; // bit k: bench_flag's name[k] given
     int rc = 0;
     for (int i = 0; rc == 0 && i < argc; i++)
@@ -348,14 +374,16 @@ static int bench_args(int argc, char **argv, struct bench_opts *o) {
     const char *bad = rc < 0       ? NULL
                       : o->model   ? (seen & 2 ? "--io-prompts: not an option of --model" : NULL)
                       : seen & 32  ? "--runs: an option of --model only"
+                      : seen & 512 ? "--value: an option of --model only"
                       : o->T > 512 ? "--T: at most 512 for the spec model"
                                    : NULL;
     if (bad) fprintf(stderr, "harvest bench: %s\n", bad);
     if (rc == 0 && !bad) return 0;
-    fprintf(stderr, "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
-                    "[--batch N] [--threads N] [--dir DIR]\n"
-                    "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "
-                    "[--threads N] [--runs N] [--dir DIR] [--compute float32|bf16]\n");
+    fprintf(stderr,
+            "usage: harvest bench [--prompts N] [--io-prompts N] [--T N<=512] "
+            "[--batch N] [--threads N] [--dir DIR]\n"
+            "       harvest bench --model DIR [--T N] [--batch N] [--prompts N] "
+            "[--threads N] [--runs N] [--dir DIR] [--compute float32|bf16] [--value NAME]\n");
     return 1;
 }
 
@@ -458,7 +486,7 @@ int cmd_bench(int argc, char **argv) {
         return 2;
     }
     if (!o.model) return bench_spec(dir, &o);
-    int ret = bench_model(o.model, dir, o.T, o.batch, o.n_prompts, o.runs);
+    int ret = bench_model(&o, dir);
     remove_dir(dir);
     return ret;
 }
