@@ -194,6 +194,12 @@ check(not os.listdir(f"{work}/n"), f"nothing written by the refused commands: {o
 p = h("bench", "--model", model, "--runs", "0", "--dir", f"{work}/n")
 check(p.returncode == 1 and "--runs" in p.stderr and "nan" not in p.stdout.lower(),
       f"bench --runs 0: exit {p.returncode}: {p.stdout[-200:]} {p.stderr[-200:]}")
+# bench --value: a name the model does not have, an empty one, a glob (one value, not a pattern)
+for v in ("layers.99.layer_mid", "", "layers.*"):
+    p = h("bench", "--model", model, "--value", v, "--T", "8", "--prompts", "1", "--dir",
+          f"{work}/n")
+    check(p.returncode == 1 and "--value" in p.stderr and "tokens/s" not in p.stdout,
+          f"bench --value {v!r}: exit {p.returncode}: {p.stdout[-200:]} {p.stderr[-200:]}")
 for flag in ("--memory", "--shard-size"):
     p = h("export", src, "--shards", f"{work}/n", flag, "nan")
     check(p.returncode == 1 and f"{flag} nan" in p.stderr and "-9223372036854775808" not in p.stderr,
@@ -243,6 +249,7 @@ UNTAKEN = [
     (["plan", model, "--bogus", "1"], "--bogus"),
     (["bench", "--bogus", "1"], "--bogus"),
     (["bench", "--runs", "2"], "--runs"),
+    (["bench", "--value", "layer_mid"], "--value"),
     (["bench", "--model", model, "--io-prompts", "2"], "--io-prompts"),
     (["stats", src, "--bogus"], None),
     (["stats", src, "--top", "3"], "--top"),
