@@ -230,9 +230,7 @@ static int pick_value(const struct model *m, const char *dir, const char *value,
                       struct ah_error *err) {
     int pick = pick_residual(m, ffn);
     if (value) {
-        for (pick = m->n_cat - 1; pick >= 0 && strcmp(m->cat[pick].name, value); pick--) {
-        }
-        if (pick < 0)
+        if ((pick = tap_desc_find(m->cat, m->n_cat, value)) < 0)
             return ah_fail(err, AH_EINVAL,
                            "bench: --value %s: not a value of %s (`harvest "
                            "activations DIR` lists them)",

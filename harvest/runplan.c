@@ -316,9 +316,7 @@ static int guard_target(const struct job *j, const struct model *m, struct plan 
     char canon[TAP_NAME_MAX + 64];
     if (alias_resolve(m->family, name, canon, sizeof canon) != 1)
         snprintf(canon, sizeof canon, "%s", name);
-    pl->ng.id = -1;
-    for (int i = 0; i < m->n_cat && pl->ng.id < 0; i++)
-        if (!strcmp(m->cat[i].name, canon)) pl->ng.id = i;
+    pl->ng.id = tap_desc_find(m->cat, m->n_cat, canon);
     if (pl->ng.id < 0)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"select.max_norm_activation\": \"%s\" is not an activation of the "

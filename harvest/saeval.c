@@ -314,9 +314,7 @@ static void saeval_free(void *u) {
 // the job's evaluate keys against the model and the grid
 
 static int logits_id(const struct model *m) {
-    for (int k = 0; k < m->n_cat; k++)
-        if (!strcmp(m->cat[k].name, "logits")) return k;
-    return -1;
+    return tap_desc_find(m->cat, m->n_cat, "logits");
 }
 
 // saes[i].evaluate: a site the forward can replace and after which the logits are computed

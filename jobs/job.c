@@ -515,10 +515,8 @@ static int select_alias(const struct job *j, const char *key, const char *pat, i
     if (r == 0) return no_match(j, key, pat, a, cat, n_cat, err);
     if (r < 0)
         return ah_fail(err, AH_EINVAL, "%s: \"%s[%d]\": \"%s\": %s", j->path, key, a, pat, canon);
-    int i = 0;
-    while (i < n_cat && strcmp(cat[i].name, canon))
-        i++;
-    if (i == n_cat)
+    int i = tap_desc_find(cat, n_cat, canon);
+    if (i < 0)
         return ah_fail(err, AH_EINVAL,
                        "%s: \"%s[%d]\": \"%s\" is an alias of \"%s\", which the %s "
                        "model lacks (list its aliases with `harvest activations MODEL_DIR "

@@ -60,6 +60,12 @@ bool tap_glob_match(const char *pattern, const char *name) {
     return fnmatch(pattern, name, 0) == 0;
 }
 
+int tap_desc_find(const struct tap_desc *cat, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(cat[i].name, name)) return i;
+    return -1;
+}
+
 // the write and the takes of one view v of the live buffer `live` (NULL: not replaceable)
 static void emit_view(const struct tap *tp, int id, int b, float *live, const struct tview *v) {
     if (tap_writes(tp, id)) tp->write_fn(tp->u, id, b, live, v);

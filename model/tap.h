@@ -114,6 +114,9 @@ size_t tap_dtype_size(enum tap_dtype t);
 // Shell-style glob match (*, ?, [..]) of a whole name.
 bool tap_glob_match(const char *pattern, const char *name);
 
+// The index of the entry of cat[0..n) named exactly `name` (names are unique), -1 if none.
+int tap_desc_find(const struct tap_desc *cat, int n, const char *name);
+
 // The axis of a view (1, A.., T, B..) that is the activation's sequence axis (asserted to exist).
 int tview_seq_axis(const struct tap_desc *d, const struct tview *v);
 // The rows of a view (1, A.., T, B..) with sequence axis seq, as (n, A.., B..) into dst: the

@@ -43,6 +43,10 @@ static void test_glob_and_axes(void) {
     CHECK(tap_glob_match("decoder_[02]_output", "decoder_2_output"));
     CHECK(!tap_glob_match("decoder_[02]_output", "decoder_1_output"));
     CHECK(tap_glob_match("logit?", "logits"));
+    struct tap_desc cat[3] = {{.name = "a"}, {.name = "logits"}, {.name = "logits_2"}};
+    CHECK_EQ(tap_desc_find(cat, 3, "logits"), 1);
+    CHECK_EQ(tap_desc_find(cat, 3, "logit"), -1);
+    CHECK_EQ(tap_desc_find(cat, 2, "logits_2"), -1);
     CHECK(tap_axis_kind("query") == TAP_AXIS_SEQ && tap_axis_kind("seq") == TAP_AXIS_SEQ);
     CHECK(tap_axis_kind("global+local-key") == TAP_AXIS_SEQ2);
     CHECK(tap_axis_kind("batch") == TAP_AXIS_BATCH && tap_axis_kind("head") == TAP_AXIS_FIXED);
